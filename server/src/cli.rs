@@ -1,0 +1,92 @@
+//! The command line of the one binary. Every flag has an environment variable; `--help` shows both.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Payments API with a payment-grade idempotency layer, and its operator console."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Database URL: postgres://… for PostgreSQL, sqlite://… for SQLite.
+    /// Unset: the embedded SQLite database <data dir>/idem.db, created on first run.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Directory for the embedded database and other local state.
+    #[arg(long, env = "IDEM_DATA_DIR", global = true, default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// Log line format on standard error.
+    #[arg(long, env = "IDEM_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, in tracing's EnvFilter syntax (e.g. "info,idem=debug").
+    #[arg(long, env = "IDEM_LOG", global = true, default_value = "info")]
+    pub log_filter: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the payments API and the operator console.
+    Serve(ServeArgs),
+    /// Apply the database migrations, then exit.
+    Migrate,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "IDEM_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+
+    /// Directory with the console's built assets (pkg/ with the wasm, JS and CSS).
+    #[arg(long, env = "IDEM_SITE_ROOT", default_value = "target/site")]
+    pub site_root: PathBuf,
+
+    /// Longest time, in seconds, a request may take before it is answered 503.
+    #[arg(long, env = "IDEM_REQUEST_TIMEOUT_SECS", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "IDEM_BODY_LIMIT_BYTES", default_value_t = 64 * 1024)]
+    pub body_limit_bytes: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_defaults_match_the_contract() {
+        let cli = Cli::try_parse_from(["idem", "serve"]).expect("serve parses with no flags");
+        let Command::Serve(args) = cli.command else {
+            panic!("expected serve");
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
+    }
+}

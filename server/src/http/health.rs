@@ -1,0 +1,39 @@
+//! Liveness and readiness for orchestrators and for the Quick start's checks.
+
+use super::AppState;
+use crate::store::Readiness;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// The process is up and answering.
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// The process can do its job: the database answers and every migration is applied.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.readiness().await {
+        Ok(Readiness::Ready) => Json(json!({ "status": "ready" })).into_response(),
+        Ok(Readiness::MigrationsPending { applied, expected }) => not_ready(json!({
+            "status": "not_ready",
+            "reason": "migrations_pending",
+            "appliedMigrations": applied,
+            "expectedMigrations": expected,
+        })),
+        Err(error) => {
+            tracing::warn!(%error, "readiness check: database unreachable");
+            not_ready(json!({ "status": "not_ready", "reason": "database_unavailable" }))
+        }
+    }
+}
+
+fn not_ready(body: serde_json::Value) -> Response {
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}

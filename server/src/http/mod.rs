@@ -1,0 +1,110 @@
+//! Router assembly and the middleware every request goes through.
+
+mod health;
+
+use crate::console::StoreConsole;
+use crate::store::Store;
+use app::backend::Backend;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::compression::CompressionLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeader;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+/// What the router needs besides the store.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Where the built console lives (`pkg/` inside it).
+    pub site_root: PathBuf,
+    /// The address the console believes it is served on (for Leptos's options).
+    pub site_addr: SocketAddr,
+    pub request_timeout: Duration,
+    pub body_limit_bytes: usize,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+}
+
+pub fn router(store: Arc<dyn Store>, settings: &HttpSettings) -> Router {
+    let state = AppState { store: store.clone() };
+    let console_backend = Backend(Arc::new(StoreConsole::new(store)));
+
+    let api = Router::new()
+        .route("/healthz", axum::routing::get(health::healthz))
+        .route("/readyz", axum::routing::get(health::readyz))
+        .with_state(state);
+
+    api.merge(console_router(console_backend, settings))
+        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ))
+        .layer(CompressionLayer::new())
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// The console: server-rendered pages, their server functions, and the built assets.
+fn console_router(backend: Backend, settings: &HttpSettings) -> Router {
+    let options = LeptosOptions::builder()
+        .output_name("idem")
+        .site_root(settings.site_root.to_string_lossy().into_owned())
+        .site_pkg_dir("pkg")
+        .site_addr(settings.site_addr)
+        .build();
+    let routes = generate_route_list(app::App);
+    let provide_backend = move || provide_context(backend.clone());
+
+    // File names under pkg/ are not content-hashed, so browsers must revalidate (cheap: 304
+    // on an unchanged Last-Modified) rather than cache blindly across deploys.
+    let assets = SetResponseHeader::overriding(
+        ServeDir::new(settings.site_root.join("pkg")),
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+
+    Router::new()
+        .leptos_routes_with_context(&options, routes, provide_backend.clone(), {
+            let options = options.clone();
+            move || app::shell(options.clone())
+        })
+        .nest_service("/pkg", assets)
+        .fallback(leptos_axum::file_and_error_handler_with_context(
+            provide_backend,
+            app::shell,
+        ))
+        .with_state(options)
+}
+
+/// One span per request, carrying the request id that is also echoed to the client, so that
+/// every log line of a request can be found from the client's `x-request-id`. Only the path
+/// is logged: query strings and bodies may carry data that must not reach logs.
+fn request_span(request: &Request) -> tracing::Span {
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id,
+    )
+}

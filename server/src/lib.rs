@@ -1,0 +1,10 @@
+//! Idem: a payments API whose idempotency layer is payment grade, and its operator console.
+//!
+//! One module per concern; `docs/ARCHITECTURE.md` is the map.
+
+pub mod cli;
+pub mod console;
+pub mod http;
+pub mod serve;
+pub mod store;
+pub mod telemetry;

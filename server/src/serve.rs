@@ -1,0 +1,79 @@
+//! `idem serve`: open the store, migrate, listen, and stop gracefully.
+
+use crate::cli::ServeArgs;
+use crate::http::{self, HttpSettings};
+use crate::store::{self, DatabaseTarget, StoreError};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Server(#[source] std::io::Error),
+}
+
+pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeError> {
+    let store = store::open(&target).await?;
+    store.migrate().await?;
+    tracing::info!(database = %target.redacted(), "database ready, migrations applied");
+
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: args.listen,
+            source,
+        })?;
+    let address = listener.local_addr().map_err(ServeError::Server)?;
+    let settings = HttpSettings {
+        site_root: args.site_root,
+        site_addr: address,
+        request_timeout: Duration::from_secs(args.request_timeout_secs),
+        body_limit_bytes: args.body_limit_bytes,
+    };
+    let router = http::router(store.clone(), &settings);
+
+    tracing::info!(%address, "listening");
+    // Printed on stdout, one line, for people and for scripts that start Idem on port 0.
+    println!("Idem console: http://{address}/");
+
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(ServeError::Server)?;
+    tracing::info!("in-flight requests finished; closing the database pool");
+    store.close().await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM. In-flight requests then run to completion while no new
+/// connection is accepted.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = interrupt => tracing::info!("SIGINT received, shutting down"),
+        () = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}

@@ -1,0 +1,283 @@
+//! Storage: one trait, a PostgreSQL and a SQLite implementation, one conformance suite
+//! (`server/tests/store_conformance.rs`) that runs the same bodies against both.
+//!
+//! Time comparisons that matter (leases, windows) use the database's clock, never an
+//! instance's, so that several `serve` instances agree.
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+use app::dto::{RecordStatus, StatusCount};
+use sqlx::migrate::Migrator;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+/// Which database to use, decided once from `DATABASE_URL` (or its absence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    Postgres {
+        url: String,
+    },
+    Sqlite {
+        url: String,
+    },
+    /// The embedded default: a SQLite file in the data directory.
+    EmbeddedSqlite {
+        path: PathBuf,
+    },
+}
+
+impl DatabaseTarget {
+    pub const EMBEDDED_FILE_NAME: &'static str = "idem.db";
+
+    pub fn resolve(database_url: Option<&str>, data_dir: &Path) -> Result<Self, StoreError> {
+        match database_url.map(str::trim) {
+            None | Some("") => Ok(DatabaseTarget::EmbeddedSqlite {
+                path: data_dir.join(Self::EMBEDDED_FILE_NAME),
+            }),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(DatabaseTarget::Postgres { url: url.to_owned() })
+            }
+            Some(url) if url.starts_with("sqlite:") => Ok(DatabaseTarget::Sqlite { url: url.to_owned() }),
+            Some(_) => Err(StoreError::UnsupportedUrl),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            DatabaseTarget::Postgres { .. } => Dialect::Postgres,
+            DatabaseTarget::Sqlite { .. } | DatabaseTarget::EmbeddedSqlite { .. } => Dialect::Sqlite,
+        }
+    }
+
+    /// A description safe for logs: never a password.
+    pub fn redacted(&self) -> String {
+        match self {
+            DatabaseTarget::Postgres { url } => redact_password(url),
+            DatabaseTarget::Sqlite { url } => url.clone(),
+            DatabaseTarget::EmbeddedSqlite { path } => format!("sqlite://{}", path.display()),
+        }
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Whether the store can serve traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    MigrationsPending { applied: usize, expected: usize },
+}
+
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn dialect(&self) -> Dialect;
+
+    /// Applies every pending migration of this dialect.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// `Err(Unavailable)` when the database cannot be reached.
+    async fn readiness(&self) -> Result<Readiness, StoreError>;
+
+    /// A count for every record status, zeros included, in `RecordStatus::ALL` order.
+    async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    async fn close(&self);
+}
+
+/// Opens the target's database (creating the embedded SQLite file and its directory on
+/// first run). Migrations are not applied here: see [`Store::migrate`].
+pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match target {
+        DatabaseTarget::Postgres { url } => Arc::new(PostgresStore::connect(url).await?),
+        DatabaseTarget::Sqlite { url } => Arc::new(SqliteStore::connect_url(url).await?),
+        DatabaseTarget::EmbeddedSqlite { path } => Arc::new(SqliteStore::open_file(path).await?),
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported database URL: expected postgres://… or sqlite://…")]
+    UnsupportedUrl,
+    #[error("invalid database URL: {0}")]
+    InvalidUrl(#[source] sqlx::Error),
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("unexpected data in the database: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if is_unavailability(&error) {
+            StoreError::Unavailable(error)
+        } else {
+            StoreError::Database(error)
+        }
+    }
+}
+
+/// Errors that say "the database is not there right now" rather than "this query is wrong":
+/// callers fail closed on them with a retryable answer.
+fn is_unavailability(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db_error) => db_error.code().is_some_and(|code| {
+            // PostgreSQL: connection exceptions (08…), shutdown / cannot connect now (57P0…),
+            // database dropped (3D000). SQLite: SQLITE_BUSY (5), SQLITE_LOCKED (6).
+            code.starts_with("08")
+                || code.starts_with("57P0")
+                || code == "3D000"
+                || code == "5"
+                || code == "6"
+        }),
+        _ => false,
+    }
+}
+
+/// Compares what the database says it applied with what this binary carries.
+fn readiness_of(applied_versions: &[i64], migrator: &Migrator) -> Readiness {
+    let expected: Vec<i64> = migrator.iter().map(|migration| migration.version).collect();
+    let applied = expected
+        .iter()
+        .filter(|version| applied_versions.contains(version))
+        .count();
+    if applied == expected.len() {
+        Readiness::Ready
+    } else {
+        Readiness::MigrationsPending {
+            applied,
+            expected: expected.len(),
+        }
+    }
+}
+
+fn zero_filled_counts(rows: Vec<(String, i64)>) -> Result<Vec<StatusCount>, StoreError> {
+    let mut counts: BTreeMap<RecordStatus, u64> =
+        RecordStatus::ALL.into_iter().map(|status| (status, 0)).collect();
+    for (status, count) in rows {
+        let status: RecordStatus = status
+            .parse()
+            .map_err(|error| StoreError::Corrupt(format!("{error}")))?;
+        let count =
+            u64::try_from(count).map_err(|_| StoreError::Corrupt(format!("negative count for {status}")))?;
+        counts.insert(status, count);
+    }
+    Ok(RecordStatus::ALL
+        .into_iter()
+        .map(|status| StatusCount {
+            status,
+            count: counts.get(&status).copied().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// The same statement on both dialects.
+const COUNT_RECORDS_BY_STATUS: &str = "select status, count(*) from idempotency_records group by status";
+const APPLIED_MIGRATIONS: &str = "select version from _sqlx_migrations where success";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_or_empty_database_url_means_the_embedded_sqlite_file() {
+        for url in [None, Some(""), Some("  ")] {
+            assert_eq!(
+                DatabaseTarget::resolve(url, Path::new("/var/idem")).expect("resolves"),
+                DatabaseTarget::EmbeddedSqlite {
+                    path: PathBuf::from("/var/idem/idem.db")
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn the_scheme_chooses_the_dialect() {
+        let dir = Path::new("data");
+        let pg = DatabaseTarget::resolve(Some("postgresql://u@h/db"), dir).expect("postgres");
+        assert_eq!(pg.dialect(), Dialect::Postgres);
+        let lite = DatabaseTarget::resolve(Some("sqlite://x.db"), dir).expect("sqlite");
+        assert_eq!(lite.dialect(), Dialect::Sqlite);
+        assert!(matches!(
+            DatabaseTarget::resolve(Some("mysql://u@h/db"), dir),
+            Err(StoreError::UnsupportedUrl)
+        ));
+    }
+
+    #[test]
+    fn passwords_never_reach_a_log_line() {
+        let target = DatabaseTarget::Postgres {
+            url: "postgres://idem:s3cr3t@db.internal:5432/idem?sslmode=require".into(),
+        };
+        assert_eq!(
+            target.redacted(),
+            "postgres://idem:***@db.internal:5432/idem?sslmode=require"
+        );
+        let no_password = DatabaseTarget::Postgres {
+            url: "postgres://idem@db/idem".into(),
+        };
+        assert_eq!(no_password.redacted(), "postgres://idem@db/idem");
+    }
+
+    #[test]
+    fn counts_are_zero_filled_and_in_status_order() {
+        let counts = zero_filled_counts(vec![("COMPLETED".into(), 3)]).expect("valid rows");
+        assert_eq!(counts.len(), RecordStatus::ALL.len());
+        assert_eq!(
+            counts[1],
+            StatusCount {
+                status: RecordStatus::Completed,
+                count: 3
+            }
+        );
+        assert!(
+            counts
+                .iter()
+                .filter(|c| c.status != RecordStatus::Completed)
+                .all(|c| c.count == 0)
+        );
+    }
+
+    #[test]
+    fn an_unknown_stored_status_is_reported_not_hidden() {
+        assert!(matches!(
+            zero_filled_counts(vec![("DONE".into(), 1)]),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+}

@@ -20,7 +20,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeader;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 /// What the router needs besides the store.
 #[derive(Debug, Clone)]
@@ -56,7 +56,11 @@ pub fn router(store: Arc<dyn Store>, settings: &HttpSettings) -> Router {
         ))
         .layer(CompressionLayer::new())
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 

@@ -1,0 +1,7 @@
+//! Integration tests: one binary (one link) for every suite.
+
+mod support;
+
+mod http_api;
+mod process;
+mod store_conformance;

@@ -1,0 +1,78 @@
+//! The storage trait's behaviour, identical on PostgreSQL and SQLite.
+
+use crate::support::conformance;
+use app::dto::{RecordStatus, StatusCount};
+use idem::store::Readiness;
+
+/// A tenant and one record per listed status; SQL valid in both dialects.
+fn records_sql(statuses: &[&str]) -> String {
+    let mut sql = String::from("insert into tenants (id, name) values ('ten_1', 'acme');\n");
+    for (index, status) in statuses.iter().enumerate() {
+        sql.push_str(&format!(
+            "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+             fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
+             created_by, expires_at) values ('ten_1', 'create_payment', 'key-{index}', 1, 'f', '{{}}', \
+             '{status}', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z');\n"
+        ));
+    }
+    sql
+}
+
+conformance! {
+    async fn a_fresh_database_is_not_ready_until_migrated(db) {
+        let store = db.store().await;
+        match store.readiness().await.expect("database reachable") {
+            Readiness::MigrationsPending { applied: 0, expected } => assert!(expected >= 1),
+            other => panic!("expected pending migrations, got {other:?}"),
+        }
+        store.migrate().await.expect("migrate");
+        assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
+        store.migrate().await.expect("migrating again is a no-op");
+        assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
+    }
+
+    async fn counts_cover_every_status_zeros_included(db) {
+        let store = db.migrated_store().await;
+        let counts = store.count_records_by_status().await.expect("counts");
+        let expected: Vec<StatusCount> =
+            RecordStatus::ALL.into_iter().map(|status| StatusCount { status, count: 0 }).collect();
+        assert_eq!(counts, expected);
+
+        db.execute(&records_sql(&["COMPLETED", "COMPLETED", "UNKNOWN_REQUIRES_RECOVERY", "IN_PROGRESS"]))
+            .await
+            .expect("arrange records");
+        let counts = store.count_records_by_status().await.expect("counts");
+        let count_of = |wanted: RecordStatus| counts.iter().find(|c| c.status == wanted).map(|c| c.count);
+        assert_eq!(count_of(RecordStatus::Completed), Some(2));
+        assert_eq!(count_of(RecordStatus::UnknownRequiresRecovery), Some(1));
+        assert_eq!(count_of(RecordStatus::InProgress), Some(1));
+        assert_eq!(count_of(RecordStatus::Expired), Some(0));
+    }
+
+    async fn the_schema_rejects_a_status_outside_the_state_machine(db) {
+        db.migrated_store().await;
+        let result = db.execute(&records_sql(&["DONE"])).await;
+        assert!(result.is_err(), "an unknown status must not be stored");
+    }
+
+    async fn the_scoped_key_is_unique(db) {
+        db.migrated_store().await;
+        db.execute(&records_sql(&["COMPLETED"])).await.expect("first record");
+        let again = db.execute(
+            "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+             fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
+             created_by, expires_at) values ('ten_1', 'create_payment', 'key-0', 1, 'other', '{}', \
+             'IN_PROGRESS', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z')",
+        );
+        assert!(again.await.is_err(), "a second row for the same scoped key must be refused");
+    }
+
+    async fn foreign_keys_are_enforced(db) {
+        db.migrated_store().await;
+        let orphan = db.execute(
+            "insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+             values ('ten_x', 'create_payment', 'nope', '{}', x'00')",
+        );
+        assert!(orphan.await.is_err(), "a response without its record must be refused");
+    }
+}

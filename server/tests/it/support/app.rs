@@ -1,0 +1,69 @@
+use super::TestDatabase;
+use idem::http::{self, HttpSettings};
+use idem::store::Store;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+
+/// The HTTP app served in-process on a random port, over a real database.
+pub struct TestApp {
+    pub address: SocketAddr,
+    pub client: reqwest::Client,
+    pub db: TestDatabase,
+    /// A console build stand-in: `pkg/idem.css` only.
+    pub site_root: TempDir,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    /// Calls a console server function the way the browser does.
+    pub async fn server_fn(&self, endpoint: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/{endpoint}")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .send()
+            .await
+            .expect("server function call")
+    }
+}
+
+pub async fn spawn_app(db: TestDatabase) -> TestApp {
+    let store = db.migrated_store().await;
+    spawn_app_with_store(db, store).await
+}
+
+pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> TestApp {
+    let site_root = tempfile::tempdir().expect("site root");
+    std::fs::create_dir_all(site_root.path().join("pkg")).expect("pkg dir");
+    std::fs::write(site_root.path().join("pkg/idem.css"), "body { color: black; }\n").expect("css");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("local address");
+    let settings = HttpSettings {
+        site_root: site_root.path().to_path_buf(),
+        site_addr: address,
+        request_timeout: Duration::from_secs(10),
+        body_limit_bytes: 16 * 1024,
+    };
+    let router = http::router(store, &settings);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("HTTP client");
+    TestApp {
+        address,
+        client,
+        db,
+        site_root,
+    }
+}

@@ -1,0 +1,143 @@
+use idem::store::{self, DatabaseTarget, Dialect, Store};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+use sqlx::{ConnectOptions, Connection};
+use std::str::FromStr;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+/// The PostgreSQL server the tests create their databases on. `scripts/test` sets it (from
+/// `DATABASE_URL`, the local server, or a throwaway cluster it starts).
+fn postgres_admin_url() -> String {
+    std::env::var("IDEM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A database that exists only for one test: a fresh PostgreSQL database (dropped when the
+/// test ends, pass or fail) or a fresh SQLite file in a temporary directory.
+pub struct TestDatabase {
+    pub target: DatabaseTarget,
+    postgres_name: Option<String>,
+    _dir: Option<TempDir>,
+}
+
+impl TestDatabase {
+    pub async fn create(dialect: Dialect) -> Self {
+        match dialect {
+            Dialect::Postgres => {
+                let name = format!("idem_test_{}", uuid::Uuid::new_v4().simple());
+                let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.unwrap_or_else(|error| {
+                    panic!(
+                        "cannot reach the test PostgreSQL at {} ({error}); run the tests with scripts/test",
+                        postgres_admin_url()
+                    )
+                });
+                sqlx::query(&format!("create database {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("create the test database");
+                admin.close().await.expect("close the admin connection");
+                let url = PgConnectOptions::from_str(&postgres_admin_url())
+                    .expect("valid admin URL")
+                    .database(&name)
+                    .to_url_lossy()
+                    .to_string();
+                TestDatabase {
+                    target: DatabaseTarget::Postgres { url },
+                    postgres_name: Some(name),
+                    _dir: None,
+                }
+            }
+            Dialect::Sqlite => {
+                let dir = tempfile::tempdir().expect("temporary directory");
+                TestDatabase {
+                    target: DatabaseTarget::EmbeddedSqlite {
+                        path: dir.path().join("idem.db"),
+                    },
+                    postgres_name: None,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+
+    /// The database URL a child `idem` process is given.
+    pub fn url(&self) -> String {
+        match &self.target {
+            DatabaseTarget::Postgres { url } | DatabaseTarget::Sqlite { url } => url.clone(),
+            DatabaseTarget::EmbeddedSqlite { path } => format!("sqlite://{}", path.display()),
+        }
+    }
+
+    pub async fn store(&self) -> Arc<dyn Store> {
+        store::open(&self.target).await.expect("open the store")
+    }
+
+    pub async fn migrated_store(&self) -> Arc<dyn Store> {
+        let store = self.store().await;
+        store.migrate().await.expect("migrate");
+        store
+    }
+
+    /// Runs SQL written to be valid in both dialects, bypassing the store: for arranging rows
+    /// that the store cannot create yet, and for checking what the schema itself enforces.
+    pub async fn execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        match &self.target {
+            DatabaseTarget::Postgres { url } => {
+                let pool = PgPool::connect(url).await?;
+                let result = sqlx::raw_sql(sql).execute(&pool).await;
+                pool.close().await;
+                Ok(result?.rows_affected())
+            }
+            _ => {
+                let options = SqliteConnectOptions::from_str(&self.url())?.foreign_keys(true);
+                let pool = SqlitePool::connect_with(options).await?;
+                let result = sqlx::raw_sql(sql).execute(&pool).await;
+                pool.close().await;
+                Ok(result?.rows_affected())
+            }
+        }
+    }
+
+    /// Makes the database disappear under a running store (PostgreSQL only).
+    pub async fn drop_now(&self) {
+        let name = self
+            .postgres_name
+            .as_deref()
+            .expect("drop_now is for PostgreSQL databases");
+        drop_postgres_database(name).await;
+    }
+}
+
+async fn drop_postgres_database(name: &str) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&postgres_admin_url())
+        .await
+        .expect("reach the test PostgreSQL");
+    sqlx::query(&format!("drop database if exists {name} with (force)"))
+        .execute(&pool)
+        .await
+        .expect("drop the test database");
+    pool.close().await;
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Drop cannot await; a short-lived runtime on its own thread drops the database even
+        // when the test panicked, so that test runs do not leave databases behind.
+        if let Some(name) = self.postgres_name.take() {
+            let dropped = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("cleanup runtime")
+                    .block_on(drop_postgres_database(&name));
+            })
+            .join();
+            if dropped.is_err() && !std::thread::panicking() {
+                panic!("could not drop the test database");
+            }
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Test helpers: a fresh database of either dialect, the HTTP app on a random port, and the
+//! real `idem` binary as a child process.
+
+mod app;
+mod database;
+mod process;
+
+pub use app::{spawn_app, spawn_app_with_store};
+pub use database::TestDatabase;
+pub use idem::store::Dialect;
+pub use process::{IdemProcess, idem_command};
+
+/// Runs the same test body against PostgreSQL (a fresh database per test) and SQLite (a fresh
+/// file per test): `conformance! { async fn name(db) { ... } }` makes `name::postgres` and
+/// `name::sqlite`.
+macro_rules! conformance {
+    ($(async fn $name:ident($db:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($db: $crate::support::TestDatabase) $body
+
+            #[tokio::test]
+            async fn postgres() {
+                body($crate::support::TestDatabase::create($crate::support::Dialect::Postgres).await).await
+            }
+
+            #[tokio::test]
+            async fn sqlite() {
+                body($crate::support::TestDatabase::create($crate::support::Dialect::Sqlite).await).await
+            }
+        }
+    )*};
+}
+pub(crate) use conformance;

@@ -1,0 +1,67 @@
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The real `idem` binary, in its own process, with a clean environment.
+pub struct IdemProcess {
+    pub child: Child,
+    pub address: SocketAddr,
+}
+
+/// An `idem` command with no inherited Idem configuration, so that the caller's
+/// `DATABASE_URL` or `IDEM_*` never leaks into a test.
+pub fn idem_command(data_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    for (name, _) in std::env::vars() {
+        if name == "DATABASE_URL" || name.starts_with("IDEM_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("IDEM_DATA_DIR", data_dir)
+        .env("IDEM_LOG", "info")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+impl IdemProcess {
+    /// Starts `idem serve` on a random port and waits for the line that names its address.
+    pub async fn serve(data_dir: &Path, database_url: Option<&str>) -> IdemProcess {
+        let mut command = idem_command(data_dir);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(url) = database_url {
+            command.env("DATABASE_URL", url);
+        }
+        let mut child = command.spawn().expect("start idem serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("idem serve printed its address in time")
+            .expect("read stdout")
+            .expect("a line on stdout");
+        let address = line
+            .strip_prefix("Idem console: http://")
+            .and_then(|rest| rest.strip_suffix('/'))
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .parse()
+            .expect("a socket address");
+        IdemProcess { child, address }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+}

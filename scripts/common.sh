@@ -110,3 +110,53 @@ wasm_cargo() {
     cargo "$@"
   fi
 }
+
+# Chooses the PostgreSQL server the tests create their databases on, and exports it as
+# IDEM_TEST_POSTGRES_URL: DATABASE_URL when it names PostgreSQL; else the local server on
+# 5432 when it answers; else a throwaway cluster owned by this run (installing Debian's
+# postgresql when missing). IDEM_TEST_POSTGRES=throwaway forces the last.
+ensure_test_postgres() {
+  if [[ "${DATABASE_URL:-}" == postgres://* || "${DATABASE_URL:-}" == postgresql://* ]]; then
+    export IDEM_TEST_POSTGRES_URL="$DATABASE_URL"
+    say "tests use the PostgreSQL server from DATABASE_URL"
+    return
+  fi
+  local local_url="postgres://postgres@127.0.0.1:5432/postgres"
+  if [ "${IDEM_TEST_POSTGRES:-}" != throwaway ] && command -v psql >/dev/null \
+    && psql "$local_url" -Atqc 'select 1' >/dev/null 2>&1; then
+    export IDEM_TEST_POSTGRES_URL="$local_url"
+    say "tests use the PostgreSQL server on 127.0.0.1:5432"
+    return
+  fi
+  start_throwaway_postgres
+}
+
+start_throwaway_postgres() {
+  local bindir
+  bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+  if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+    apt_install postgresql
+    bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+  fi
+  local port="${IDEM_TEST_POSTGRES_PORT:-55432}"
+  IDEM_PG_DIR="$(mktemp -d /tmp/idem-pg.XXXXXX)"
+  local run_as=()
+  if [ "$(id -u)" -eq 0 ]; then
+    # initdb refuses to run as root; the postgresql package created this user.
+    chown postgres "$IDEM_PG_DIR"
+    run_as=(runuser -u postgres --)
+  fi
+  say "starting a throwaway PostgreSQL on 127.0.0.1:$port ($IDEM_PG_DIR)"
+  "${run_as[@]}" "$bindir/initdb" -D "$IDEM_PG_DIR/data" -U postgres --auth=trust -E UTF8 >/dev/null
+  "${run_as[@]}" "$bindir/pg_ctl" -D "$IDEM_PG_DIR/data" -l "$IDEM_PG_DIR/log" -w \
+    -o "-p $port -k $IDEM_PG_DIR -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" \
+    start >/dev/null
+  IDEM_PG_STOP=("${run_as[@]}" "$bindir/pg_ctl" -D "$IDEM_PG_DIR/data" -m immediate stop)
+  trap 'stop_throwaway_postgres' EXIT
+  export IDEM_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+}
+
+stop_throwaway_postgres() {
+  "${IDEM_PG_STOP[@]}" >/dev/null 2>&1 || true
+  rm -rf "$IDEM_PG_DIR"
+}

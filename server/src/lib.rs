@@ -5,6 +5,8 @@
 pub mod cli;
 pub mod console;
 pub mod http;
+pub mod idempotency;
+pub mod payments;
 pub mod serve;
 pub mod store;
 pub mod telemetry;

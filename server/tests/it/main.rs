@@ -2,6 +2,7 @@
 
 mod support;
 
+mod fingerprint;
 mod http_api;
 mod process;
 mod store_conformance;

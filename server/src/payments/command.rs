@@ -1,0 +1,351 @@
+//! The create-payment command, parsed strictly from the request body and normalised, so that
+//! every equivalent spelling of one payment is one value (and so one fingerprint).
+
+use super::money::{Amount, Currency};
+use crate::idempotency::fingerprint::{CanonicalCommand, CanonicalValue};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// An account id: 1 to 64 of `A-Z a-z 0-9 _ -`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct AccountId(String);
+
+impl AccountId {
+    pub fn parse(text: &str) -> Result<AccountId, &'static str> {
+        let valid = (1..=64).contains(&text.len())
+            && text
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
+        if valid {
+            Ok(AccountId(text.to_owned()))
+        } else {
+            Err("must be 1 to 64 characters of letters, digits, '_' or '-'")
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The merchant's own reference: 1 to 128 characters, no control characters, compared exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct MerchantReference(String);
+
+impl MerchantReference {
+    pub fn parse(text: &str) -> Result<MerchantReference, &'static str> {
+        let length = text.chars().count();
+        if !(1..=128).contains(&length) {
+            return Err("must be 1 to 128 characters");
+        }
+        if text.chars().any(char::is_control) {
+            return Err("must not contain control characters");
+        }
+        Ok(MerchantReference(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Channel {
+    #[default]
+    Web,
+    Mobile,
+    Pos,
+}
+
+impl Channel {
+    pub fn parse(text: &str) -> Result<Channel, &'static str> {
+        match text {
+            "web" => Ok(Channel::Web),
+            "mobile" => Ok(Channel::Mobile),
+            "pos" => Ok(Channel::Pos),
+            _ => Err("must be one of \"web\", \"mobile\", \"pos\""),
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Channel::Web => "web",
+            Channel::Mobile => "mobile",
+            Channel::Pos => "pos",
+        }
+    }
+}
+
+/// `POST /payments`, version 1 of the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatePayment {
+    pub account_id: AccountId,
+    pub amount: Amount,
+    pub merchant_reference: MerchantReference,
+    pub channel: Channel,
+}
+
+/// One problem with one field of a request body (`details.fields` of `VALIDATION_FAILED`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldProblem {
+    pub field: String,
+    pub problem: String,
+}
+
+impl FieldProblem {
+    fn new(field: &str, problem: impl fmt::Display) -> FieldProblem {
+        FieldProblem {
+            field: field.to_owned(),
+            problem: problem.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the request body is not a valid command")]
+pub struct ValidationFailed {
+    pub problems: Vec<FieldProblem>,
+}
+
+const KNOWN_FIELDS: [&str; 5] = ["accountId", "amount", "currency", "merchantReference", "channel"];
+
+impl CreatePayment {
+    pub const OPERATION: &'static str = "create_payment";
+
+    /// Parses the JSON body. Every problem is reported at once, each with its field: unknown
+    /// fields, repeated fields, missing fields, wrong types (a JSON number for an amount is
+    /// refused: money is never a float) and invalid values.
+    pub fn parse_json(body: &[u8]) -> Result<CreatePayment, ValidationFailed> {
+        let fields = serde_json::from_slice::<JsonObjectFields>(body).map_err(|error| ValidationFailed {
+            problems: vec![FieldProblem::new("body", body_problem(&error))],
+        })?;
+
+        let mut problems = Vec::new();
+        let mut values: BTreeMap<&str, Value> = BTreeMap::new();
+        for (name, value) in fields.0 {
+            match KNOWN_FIELDS.iter().find(|known| **known == name) {
+                None => problems.push(FieldProblem::new(&name, "is not a field of this request")),
+                Some(known) if values.contains_key(known) => {
+                    problems.push(FieldProblem::new(known, "appears more than once"))
+                }
+                Some(known) => {
+                    values.insert(known, value);
+                }
+            }
+        }
+
+        let mut text_field = |name: &str, required: bool| -> Option<String> {
+            match values.remove(name) {
+                None if required => {
+                    problems.push(FieldProblem::new(name, "is required"));
+                    None
+                }
+                None => None,
+                Some(Value::String(text)) => Some(text),
+                Some(Value::Number(_)) if name == "amount" => {
+                    problems.push(FieldProblem::new(
+                        name,
+                        "must be a decimal string such as \"10.00\", not a JSON number",
+                    ));
+                    None
+                }
+                Some(_) => {
+                    problems.push(FieldProblem::new(name, "must be a string"));
+                    None
+                }
+            }
+        };
+        let account_id = text_field("accountId", true);
+        let amount = text_field("amount", true);
+        let currency = text_field("currency", true);
+        let merchant_reference = text_field("merchantReference", true);
+        let channel = text_field("channel", false);
+
+        let account_id = account_id.and_then(|text| {
+            AccountId::parse(&text)
+                .map_err(|problem| problems.push(FieldProblem::new("accountId", problem)))
+                .ok()
+        });
+        let currency = currency.and_then(|text| {
+            Currency::parse(&text)
+                .map_err(|problem| problems.push(FieldProblem::new("currency", problem)))
+                .ok()
+        });
+        // An amount can only be judged in its currency (how many decimals it may have).
+        let amount = match (amount, currency) {
+            (Some(text), Some(currency)) => Amount::parse(&text, currency)
+                .map_err(|problem| problems.push(FieldProblem::new("amount", problem)))
+                .ok(),
+            _ => None,
+        };
+        let merchant_reference = merchant_reference.and_then(|text| {
+            MerchantReference::parse(&text)
+                .map_err(|problem| problems.push(FieldProblem::new("merchantReference", problem)))
+                .ok()
+        });
+        let channel = match channel {
+            None => Some(Channel::default()),
+            Some(text) => Channel::parse(&text)
+                .map_err(|problem| problems.push(FieldProblem::new("channel", problem)))
+                .ok(),
+        };
+
+        // Unknown fields first, then the command's fields in their documented order.
+        problems.sort_by_key(|problem| KNOWN_FIELDS.iter().position(|known| *known == problem.field));
+        match (account_id, amount, merchant_reference, channel) {
+            (Some(account_id), Some(amount), Some(merchant_reference), Some(channel))
+                if problems.is_empty() =>
+            {
+                Ok(CreatePayment {
+                    account_id,
+                    amount,
+                    merchant_reference,
+                    channel,
+                })
+            }
+            _ => Err(ValidationFailed { problems }),
+        }
+    }
+}
+
+impl CanonicalCommand for CreatePayment {
+    fn canonical_fields(&self) -> BTreeMap<&'static str, CanonicalValue> {
+        BTreeMap::from([
+            ("accountId", self.account_id.as_str().into()),
+            ("amount", self.amount.to_string().into()),
+            ("channel", self.channel.as_str().into()),
+            ("currency", self.amount.currency().code().into()),
+            ("merchantReference", self.merchant_reference.as_str().into()),
+        ])
+    }
+}
+
+fn body_problem(error: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match error.classify() {
+        Category::Syntax | Category::Eof => format!("is not valid JSON ({error})"),
+        Category::Data => "must be a JSON object".to_owned(),
+        Category::Io => "could not be read".to_owned(),
+    }
+}
+
+/// A JSON object's members in arrival order, repeats included (a plain map would silently
+/// keep one of two `amount`s, and a proxy may have read the other).
+struct JsonObjectFields(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for JsonObjectFields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = JsonObjectFields;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    fields.push(entry);
+                }
+                Ok(JsonObjectFields(fields))
+            }
+        }
+
+        deserializer.deserialize_map(FieldsVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(body: &str) -> Vec<(String, String)> {
+        CreatePayment::parse_json(body.as_bytes())
+            .expect_err("invalid")
+            .problems
+            .into_iter()
+            .map(|problem| (problem.field, problem.problem))
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_body_is_normalised() {
+        let command = CreatePayment::parse_json(
+            br#"{"accountId":"acc_1","amount":"10","currency":"eur","merchantReference":"invoice-7781"}"#,
+        )
+        .expect("valid");
+        assert_eq!(command.amount.to_string(), "10.00");
+        assert_eq!(command.amount.currency(), Currency::Eur);
+        assert_eq!(command.channel, Channel::Web);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let found =
+            problems(r#"{"accountId":"","amount":10.5,"currency":"XXX","foo":"bar","channel":"fax"}"#);
+        let fields: Vec<&str> = found.iter().map(|(field, _)| field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "foo",
+                "accountId",
+                "amount",
+                "currency",
+                "merchantReference",
+                "channel"
+            ],
+            "{found:?}"
+        );
+        assert!(found[2].1.contains("not a JSON number"), "{found:?}");
+    }
+
+    #[test]
+    fn an_amount_is_judged_in_its_currency() {
+        let found = problems(r#"{"accountId":"a","amount":"10.5","currency":"JPY","merchantReference":"r"}"#);
+        assert_eq!(
+            found,
+            [(
+                "amount".to_owned(),
+                "JPY allows at most 0 decimal places".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_repeated_field_is_refused_rather_than_guessed() {
+        let found = problems(
+            r#"{"accountId":"a","amount":"10.00","amount":"100.00","currency":"EUR","merchantReference":"r"}"#,
+        );
+        assert_eq!(
+            found,
+            [("amount".to_owned(), "appears more than once".to_owned())]
+        );
+    }
+
+    #[test]
+    fn bodies_that_are_not_objects_are_refused() {
+        assert_eq!(problems("{")[0].0, "body");
+        assert!(problems("{")[0].1.starts_with("is not valid JSON"));
+        assert_eq!(
+            problems("[1]"),
+            [("body".to_owned(), "must be a JSON object".to_owned())]
+        );
+        assert_eq!(problems("")[0].0, "body");
+        assert_eq!(
+            problems(r#"{"accountId":"a","amount":"1","currency":"EUR","merchantReference":"r"} x"#)[0].0,
+            "body"
+        );
+    }
+
+    #[test]
+    fn merchant_references_are_checked_by_characters_not_bytes() {
+        assert!(MerchantReference::parse(&"é".repeat(128)).is_ok());
+        assert!(MerchantReference::parse(&"é".repeat(129)).is_err());
+        assert!(MerchantReference::parse("line\nbreak").is_err());
+    }
+}

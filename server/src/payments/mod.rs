@@ -1,0 +1,4 @@
+//! Payments: the create-payment command (parse, validate, normalise) and money.
+
+pub mod command;
+pub mod money;

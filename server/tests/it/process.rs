@@ -142,3 +142,47 @@ async fn an_unreachable_postgres_fails_the_start_with_a_clear_error() {
     assert!(stderr.contains("database unavailable"), "{stderr}");
     assert!(!stderr.contains("secret"), "no password in the output: {stderr}");
 }
+
+#[tokio::test]
+async fn json_logs_carry_the_request_id_on_every_request_line() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut command = idem_command(dir.path());
+    command
+        .env("IDEM_LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped());
+    let mut idem = IdemProcess::serve_with(command).await;
+
+    let response = reqwest::Client::new()
+        .get(format!("http://{}/healthz?token=do-not-log-me", idem.address))
+        .header("x-request-id", "probe-123")
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(response.status(), 200);
+    idem.signal("TERM");
+    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("collect output");
+    assert!(output.status.success());
+
+    let stderr = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let request_lines: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|line| line["span"]["request_id"] == "probe-123")
+        .collect();
+    assert!(!request_lines.is_empty(), "a line for the request: {stderr}");
+    assert!(
+        request_lines
+            .iter()
+            .all(|line| line["span"]["path"] == "/healthz")
+    );
+    assert!(
+        !stderr.contains("do-not-log-me"),
+        "query strings stay out of logs: {stderr}"
+    );
+}

@@ -32,13 +32,18 @@ impl IdemProcess {
     /// Starts `idem serve` on a random port and waits for the line that names its address.
     pub async fn serve(data_dir: &Path, database_url: Option<&str>) -> IdemProcess {
         let mut command = idem_command(data_dir);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        command.stderr(Stdio::inherit());
         if let Some(url) = database_url {
             command.env("DATABASE_URL", url);
         }
+        Self::serve_with(command).await
+    }
+
+    /// Starts `idem serve` from a prepared command (its stdout is taken over here).
+    pub async fn serve_with(mut command: Command) -> IdemProcess {
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped());
         let mut child = command.spawn().expect("start idem serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();

@@ -7,6 +7,8 @@ import { join } from "node:path";
 // depends on (or disturbs) a console someone is running on port 3000.
 const port = Number(process.env.IDEM_E2E_PORT ?? 3100);
 const dataDir = mkdtempSync(join(tmpdir(), "idem-e2e-"));
+// IDEM_E2E_BINARY=../target/release/idem checks a release build the same way.
+const binary = process.env.IDEM_E2E_BINARY ?? "../target/debug/idem";
 
 export default defineConfig({
   testDir: "./tests",
@@ -33,7 +35,7 @@ export default defineConfig({
     },
   },
   webServer: {
-    command: `../target/debug/idem serve --listen 127.0.0.1:${port} --data-dir ${dataDir} --site-root ../target/site`,
+    command: `${binary} serve --listen 127.0.0.1:${port} --data-dir ${dataDir} --site-root ../target/site`,
     url: `http://127.0.0.1:${port}/readyz`,
     reuseExistingServer: false,
     timeout: 60_000,

@@ -49,6 +49,56 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the database migrations, then exit.
     Migrate,
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Manage a tenant's API keys.
+    #[command(subcommand, name = "api-key")]
+    ApiKey(ApiKeyCommand),
+    /// Manage a tenant's accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant; prints its id alone on standard output.
+    Create {
+        /// Lower-case name: a-z, 0-9, '_' or '-'.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApiKeyCommand {
+    /// Create an API key; prints the key alone on standard output. It is shown this once and
+    /// stored only as a hash.
+    Create {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke an API key by its id (the `key_…` part of the key).
+    Revoke { key_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Create an account with an opening balance.
+    Create {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+        /// The account id, chosen by the tenant (e.g. acc_1).
+        #[arg(long)]
+        id: String,
+        /// ISO 4217 currency code (CHF, EUR, GBP, JPY, USD).
+        #[arg(long)]
+        currency: String,
+        /// Opening balance as a decimal string (e.g. 1000.00).
+        #[arg(long)]
+        balance: String,
+    },
 }
 
 #[derive(Debug, Args)]

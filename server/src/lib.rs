@@ -2,6 +2,8 @@
 //!
 //! One module per concern; `docs/ARCHITECTURE.md` is the map.
 
+pub mod admin;
+pub mod auth;
 pub mod cli;
 pub mod console;
 pub mod http;

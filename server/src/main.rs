@@ -1,7 +1,19 @@
 use clap::Parser;
 use idem::cli::{Cli, Command};
-use idem::{serve, store, telemetry};
+use idem::store::{self, DatabaseTarget, Store, StoreError};
+use idem::{admin, serve, telemetry};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    #[error(transparent)]
+    Serve(#[from] serve::ServeError),
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -20,16 +32,54 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), serve::ServeError> {
-    let target = store::DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir)?;
+async fn run(cli: Cli) -> Result<(), CommandError> {
+    let target = DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir)?;
     match cli.command {
-        Command::Serve(args) => serve::serve(target, args).await,
+        Command::Serve(args) => Ok(serve::serve(target, args).await?),
         Command::Migrate => {
-            let store = store::open(&target).await?;
-            store.migrate().await?;
-            println!("migrations applied to {}", target.redacted());
-            store.close().await;
-            Ok(())
+            let redacted = target.redacted();
+            with_store(&target, |_| async move {
+                Ok(format!("migrations applied to {redacted}"))
+            })
+            .await
+        }
+        Command::Tenant(command) => {
+            with_store(&target, |store| async move {
+                admin::tenant(store.as_ref(), command).await
+            })
+            .await
+        }
+        Command::ApiKey(command) => {
+            with_store(&target, |store| async move {
+                admin::api_key(store.as_ref(), command).await
+            })
+            .await
+        }
+        Command::Account(command) => {
+            with_store(&target, |store| async move {
+                admin::account(store.as_ref(), command).await
+            })
+            .await
         }
     }
+}
+
+/// Runs a command on a migrated database (so that `tenant create` on a fresh checkout just
+/// works), closes it, and prints the command's output alone on standard output.
+async fn with_store<F, Fut>(target: &DatabaseTarget, command: F) -> Result<(), CommandError>
+where
+    F: FnOnce(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = Result<String, admin::AdminError>>,
+{
+    let store = migrated_store(target).await?;
+    let printed = command(store.clone()).await;
+    store.close().await;
+    println!("{}", printed?);
+    Ok(())
+}
+
+async fn migrated_store(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
+    let store = store::open(target).await?;
+    store.migrate().await?;
+    Ok(store)
 }

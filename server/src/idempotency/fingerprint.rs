@@ -95,8 +95,7 @@ impl Fingerprint {
         ]);
         let canonical = serde_json::to_string(&document)
             .unwrap_or_else(|_| unreachable!("strings, integers and string-keyed maps always serialise"));
-        let digest = Sha256::digest(canonical.as_bytes());
-        let sha256_hex = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        let sha256_hex = hex::encode(Sha256::digest(canonical.as_bytes()));
         Fingerprint {
             version,
             canonical,

@@ -1,4 +1,5 @@
 //! Payments: the create-payment command (parse, validate, normalise) and money.
 
+pub mod account;
 pub mod command;
 pub mod money;

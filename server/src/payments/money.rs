@@ -85,46 +85,10 @@ pub enum AmountError {
 }
 
 impl Amount {
-    /// The most digits before the decimal point: far above any real payment, far below i64.
-    const MAX_INTEGER_DIGITS: usize = 13;
-
     /// Parses the API's decimal string. `"10"`, `"10.0"` and `"10.00"` are the same EUR amount.
     /// Strict: no sign, exponent, whitespace, leading zeros, or bare decimal point.
     pub fn parse(text: &str, currency: Currency) -> Result<Amount, AmountError> {
-        let (integer, fraction) = match text.split_once('.') {
-            Some((integer, fraction)) => (integer, Some(fraction)),
-            None => (text, None),
-        };
-        let all_digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
-        if !all_digits(integer) || fraction.is_some_and(|fraction| !all_digits(fraction)) {
-            return Err(AmountError::NotADecimal);
-        }
-        if integer.len() > 1 && integer.starts_with('0') {
-            return Err(AmountError::NotADecimal);
-        }
-        if integer.len() > Self::MAX_INTEGER_DIGITS {
-            return Err(AmountError::TooLarge);
-        }
-        let digits = currency.minor_digits();
-        let fraction = fraction.unwrap_or("");
-        // Trailing zeros beyond the currency's digits change nothing ("10.000" EUR is 10.00);
-        // a significant digit there would be a fraction of a minor unit.
-        let significant = fraction.trim_end_matches('0');
-        if significant.len() > digits as usize {
-            return Err(AmountError::TooManyDecimals { currency, digits });
-        }
-        let mut minor_units: i64 = 0;
-        for byte in integer.bytes().chain(significant.bytes()) {
-            minor_units = minor_units * 10 + i64::from(byte - b'0');
-        }
-        minor_units *= 10_i64.pow(digits - significant.len() as u32);
-        if minor_units == 0 {
-            return Err(AmountError::NotPositive);
-        }
-        Ok(Amount {
-            minor_units,
-            currency,
-        })
+        Self::from_minor_units(parse_minor_units(text, currency)?, currency)
     }
 
     /// From the database: the stored minor units and currency.
@@ -144,6 +108,57 @@ impl Amount {
 
     pub fn currency(self) -> Currency {
         self.currency
+    }
+}
+
+/// The most digits before the decimal point: far above any real payment, far below i64.
+const MAX_INTEGER_DIGITS: usize = 13;
+
+/// A non-negative decimal string in minor units of `currency` (zero allowed: balances).
+fn parse_minor_units(text: &str, currency: Currency) -> Result<i64, AmountError> {
+    let (integer, fraction) = match text.split_once('.') {
+        Some((integer, fraction)) => (integer, Some(fraction)),
+        None => (text, None),
+    };
+    let all_digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
+    if !all_digits(integer) || fraction.is_some_and(|fraction| !all_digits(fraction)) {
+        return Err(AmountError::NotADecimal);
+    }
+    if integer.len() > 1 && integer.starts_with('0') {
+        return Err(AmountError::NotADecimal);
+    }
+    if integer.len() > MAX_INTEGER_DIGITS {
+        return Err(AmountError::TooLarge);
+    }
+    let digits = currency.minor_digits();
+    let fraction = fraction.unwrap_or("");
+    // Trailing zeros beyond the currency's digits change nothing ("10.000" EUR is 10.00);
+    // a significant digit there would be a fraction of a minor unit.
+    let significant = fraction.trim_end_matches('0');
+    if significant.len() > digits as usize {
+        return Err(AmountError::TooManyDecimals { currency, digits });
+    }
+    let mut minor_units: i64 = 0;
+    for byte in integer.bytes().chain(significant.bytes()) {
+        minor_units = minor_units * 10 + i64::from(byte - b'0');
+    }
+    minor_units *= 10_i64.pow(digits - significant.len() as u32);
+    Ok(minor_units)
+}
+
+/// An account balance: like an amount, but zero is a balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Balance {
+    pub minor_units: i64,
+    pub currency: Currency,
+}
+
+impl Balance {
+    pub fn parse(text: &str, currency: Currency) -> Result<Balance, AmountError> {
+        Ok(Balance {
+            minor_units: parse_minor_units(text, currency)?,
+            currency,
+        })
     }
 }
 
@@ -210,6 +225,11 @@ mod tests {
         assert_eq!(eur("0.00"), Err(AmountError::NotPositive));
         assert!(matches!(eur("10.001"), Err(AmountError::TooManyDecimals { .. })));
         assert_eq!(eur("99999999999999"), Err(AmountError::TooLarge));
+        assert_eq!(
+            Balance::parse("0.00", Currency::Eur).map(|b| b.minor_units),
+            Ok(0)
+        );
+        assert_eq!(Balance::parse("-1", Currency::Eur), Err(AmountError::NotADecimal));
         assert!(
             eur("9999999999999.99").is_ok(),
             "the largest accepted amount fits in i64"

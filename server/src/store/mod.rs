@@ -10,6 +10,10 @@ mod sqlite;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
+use crate::auth::Principal;
+use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
+use crate::auth::tenant::{TenantId, TenantName};
+use crate::payments::account::NewAccount;
 use app::dto::{RecordStatus, StatusCount};
 use sqlx::migrate::Migrator;
 use std::collections::BTreeMap;
@@ -105,6 +109,23 @@ pub trait Store: Send + Sync + 'static {
     /// A count for every record status, zeros included, in `RecordStatus::ALL` order.
     async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
 
+    /// `Err(AlreadyExists)` when a tenant has this name.
+    async fn create_tenant(&self, id: &TenantId, name: &TenantName) -> Result<(), StoreError>;
+
+    async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError>;
+
+    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError>;
+
+    /// The principal of an active (not revoked) key with this hash. The look-up is by the
+    /// hash's exact value, so its time says nothing about how close a guess was.
+    async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError>;
+
+    /// `false` when no active key has this id.
+    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError>;
+
+    /// `Err(AlreadyExists)` when the tenant already has an account with this id.
+    async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError>;
+
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }
@@ -135,10 +156,17 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     #[error("unexpected data in the database: {0}")]
     Corrupt(String),
+    #[error("already exists")]
+    AlreadyExists,
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db_error) = &error
+            && db_error.is_unique_violation()
+        {
+            return StoreError::AlreadyExists;
+        }
         if is_unavailability(&error) {
             StoreError::Unavailable(error)
         } else {
@@ -206,7 +234,30 @@ fn zero_filled_counts(rows: Vec<(String, i64)>) -> Result<Vec<StatusCount>, Stor
         .collect())
 }
 
-/// The same statement on both dialects.
+/// Principal rows: (api key id, tenant id, require_idempotency_key, pinned_api_version).
+type PrincipalRow = (String, String, bool, String);
+
+fn principal_of(
+    (api_key_id, tenant_id, require_idempotency_key, pinned_api_version): PrincipalRow,
+) -> Principal {
+    Principal {
+        tenant_id: TenantId::from_stored(tenant_id),
+        api_key_id: ApiKeyId::from_stored(api_key_id),
+        require_idempotency_key,
+        pinned_api_version,
+    }
+}
+
+// Statements written once for both dialects (each placeholder used once, in order, which is
+// what SQLite's numbered parameters need).
+const INSERT_TENANT: &str = "insert into tenants (id, name) values ($1, $2)";
+const TENANT_ID_BY_NAME: &str = "select id from tenants where name = $1";
+const INSERT_API_KEY: &str = "insert into api_keys (id, tenant_id, key_hash) values ($1, $2, $3)";
+const AUTHENTICATE_API_KEY: &str = "select k.id, k.tenant_id, t.require_idempotency_key, t.pinned_api_version \
+     from api_keys k join tenants t on t.id = k.tenant_id \
+     where k.key_hash = $1 and k.revoked_at is null";
+const INSERT_ACCOUNT: &str =
+    "insert into accounts (tenant_id, id, currency, balance_minor) values ($1, $2, $3, $4)";
 const COUNT_RECORDS_BY_STATUS: &str = "select status, count(*) from idempotency_records group by status";
 const APPLIED_MIGRATIONS: &str = "select version from _sqlx_migrations where success";
 

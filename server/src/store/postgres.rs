@@ -1,4 +1,11 @@
-use super::{APPLIED_MIGRATIONS, COUNT_RECORDS_BY_STATUS, Dialect, Readiness, Store, StoreError};
+use super::{
+    APPLIED_MIGRATIONS, AUTHENTICATE_API_KEY, COUNT_RECORDS_BY_STATUS, Dialect, INSERT_ACCOUNT,
+    INSERT_API_KEY, INSERT_TENANT, PrincipalRow, Readiness, Store, StoreError, TENANT_ID_BY_NAME,
+};
+use crate::auth::Principal;
+use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
+use crate::auth::tenant::{TenantId, TenantName};
+use crate::payments::account::NewAccount;
 use app::dto::StatusCount;
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
@@ -58,6 +65,61 @@ impl Store for PostgresStore {
             .fetch_all(&self.pool)
             .await?;
         super::zero_filled_counts(rows)
+    }
+
+    async fn create_tenant(&self, id: &TenantId, name: &TenantName) -> Result<(), StoreError> {
+        sqlx::query(INSERT_TENANT)
+            .bind(id.as_str())
+            .bind(name.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError> {
+        let id: Option<String> = sqlx::query_scalar(TENANT_ID_BY_NAME)
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(id.map(TenantId::from_stored))
+    }
+
+    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError> {
+        sqlx::query(INSERT_API_KEY)
+            .bind(key.id.as_str())
+            .bind(tenant_id.as_str())
+            .bind(key.hash.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError> {
+        let row: Option<PrincipalRow> = sqlx::query_as(AUTHENTICATE_API_KEY)
+            .bind(hash.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(super::principal_of))
+    }
+
+    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
+        let revoked =
+            sqlx::query("update api_keys set revoked_at = now() where id = $1 and revoked_at is null")
+                .bind(id.as_str())
+                .execute(&self.pool)
+                .await?;
+        Ok(revoked.rows_affected() == 1)
+    }
+
+    async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError> {
+        sqlx::query(INSERT_ACCOUNT)
+            .bind(account.tenant_id.as_str())
+            .bind(account.id.as_str())
+            .bind(account.balance.currency.code())
+            .bind(account.balance.minor_units)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     async fn close(&self) {

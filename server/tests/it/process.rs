@@ -149,8 +149,9 @@ async fn json_logs_carry_the_request_id_on_every_request_line() {
     let mut command = idem_command(dir.path());
     command
         .env("IDEM_LOG_FORMAT", "json")
+        .env("IDEM_LOG", "info")
         .stderr(std::process::Stdio::piped());
-    let mut idem = IdemProcess::serve_with(command).await;
+    let idem = IdemProcess::serve_with(command).await;
 
     let response = reqwest::Client::new()
         .get(format!("http://{}/healthz?token=do-not-log-me", idem.address))

@@ -76,3 +76,85 @@ conformance! {
         assert!(orphan.await.is_err(), "a response without its record must be refused");
     }
 }
+
+mod tenants_and_keys {
+    use crate::support::conformance;
+    use idem::auth::api_key::{ApiKeyHash, NewApiKey};
+    use idem::auth::tenant::{TenantId, TenantName};
+    use idem::payments::account::NewAccount;
+    use idem::payments::command::AccountId;
+    use idem::payments::money::{Balance, Currency};
+    use idem::store::StoreError;
+
+    fn name(text: &str) -> TenantName {
+        TenantName::parse(text).expect("valid name")
+    }
+
+    fn account(tenant_id: &TenantId, id: &str, balance: &str) -> NewAccount {
+        NewAccount {
+            tenant_id: tenant_id.clone(),
+            id: AccountId::parse(id).expect("valid id"),
+            balance: Balance::parse(balance, Currency::Eur).expect("valid balance"),
+        }
+    }
+
+    conformance! {
+        async fn a_tenant_name_is_taken_once(db) {
+            let store = db.migrated_store().await;
+            let id = TenantId::generate();
+            store.create_tenant(&id, &name("acme")).await.expect("create");
+            assert!(matches!(
+                store.create_tenant(&TenantId::generate(), &name("acme")).await,
+                Err(StoreError::AlreadyExists)
+            ));
+            assert_eq!(store.tenant_id_by_name(&name("acme")).await.expect("look up"), Some(id));
+            assert_eq!(store.tenant_id_by_name(&name("other")).await.expect("look up"), None);
+        }
+
+        async fn an_api_key_authenticates_until_revoked(db) {
+            let store = db.migrated_store().await;
+            let tenant_id = TenantId::generate();
+            store.create_tenant(&tenant_id, &name("acme")).await.expect("tenant");
+            let key = NewApiKey::generate();
+            store.create_api_key(&tenant_id, &key).await.expect("key");
+
+            let principal = store
+                .authenticate_api_key(&ApiKeyHash::of(&key.key))
+                .await
+                .expect("look up")
+                .expect("authenticated");
+            assert_eq!(principal.tenant_id, tenant_id);
+            assert_eq!(principal.api_key_id, key.id);
+            assert!(principal.require_idempotency_key, "keys are required by default");
+            assert_eq!(principal.pinned_api_version, "2026-05-01");
+
+            let guess = ApiKeyHash::of(&format!("{}A", key.key));
+            assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
+
+            assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
+            assert_eq!(store.authenticate_api_key(&key.hash).await.expect("look up"), None);
+            assert!(!store.revoke_api_key(&key.id).await.expect("revoke again"), "already revoked");
+        }
+
+        async fn account_ids_are_unique_within_a_tenant(db) {
+            let store = db.migrated_store().await;
+            let (acme, globex) = (TenantId::generate(), TenantId::generate());
+            store.create_tenant(&acme, &name("acme")).await.expect("tenant");
+            store.create_tenant(&globex, &name("globex")).await.expect("tenant");
+
+            store.create_account(&account(&acme, "acc_1", "1000.00")).await.expect("create");
+            assert!(matches!(
+                store.create_account(&account(&acme, "acc_1", "5.00")).await,
+                Err(StoreError::AlreadyExists)
+            ));
+            store
+                .create_account(&account(&globex, "acc_1", "0"))
+                .await
+                .expect("another tenant's acc_1 is another account");
+            let negative_balance = format!(
+                "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
+            );
+            assert!(db.execute(&negative_balance).await.is_err(), "a negative balance is refused by the schema");
+        }
+    }
+}

@@ -22,7 +22,7 @@ pub fn idem_command(data_dir: &Path) -> Command {
     }
     command
         .env("IDEM_DATA_DIR", data_dir)
-        .env("IDEM_LOG", "info")
+        .env("IDEM_LOG", "warn")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command

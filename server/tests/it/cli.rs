@@ -1,0 +1,167 @@
+//! The administrative commands of the real binary, on the embedded database.
+
+use crate::support::idem_command;
+use sqlx::Connection;
+use std::path::Path;
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn idem(data_dir: &Path, args: &[&str]) -> Outcome {
+    let output = idem_command(data_dir)
+        .args(args)
+        .output()
+        .await
+        .expect("run idem");
+    Outcome {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path();
+
+    let tenant = idem(data, &["tenant", "create", "acme"]).await;
+    assert_eq!(tenant.code, Some(0), "{}", tenant.stderr);
+    let tenant_id = tenant.stdout.trim_end();
+    assert!(
+        tenant_id.starts_with("ten_") && !tenant_id.contains('\n'),
+        "the id alone: {:?}",
+        tenant.stdout
+    );
+
+    let key = idem(data, &["api-key", "create", "--tenant", "acme"]).await;
+    assert_eq!(key.code, Some(0), "{}", key.stderr);
+    let api_key = key.stdout.trim_end().to_owned();
+    assert!(
+        api_key.starts_with("idem_key_"),
+        "the key alone: {:?}",
+        key.stdout
+    );
+    assert!(!key.stderr.contains(&api_key), "the key never reaches the logs");
+
+    let account = idem(
+        data,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            "acme",
+            "--id",
+            "acc_1",
+            "--currency",
+            "eur",
+            "--balance",
+            "1000.00",
+        ],
+    )
+    .await;
+    assert_eq!(account.code, Some(0), "{}", account.stderr);
+
+    // What is stored: the hash, never the key; the balance in minor units.
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", data.join("idem.db").display()))
+        .await
+        .expect("open the database");
+    let stored: Vec<(String, String)> = sqlx::query_as("select id, key_hash from api_keys")
+        .fetch_all(&mut db)
+        .await
+        .expect("keys");
+    assert_eq!(stored.len(), 1);
+    assert!(api_key.contains(&stored[0].0), "the key names its id");
+    assert!(
+        !api_key.contains(&stored[0].1) && stored[0].1.len() == 64,
+        "a SHA-256 hex, not the key"
+    );
+    let balance: (String, i64) =
+        sqlx::query_as("select currency, balance_minor from accounts where id = 'acc_1'")
+            .fetch_one(&mut db)
+            .await
+            .expect("account");
+    assert_eq!(balance, ("EUR".to_owned(), 100_000));
+
+    let revoke = idem(data, &["api-key", "revoke", &stored[0].0]).await;
+    assert_eq!(revoke.code, Some(0), "{}", revoke.stderr);
+    let again = idem(data, &["api-key", "revoke", &stored[0].0]).await;
+    assert_eq!(again.code, Some(1));
+    assert!(again.stderr.contains("no active API key"), "{}", again.stderr);
+}
+
+#[tokio::test]
+async fn bad_arguments_get_a_clear_error_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path();
+    assert_eq!(idem(data, &["tenant", "create", "acme"]).await.code, Some(0));
+
+    let cases: [(&[&str], &str); 6] = [
+        (&["tenant", "create", "acme"], "already exists"),
+        (&["tenant", "create", "Not A Slug"], "a tenant name is"),
+        (&["api-key", "create", "--tenant", "nobody"], "no tenant is named"),
+        (
+            &[
+                "account",
+                "create",
+                "--tenant",
+                "acme",
+                "--id",
+                "acc_1",
+                "--currency",
+                "EUR",
+                "--balance",
+                "10.001",
+            ],
+            "--balance: EUR allows at most 2 decimal places",
+        ),
+        (
+            &[
+                "account",
+                "create",
+                "--tenant",
+                "acme",
+                "--id",
+                "acc_1",
+                "--currency",
+                "XYZ",
+                "--balance",
+                "1",
+            ],
+            "--currency: must be one of",
+        ),
+        (
+            &[
+                "account",
+                "create",
+                "--tenant",
+                "acme",
+                "--id",
+                "acc 1",
+                "--currency",
+                "EUR",
+                "--balance",
+                "1",
+            ],
+            "--id: must be",
+        ),
+    ];
+    for (args, message) in cases {
+        let outcome = idem(data, args).await;
+        assert_eq!(outcome.code, Some(1), "{args:?}: {}", outcome.stderr);
+        assert!(outcome.stderr.contains(message), "{args:?}: {}", outcome.stderr);
+        assert!(outcome.stdout.is_empty(), "{args:?} printed {:?}", outcome.stdout);
+    }
+
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", data.join("idem.db").display()))
+        .await
+        .expect("open the database");
+    let accounts: i64 = sqlx::query_scalar("select count(*) from accounts")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
+    assert_eq!(accounts, 0);
+}

@@ -47,6 +47,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the payments API and the operator console.
     Serve(ServeArgs),
+    /// Run the payment provider simulator.
+    ProviderSim(ProviderSimArgs),
     /// Apply the database migrations, then exit.
     Migrate,
     /// Manage tenants.
@@ -58,6 +60,13 @@ pub enum Command {
     /// Manage a tenant's accounts.
     #[command(subcommand)]
     Account(AccountCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ProviderSimArgs {
+    /// Address to listen on.
+    #[arg(long, env = "IDEM_LISTEN", default_value = "127.0.0.1:4010")]
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Subcommand)]
@@ -138,5 +147,11 @@ mod tests {
         };
         assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
+
+        let cli = Cli::try_parse_from(["idem", "provider-sim"]).expect("provider-sim parses with no flags");
+        let Command::ProviderSim(args) = cli.command else {
+            panic!("expected provider-sim");
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:4010");
     }
 }

@@ -9,6 +9,7 @@ pub mod console;
 pub mod http;
 pub mod idempotency;
 pub mod payments;
+pub mod provider;
 pub mod serve;
 pub mod store;
 pub mod telemetry;

@@ -33,10 +33,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), CommandError> {
-    let target = DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir)?;
+    // Resolved only by the commands that use a database (the simulator keeps its state in memory).
+    let database = || DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir);
     match cli.command {
-        Command::Serve(args) => Ok(serve::serve(target, args).await?),
+        Command::ProviderSim(args) => Ok(serve::provider_sim(args).await?),
+        Command::Serve(args) => Ok(serve::serve(database()?, args).await?),
         Command::Migrate => {
+            let target = database()?;
             let redacted = target.redacted();
             with_store(&target, |_| async move {
                 Ok(format!("migrations applied to {redacted}"))
@@ -44,19 +47,19 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
             .await
         }
         Command::Tenant(command) => {
-            with_store(&target, |store| async move {
+            with_store(&database()?, |store| async move {
                 admin::tenant(store.as_ref(), command).await
             })
             .await
         }
         Command::ApiKey(command) => {
-            with_store(&target, |store| async move {
+            with_store(&database()?, |store| async move {
                 admin::api_key(store.as_ref(), command).await
             })
             .await
         }
         Command::Account(command) => {
-            with_store(&target, |store| async move {
+            with_store(&database()?, |store| async move {
                 admin::account(store.as_ref(), command).await
             })
             .await

@@ -1,7 +1,9 @@
-//! `idem serve`: open the store, migrate, listen, and stop gracefully.
+//! The long-running commands: `idem serve` (open the store, migrate, listen) and
+//! `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
-use crate::cli::ServeArgs;
+use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::http::{self, HttpSettings};
+use crate::provider;
 use crate::store::{self, DatabaseTarget, StoreError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -50,6 +52,26 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
     tracing::info!("in-flight requests finished; closing the database pool");
     store.close().await;
     Ok(())
+}
+
+/// `idem provider-sim`: the simulator on its own port until SIGINT or SIGTERM.
+pub async fn provider_sim(args: ProviderSimArgs) -> Result<(), ServeError> {
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: args.listen,
+            source,
+        })?;
+    let address = listener.local_addr().map_err(ServeError::Server)?;
+    tracing::info!(%address, "provider simulator listening");
+    println!("Idem provider simulator: http://{address}/");
+    axum::serve(
+        listener,
+        provider::sim::router(provider::sim::Simulator::default()),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .map_err(ServeError::Server)
 }
 
 /// Resolves on SIGINT or SIGTERM. In-flight requests then run to completion while no new

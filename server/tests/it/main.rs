@@ -6,4 +6,5 @@ mod cli;
 mod fingerprint;
 mod http_api;
 mod process;
+mod provider;
 mod store_conformance;

@@ -41,20 +41,33 @@ impl IdemProcess {
 
     /// Starts `idem serve` from a prepared command (its stdout is taken over here).
     pub async fn serve_with(mut command: Command) -> IdemProcess {
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        Self::start(command).await
+    }
+
+    /// Starts `idem provider-sim` on a random port.
+    pub async fn provider_sim() -> IdemProcess {
+        let mut command = idem_command(&std::env::temp_dir());
         command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("start idem serve");
+            .args(["provider-sim", "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::inherit());
+        Self::start(command).await
+    }
+
+    /// Spawns the command and waits for its first line, which names its address.
+    async fn start(mut command: Command) -> IdemProcess {
+        command.stdout(Stdio::piped());
+        let mut child = command.spawn().expect("start idem");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
             .await
-            .expect("idem serve printed its address in time")
+            .expect("idem printed its address in time")
             .expect("read stdout")
             .expect("a line on stdout");
         let address = line
-            .strip_prefix("Idem console: http://")
-            .and_then(|rest| rest.strip_suffix('/'))
+            .split_once("http://")
+            .and_then(|(_, rest)| rest.strip_suffix('/'))
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .parse()
             .expect("a socket address");

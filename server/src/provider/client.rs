@@ -1,0 +1,110 @@
+//! Idem's client of the payment provider. It never guesses: every failure is classified by
+//! what it proves about the money.
+
+use super::{Charge, ChargeRequest, provider_key};
+use crate::payments::money::Amount;
+use reqwest::StatusCode;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The request never reached the provider (connection refused, DNS): nothing was charged.
+    #[error("the provider could not be reached: {0}")]
+    NotSent(String),
+    /// The provider answered and refused the request (4xx): nothing was charged.
+    #[error("the provider refused the request with {status}: {body}")]
+    Rejected { status: u16, body: String },
+    /// The request may have been accepted (timeout after sending, 5xx, unreadable answer):
+    /// only asking the provider by the same key can tell.
+    #[error("the provider's outcome is unknown: {0}")]
+    OutcomeUnknown(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderClient {
+    http: reqwest::Client,
+    base_url: String,
+}
+
+impl ProviderClient {
+    pub fn new(
+        base_url: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Self, ProviderError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
+            .build()
+            .map_err(|error| ProviderError::NotSent(error.to_string()))?;
+        Ok(ProviderClient {
+            http,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// Charges for a payment with the payment's provider key: repeating it with the same
+    /// payment id can never charge twice.
+    pub async fn create_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
+        let request = ChargeRequest {
+            amount: amount.to_string(),
+            currency: amount.currency().code().to_owned(),
+            reference: payment_id.to_owned(),
+        };
+        let response = self
+            .http
+            .post(format!("{}/v1/charges", self.base_url))
+            .header("idempotency-key", provider_key(payment_id))
+            .json(&request)
+            .send()
+            .await
+            .map_err(classify_transport)?;
+        match response.status() {
+            StatusCode::CREATED | StatusCode::OK => read_charge(response).await,
+            status => Err(classify_status(status, response).await),
+        }
+    }
+
+    /// What the provider knows of a payment's charge: `None` when it never accepted the key.
+    pub async fn find_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
+        let response = self
+            .http
+            .get(format!("{}/v1/charges", self.base_url))
+            .query(&[("idempotency_key", provider_key(payment_id))])
+            .send()
+            .await
+            .map_err(classify_transport)?;
+        match response.status() {
+            StatusCode::OK => read_charge(response).await.map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            status => Err(classify_status(status, response).await),
+        }
+    }
+}
+
+async fn read_charge(response: reqwest::Response) -> Result<Charge, ProviderError> {
+    response
+        .json::<Charge>()
+        .await
+        .map_err(|error| ProviderError::OutcomeUnknown(format!("unreadable answer: {error}")))
+}
+
+fn classify_transport(error: reqwest::Error) -> ProviderError {
+    if error.is_connect() {
+        ProviderError::NotSent(error.to_string())
+    } else {
+        ProviderError::OutcomeUnknown(error.to_string())
+    }
+}
+
+async fn classify_status(status: StatusCode, response: reqwest::Response) -> ProviderError {
+    let body = response.text().await.unwrap_or_default();
+    if status.is_client_error() {
+        ProviderError::Rejected {
+            status: status.as_u16(),
+            body,
+        }
+    } else {
+        ProviderError::OutcomeUnknown(format!("{status}: {body}"))
+    }
+}

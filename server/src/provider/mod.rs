@@ -1,0 +1,38 @@
+//! The payment provider: the wire types of its API, the client Idem calls it with, and the
+//! simulator that implements it for development, demos and tests.
+
+pub mod client;
+pub mod sim;
+
+use serde::{Deserialize, Serialize};
+
+/// The provider-side idempotency key of a payment: derived from the payment id alone, so no
+/// change to the command's fields (or a deploy) can ever change it.
+pub fn provider_key(payment_id: &str) -> String {
+    format!("provider_payment_{payment_id}")
+}
+
+/// `POST /v1/charges` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChargeRequest {
+    pub amount: String,
+    pub currency: String,
+    pub reference: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChargeStatus {
+    Succeeded,
+    Declined,
+}
+
+/// The provider's answer about one charge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Charge {
+    pub charge_id: String,
+    pub status: ChargeStatus,
+    pub reference: String,
+}

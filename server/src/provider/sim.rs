@@ -1,0 +1,303 @@
+//! `idem provider-sim`: a payment provider over HTTP, with provider-side idempotency by key and
+//! a control API to make it misbehave on purpose.
+//!
+//! Test values (like a provider's test card numbers), so that demos and the console can
+//! produce outcomes by hand: an amount whose minor units end in `02` (`10.02` EUR, `1002` JPY)
+//! is declined. Everything else succeeds unless a queued fault says otherwise.
+
+use super::{Charge, ChargeRequest, ChargeStatus};
+use crate::payments::money::{Amount, Currency};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long a `drop_response_after_accept` call is held before the connection is closed: far
+/// past any sensible client timeout.
+const DROPPED_RESPONSE_HOLD: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultMode {
+    Latency,
+    FailBeforeAccept,
+    DropResponseAfterAccept,
+    ErrorAfterAccept,
+    Decline,
+    LookupsUnavailable,
+}
+
+/// `POST /_sim/faults` body: the next `count` matching calls misbehave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultRequest {
+    pub mode: FaultMode,
+    pub count: u32,
+    #[serde(default)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+/// One charge as `GET /_sim/charges` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimCharge {
+    pub charge_id: String,
+    pub idempotency_key: String,
+    pub reference: String,
+    pub amount: String,
+    pub currency: String,
+    pub status: ChargeStatus,
+    /// How many `POST /v1/charges` arrived with this key.
+    pub create_calls: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimCharges {
+    pub charges: Vec<SimCharge>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    charges: BTreeMap<String, SimCharge>,
+    faults: Vec<FaultRequest>,
+    next_charge: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct Simulator {
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Simulator {
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        // A panic while holding the lock cannot leave a half-written charge behind (every
+        // update is a single insert or field write), so a poisoned lock is still usable.
+        self.ledger
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes one use of the first queued fault of these modes that matches the reference.
+    fn take_fault(&self, modes: &[FaultMode], reference: Option<&str>) -> Option<FaultRequest> {
+        let mut ledger = self.ledger();
+        let index = ledger.faults.iter().position(|fault| {
+            modes.contains(&fault.mode)
+                && fault.count > 0
+                && match (&fault.reference, reference) {
+                    (Some(wanted), Some(actual)) => wanted == actual,
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                }
+        })?;
+        let fault = &mut ledger.faults[index];
+        fault.count -= 1;
+        let taken = fault.clone();
+        if fault.count == 0 {
+            ledger.faults.remove(index);
+        }
+        Some(taken)
+    }
+}
+
+pub fn router(simulator: Simulator) -> Router {
+    Router::new()
+        .route("/v1/charges", post(create_charge).get(find_charge))
+        .route("/_sim/faults", post(queue_fault).delete(clear_faults))
+        .route("/_sim/charges", get(list_charges))
+        .with_state(simulator)
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({ "error": code, "message": message }))).into_response()
+}
+
+async fn create_charge(
+    State(sim): State<Simulator>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(key) = headers
+        .get("idempotency-key")
+        .and_then(|value| value.to_str().ok())
+        .filter(|key| !key.is_empty())
+        .map(str::to_owned)
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_missing",
+            "Idempotency-Key is required.",
+        );
+    };
+    let Ok(request) = serde_json::from_slice::<ChargeRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Body must be {amount, currency, reference}.",
+        );
+    };
+    let Some(amount) = Currency::parse(&request.currency)
+        .ok()
+        .and_then(|currency| Amount::parse(&request.amount, currency).ok())
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_amount",
+            "Amount or currency is not valid.",
+        );
+    };
+
+    let fault = sim.take_fault(
+        &[
+            FaultMode::Latency,
+            FaultMode::FailBeforeAccept,
+            FaultMode::DropResponseAfterAccept,
+            FaultMode::ErrorAfterAccept,
+            FaultMode::Decline,
+        ],
+        Some(&request.reference),
+    );
+    let mode = fault.as_ref().map(|fault| fault.mode);
+    if let Some(FaultRequest {
+        mode: FaultMode::Latency,
+        delay_ms,
+        ..
+    }) = &fault
+    {
+        tokio::time::sleep(Duration::from_millis(delay_ms.unwrap_or(1_000))).await;
+    }
+    if mode == Some(FaultMode::FailBeforeAccept) {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Try again later; nothing was charged.",
+        );
+    }
+
+    let charge = {
+        let mut ledger = sim.ledger();
+        if let Some(existing) = ledger.charges.get_mut(&key) {
+            existing.create_calls += 1;
+            let same_request = existing.amount == amount.to_string()
+                && existing.currency == amount.currency().code()
+                && existing.reference == request.reference;
+            if !same_request {
+                return error(
+                    StatusCode::CONFLICT,
+                    "idempotency_key_reused",
+                    "This idempotency key was used for a different charge.",
+                );
+            }
+            existing.clone()
+        } else {
+            ledger.next_charge += 1;
+            let declined = mode == Some(FaultMode::Decline) || amount.minor_units() % 100 == 2;
+            let charge = SimCharge {
+                charge_id: format!("ch_{:06}", ledger.next_charge),
+                idempotency_key: key.clone(),
+                reference: request.reference.clone(),
+                amount: amount.to_string(),
+                currency: amount.currency().code().to_owned(),
+                status: if declined {
+                    ChargeStatus::Declined
+                } else {
+                    ChargeStatus::Succeeded
+                },
+                create_calls: 1,
+            };
+            ledger.charges.insert(key, charge.clone());
+            charge
+        }
+    };
+
+    match mode {
+        Some(FaultMode::DropResponseAfterAccept) => {
+            // Accepted and recorded; the answer never comes. The client's timeout ends this
+            // (dropping the connection drops this future).
+            tokio::time::sleep(DROPPED_RESPONSE_HOLD).await;
+            error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "dropped",
+                "This answer was meant to be lost.",
+            )
+        }
+        Some(FaultMode::ErrorAfterAccept) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "Something failed after accepting.",
+        ),
+        _ => (StatusCode::CREATED, Json(public_charge(&charge))).into_response(),
+    }
+}
+
+fn public_charge(charge: &SimCharge) -> Charge {
+    Charge {
+        charge_id: charge.charge_id.clone(),
+        status: charge.status,
+        reference: charge.reference.clone(),
+    }
+}
+
+#[derive(Deserialize)]
+struct FindCharge {
+    idempotency_key: String,
+}
+
+async fn find_charge(State(sim): State<Simulator>, Query(query): Query<FindCharge>) -> Response {
+    let reference = sim
+        .ledger()
+        .charges
+        .get(&query.idempotency_key)
+        .map(|charge| charge.reference.clone());
+    if sim
+        .take_fault(&[FaultMode::LookupsUnavailable], reference.as_deref())
+        .is_some()
+    {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Look-ups are unavailable.",
+        );
+    }
+    match sim.ledger().charges.get(&query.idempotency_key) {
+        Some(charge) => Json(public_charge(charge)).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No charge was accepted with this key.",
+        ),
+    }
+}
+
+async fn queue_fault(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<FaultRequest>(&body) {
+        Ok(fault) if fault.count > 0 => {
+            sim.ledger().faults.push(fault.clone());
+            (StatusCode::CREATED, Json(fault)).into_response()
+        }
+        Ok(_) => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_fault",
+            "count must be at least 1.",
+        ),
+        Err(problem) => error(StatusCode::BAD_REQUEST, "invalid_fault", &problem.to_string()),
+    }
+}
+
+async fn clear_faults(State(sim): State<Simulator>) -> StatusCode {
+    sim.ledger().faults.clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn list_charges(State(sim): State<Simulator>) -> Json<SimCharges> {
+    Json(SimCharges {
+        charges: sim.ledger().charges.values().cloned().collect(),
+    })
+}

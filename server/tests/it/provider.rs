@@ -1,0 +1,232 @@
+//! The provider client against the real simulator process, over HTTP.
+
+use crate::support::IdemProcess;
+use idem::payments::money::{Amount, Currency};
+use idem::provider::client::{ProviderClient, ProviderError};
+use idem::provider::sim::{SimCharge, SimCharges};
+use idem::provider::{ChargeStatus, provider_key};
+use serde_json::json;
+use std::time::Duration;
+
+struct Sim {
+    process: IdemProcess,
+    http: reqwest::Client,
+}
+
+impl Sim {
+    async fn start() -> Sim {
+        Sim {
+            process: IdemProcess::provider_sim().await,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.process.address)
+    }
+
+    fn client(&self, timeout: Duration) -> ProviderClient {
+        ProviderClient::new(&self.url(), Duration::from_secs(2), timeout).expect("client")
+    }
+
+    async fn fault(&self, fault: serde_json::Value) {
+        let response = self
+            .http
+            .post(format!("{}/_sim/faults", self.url()))
+            .json(&fault)
+            .send()
+            .await
+            .expect("queue fault");
+        assert_eq!(response.status(), 201, "{fault}");
+    }
+
+    async fn charges(&self) -> Vec<SimCharge> {
+        let list: SimCharges = self
+            .http
+            .get(format!("{}/_sim/charges", self.url()))
+            .send()
+            .await
+            .expect("list charges")
+            .json()
+            .await
+            .expect("charges json");
+        list.charges
+    }
+}
+
+fn eur(text: &str) -> Amount {
+    Amount::parse(text, Currency::Eur).expect("valid amount")
+}
+
+#[tokio::test]
+async fn the_provider_deduplicates_by_the_payment_key() {
+    let sim = Sim::start().await;
+    let client = sim.client(Duration::from_secs(5));
+
+    let first = client.create_charge("pay_1", eur("10.00")).await.expect("charge");
+    assert_eq!(first.status, ChargeStatus::Succeeded);
+    assert_eq!(first.reference, "pay_1");
+    let again = client
+        .create_charge("pay_1", eur("10.00"))
+        .await
+        .expect("same charge");
+    assert_eq!(again, first);
+
+    let charges = sim.charges().await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0].idempotency_key, provider_key("pay_1"));
+    assert_eq!(charges[0].create_calls, 2);
+    assert_eq!(
+        (charges[0].amount.as_str(), charges[0].currency.as_str()),
+        ("10.00", "EUR")
+    );
+
+    assert_eq!(client.find_charge("pay_1").await.expect("look up"), Some(first));
+    assert_eq!(client.find_charge("pay_never").await.expect("look up"), None);
+
+    match client.create_charge("pay_1", eur("99.00")).await {
+        Err(ProviderError::Rejected { status: 409, .. }) => {}
+        other => panic!("a different charge under the same key is refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn test_values_and_the_control_api_decline() {
+    let sim = Sim::start().await;
+    let client = sim.client(Duration::from_secs(5));
+    let by_value = client
+        .create_charge("pay_tv", eur("10.02"))
+        .await
+        .expect("answer");
+    assert_eq!(
+        by_value.status,
+        ChargeStatus::Declined,
+        "amounts ending in 02 are declined"
+    );
+
+    sim.fault(json!({ "mode": "decline", "count": 1, "reference": "pay_d" }))
+        .await;
+    let other = client
+        .create_charge("pay_other", eur("10.00"))
+        .await
+        .expect("answer");
+    assert_eq!(
+        other.status,
+        ChargeStatus::Succeeded,
+        "the fault only matches its reference"
+    );
+    let declined = client.create_charge("pay_d", eur("10.00")).await.expect("answer");
+    assert_eq!(declined.status, ChargeStatus::Declined);
+}
+
+#[tokio::test]
+async fn failures_are_classified_by_what_they_prove() {
+    let sim = Sim::start().await;
+    let client = sim.client(Duration::from_millis(800));
+
+    // Refused before accepting: the client cannot know that, so the outcome is unknown...
+    sim.fault(json!({ "mode": "fail_before_accept", "count": 1 }))
+        .await;
+    assert!(matches!(
+        client.create_charge("pay_f", eur("1.00")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    // ...and asking by the key settles it: nothing was charged.
+    assert_eq!(client.find_charge("pay_f").await.expect("look up"), None);
+
+    sim.fault(json!({ "mode": "error_after_accept", "count": 1 }))
+        .await;
+    assert!(matches!(
+        client.create_charge("pay_e", eur("1.00")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    assert!(
+        client.find_charge("pay_e").await.expect("look up").is_some(),
+        "accepted before the 500"
+    );
+
+    sim.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert!(matches!(
+        client.create_charge("pay_x", eur("1.00")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    let lost = client
+        .find_charge("pay_x")
+        .await
+        .expect("look up")
+        .expect("charged");
+    assert_eq!(lost.status, ChargeStatus::Succeeded);
+
+    sim.fault(json!({ "mode": "lookups_unavailable", "count": 1 }))
+        .await;
+    assert!(matches!(
+        client.find_charge("pay_x").await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    assert!(
+        client
+            .find_charge("pay_x")
+            .await
+            .expect("available again")
+            .is_some()
+    );
+
+    sim.fault(json!({ "mode": "latency", "count": 1, "delayMs": 200 }))
+        .await;
+    assert!(
+        client.create_charge("pay_slow", eur("1.00")).await.is_ok(),
+        "slow but within the timeout"
+    );
+
+    let charges = sim.charges().await;
+    let keys: Vec<&str> = charges
+        .iter()
+        .map(|charge| charge.idempotency_key.as_str())
+        .collect();
+    assert!(
+        !keys.contains(&provider_key("pay_f").as_str()),
+        "nothing charged for pay_f: {keys:?}"
+    );
+    assert_eq!(charges.len(), 3, "{keys:?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_means_nothing_was_sent() {
+    let client = ProviderClient::new(
+        "http://127.0.0.1:1",
+        Duration::from_secs(1),
+        Duration::from_secs(1),
+    )
+    .expect("client");
+    assert!(matches!(
+        client.create_charge("pay_1", eur("1.00")).await,
+        Err(ProviderError::NotSent(_))
+    ));
+}
+
+#[tokio::test]
+async fn the_control_api_refuses_malformed_faults() {
+    let sim = Sim::start().await;
+    for fault in [
+        json!({ "mode": "explode", "count": 1 }),
+        json!({ "mode": "decline", "count": 0 }),
+        json!({ "mode": "decline", "count": 1, "extra": true }),
+    ] {
+        let response = sim
+            .http
+            .post(format!("{}/_sim/faults", sim.url()))
+            .json(&fault)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 400, "{fault}");
+    }
+    let cleared = sim
+        .http
+        .delete(format!("{}/_sim/faults", sim.url()))
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(cleared.status(), 204);
+}

@@ -3,3 +3,4 @@
 pub mod account;
 pub mod command;
 pub mod money;
+pub mod payment;

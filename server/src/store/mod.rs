@@ -5,6 +5,7 @@
 //! instance's, so that several `serve` instances agree.
 
 mod postgres;
+mod shared;
 mod sqlite;
 
 pub use postgres::PostgresStore;
@@ -13,7 +14,10 @@ pub use sqlite::SqliteStore;
 use crate::auth::Principal;
 use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
 use crate::auth::tenant::{TenantId, TenantName};
+use crate::idempotency::claim::{ClaimOutcome, NewClaim, Scope, StoredResponse};
+use crate::idempotency::record::StoredRecord;
 use crate::payments::account::NewAccount;
+use crate::payments::payment::NewPayment;
 use app::dto::{RecordStatus, StatusCount};
 use sqlx::migrate::Migrator;
 use std::collections::BTreeMap;
@@ -125,6 +129,24 @@ pub trait Store: Send + Sync + 'static {
 
     /// `Err(AlreadyExists)` when the tenant already has an account with this id.
     async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError>;
+
+    /// The record of a scoped key, if any.
+    async fn load_record(&self, scope: &Scope) -> Result<Option<StoredRecord>, StoreError>;
+
+    /// The stored response of a scoped key, if any (settled records only).
+    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError>;
+
+    /// The local transaction of a new create_payment: insert-first claim of the scoped key,
+    /// account check, amount held, payment row and its PaymentCreated event, all committed
+    /// together (or nothing, when the claim finds an existing record or the command cannot be
+    /// executed). `insufficient_funds` is the answer the key is bound to when the balance is
+    /// too low.
+    async fn claim_create_payment(
+        &self,
+        claim: &NewClaim,
+        payment: &NewPayment,
+        insufficient_funds: &StoredResponse,
+    ) -> Result<ClaimOutcome, StoreError>;
 
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);

@@ -1,12 +1,5 @@
-use super::{
-    APPLIED_MIGRATIONS, AUTHENTICATE_API_KEY, COUNT_RECORDS_BY_STATUS, Dialect, INSERT_ACCOUNT,
-    INSERT_API_KEY, INSERT_TENANT, PrincipalRow, Readiness, Store, StoreError, TENANT_ID_BY_NAME,
-};
-use crate::auth::Principal;
-use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
-use crate::auth::tenant::{TenantId, TenantName};
-use crate::payments::account::NewAccount;
-use app::dto::StatusCount;
+use super::StoreError;
+use super::shared::{DialectSql, impl_store};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -15,6 +8,26 @@ use std::time::Duration;
 
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 
+const SQL: DialectSql = DialectSql {
+    migrations_table_exists: "select count(*) from pg_catalog.pg_tables \
+         where tablename = '_sqlx_migrations' and schemaname = current_schema()",
+    revoke_api_key: "update api_keys set revoked_at = now() where id = $1 and revoked_at is null",
+    claim_record: "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+         fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
+         resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, \
+         created_by, expires_at) \
+         values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', $7, $8, $9, 1, \
+         now() + make_interval(secs => $10), $11, now() + make_interval(secs => $12)) \
+         on conflict do nothing",
+    account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 for update",
+    hold_amount: "update accounts set balance_minor = balance_minor - $1, updated_at = now() \
+         where tenant_id = $2 and id = $3",
+    bind_insufficient_funds: "update idempotency_records set status = 'FAILED_REPLAYABLE', \
+         progress_step = 'COMPLETED', response_status_code = $1, resource_type = null, resource_id = null, \
+         locked_until = null, completed_at = now(), updated_at = now() \
+         where tenant_id = $2 and operation_name = $3 and idempotency_key = $4",
+};
+
 /// The production store: several `serve` instances share one PostgreSQL database.
 pub struct PostgresStore {
     pool: PgPool,
@@ -22,7 +35,11 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url).map_err(StoreError::InvalidUrl)?;
+        let options = PgConnectOptions::from_str(url)
+            .map_err(StoreError::InvalidUrl)?
+            // A connection left inside a transaction (a cancelled caller, a bug) is closed by
+            // the server instead of holding locks and swallowing later writes.
+            .options([("idle_in_transaction_session_timeout", "30s")]);
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(3))
@@ -32,97 +49,4 @@ impl PostgresStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for PostgresStore {
-    fn dialect(&self) -> Dialect {
-        Dialect::Postgres
-    }
-
-    async fn migrate(&self) -> Result<(), StoreError> {
-        // The migrator holds an advisory lock, so instances starting together take turns.
-        Ok(MIGRATOR.run(&self.pool).await?)
-    }
-
-    async fn readiness(&self) -> Result<Readiness, StoreError> {
-        sqlx::query("select 1").execute(&self.pool).await?;
-        let migrations_table: Option<String> =
-            sqlx::query_scalar("select to_regclass('_sqlx_migrations')::text")
-                .fetch_one(&self.pool)
-                .await?;
-        let applied: Vec<i64> = match migrations_table {
-            Some(_) => {
-                sqlx::query_scalar(APPLIED_MIGRATIONS)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-            None => Vec::new(),
-        };
-        Ok(super::readiness_of(&applied, &MIGRATOR))
-    }
-
-    async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError> {
-        let rows = sqlx::query_as(COUNT_RECORDS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await?;
-        super::zero_filled_counts(rows)
-    }
-
-    async fn create_tenant(&self, id: &TenantId, name: &TenantName) -> Result<(), StoreError> {
-        sqlx::query(INSERT_TENANT)
-            .bind(id.as_str())
-            .bind(name.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError> {
-        let id: Option<String> = sqlx::query_scalar(TENANT_ID_BY_NAME)
-            .bind(name.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(id.map(TenantId::from_stored))
-    }
-
-    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError> {
-        sqlx::query(INSERT_API_KEY)
-            .bind(key.id.as_str())
-            .bind(tenant_id.as_str())
-            .bind(key.hash.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError> {
-        let row: Option<PrincipalRow> = sqlx::query_as(AUTHENTICATE_API_KEY)
-            .bind(hash.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(super::principal_of))
-    }
-
-    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
-        let revoked =
-            sqlx::query("update api_keys set revoked_at = now() where id = $1 and revoked_at is null")
-                .bind(id.as_str())
-                .execute(&self.pool)
-                .await?;
-        Ok(revoked.rows_affected() == 1)
-    }
-
-    async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError> {
-        sqlx::query(INSERT_ACCOUNT)
-            .bind(account.tenant_id.as_str())
-            .bind(account.id.as_str())
-            .bind(account.balance.currency.code())
-            .bind(account.balance.minor_units)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn close(&self) {
-        self.pool.close().await;
-    }
-}
+impl_store!(PostgresStore, super::Dialect::Postgres, MIGRATOR, SQL);

@@ -1,12 +1,5 @@
-use super::{
-    APPLIED_MIGRATIONS, AUTHENTICATE_API_KEY, COUNT_RECORDS_BY_STATUS, Dialect, INSERT_ACCOUNT,
-    INSERT_API_KEY, INSERT_TENANT, PrincipalRow, Readiness, Store, StoreError, TENANT_ID_BY_NAME,
-};
-use crate::auth::Principal;
-use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
-use crate::auth::tenant::{TenantId, TenantName};
-use crate::payments::account::NewAccount;
-use app::dto::StatusCount;
+use super::StoreError;
+use super::shared::{DialectSql, impl_store};
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -15,6 +8,56 @@ use std::str::FromStr;
 use std::time::Duration;
 
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// `now()` in the text form every SQLite timestamp column uses.
+macro_rules! now {
+    () => {
+        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+    };
+    ($seconds:literal) => {
+        concat!(
+            "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ",
+            $seconds,
+            " || ' seconds')"
+        )
+    };
+}
+
+const SQL: DialectSql = DialectSql {
+    migrations_table_exists: "select count(*) from sqlite_master where type = 'table' and name = '_sqlx_migrations'",
+    revoke_api_key: concat!(
+        "update api_keys set revoked_at = ",
+        now!(),
+        " where id = $1 and revoked_at is null"
+    ),
+    claim_record: concat!(
+        "insert into idempotency_records (tenant_id, operation_name, idempotency_key, ",
+        "fingerprint_version, request_fingerprint, canonical_command, status, progress_step, ",
+        "resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, ",
+        "created_by, expires_at) ",
+        "values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', $7, $8, $9, 1, ",
+        now!("$10"),
+        ", $11, ",
+        now!("$12"),
+        ") on conflict do nothing"
+    ),
+    // The claim's insert already holds SQLite's single write lock for this transaction.
+    account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2",
+    hold_amount: concat!(
+        "update accounts set balance_minor = balance_minor - $1, updated_at = ",
+        now!(),
+        " where tenant_id = $2 and id = $3"
+    ),
+    bind_insufficient_funds: concat!(
+        "update idempotency_records set status = 'FAILED_REPLAYABLE', ",
+        "progress_step = 'COMPLETED', response_status_code = $1, resource_type = null, resource_id = null, ",
+        "locked_until = null, completed_at = ",
+        now!(),
+        ", updated_at = ",
+        now!(),
+        " where tenant_id = $2 and operation_name = $3 and idempotency_key = $4"
+    ),
+};
 
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy
 /// timeout so that writers queue instead of failing, foreign keys enforced.
@@ -54,94 +97,4 @@ impl SqliteStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for SqliteStore {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
-    async fn migrate(&self) -> Result<(), StoreError> {
-        Ok(MIGRATOR.run(&self.pool).await?)
-    }
-
-    async fn readiness(&self) -> Result<Readiness, StoreError> {
-        let migrations_tables: i64 = sqlx::query_scalar(
-            "select count(*) from sqlite_master where type = 'table' and name = '_sqlx_migrations'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        let applied: Vec<i64> = if migrations_tables > 0 {
-            sqlx::query_scalar(APPLIED_MIGRATIONS)
-                .fetch_all(&self.pool)
-                .await?
-        } else {
-            Vec::new()
-        };
-        Ok(super::readiness_of(&applied, &MIGRATOR))
-    }
-
-    async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError> {
-        let rows = sqlx::query_as(COUNT_RECORDS_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await?;
-        super::zero_filled_counts(rows)
-    }
-
-    async fn create_tenant(&self, id: &TenantId, name: &TenantName) -> Result<(), StoreError> {
-        sqlx::query(INSERT_TENANT)
-            .bind(id.as_str())
-            .bind(name.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError> {
-        let id: Option<String> = sqlx::query_scalar(TENANT_ID_BY_NAME)
-            .bind(name.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(id.map(TenantId::from_stored))
-    }
-
-    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError> {
-        sqlx::query(INSERT_API_KEY)
-            .bind(key.id.as_str())
-            .bind(tenant_id.as_str())
-            .bind(key.hash.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError> {
-        let row: Option<PrincipalRow> = sqlx::query_as(AUTHENTICATE_API_KEY)
-            .bind(hash.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(super::principal_of))
-    }
-
-    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
-        let revoked = sqlx::query("update api_keys set revoked_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 and revoked_at is null")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(revoked.rows_affected() == 1)
-    }
-
-    async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError> {
-        sqlx::query(INSERT_ACCOUNT)
-            .bind(account.tenant_id.as_str())
-            .bind(account.id.as_str())
-            .bind(account.balance.currency.code())
-            .bind(account.balance.minor_units)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn close(&self) {
-        self.pool.close().await;
-    }
-}
+impl_store!(SqliteStore, super::Dialect::Sqlite, MIGRATOR, SQL);

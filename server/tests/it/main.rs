@@ -2,6 +2,7 @@
 
 mod support;
 
+mod claim;
 mod cli;
 mod fingerprint;
 mod http_api;

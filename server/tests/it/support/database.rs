@@ -99,6 +99,24 @@ impl TestDatabase {
         }
     }
 
+    /// Runs a query that returns one integer (a count, a balance), bypassing the store.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        match &self.target {
+            DatabaseTarget::Postgres { url } => {
+                let pool = PgPool::connect(url).await.expect("connect");
+                let value = sqlx::query_scalar(sql).fetch_one(&pool).await.expect("query");
+                pool.close().await;
+                value
+            }
+            _ => {
+                let pool = SqlitePool::connect(&self.url()).await.expect("connect");
+                let value = sqlx::query_scalar(sql).fetch_one(&pool).await.expect("query");
+                pool.close().await;
+                value
+            }
+        }
+    }
+
     /// Makes the database disappear under a running store (PostgreSQL only).
     pub async fn drop_now(&self) {
         let name = self

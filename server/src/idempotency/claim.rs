@@ -1,0 +1,76 @@
+//! The insert-first claim of a scoped key, and what it can find.
+
+use super::fingerprint::Fingerprint;
+use super::key::IdempotencyKey;
+use super::record::StoredRecord;
+use crate::auth::api_key::ApiKeyId;
+use crate::auth::tenant::TenantId;
+use crate::payments::money::Currency;
+use crate::payments::payment::PaymentId;
+use std::time::Duration;
+
+/// The scope of a key: the same key string under another tenant or operation is unrelated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub tenant_id: TenantId,
+    pub operation: &'static str,
+    pub key: IdempotencyKey,
+}
+
+/// Everything the claim writes into the new record.
+#[derive(Debug, Clone)]
+pub struct NewClaim {
+    pub scope: Scope,
+    pub fingerprint: Fingerprint,
+    pub created_by: ApiKeyId,
+    /// The API version the response will be produced in (replays keep it).
+    pub response_schema_version: String,
+    /// Who holds the lease: an instance id, for the console and for fencing diagnostics.
+    pub lease_owner: String,
+    pub lease: Duration,
+    pub window: Duration,
+}
+
+/// A response as stored for replay: status, the contract headers, and the exact body bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl StoredResponse {
+    pub fn headers_json(&self) -> String {
+        serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    pub fn from_stored(status: u16, headers_json: &str, body: Vec<u8>) -> Result<StoredResponse, String> {
+        let headers =
+            serde_json::from_str(headers_json).map_err(|error| format!("stored headers: {error}"))?;
+        Ok(StoredResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// What the claim of a new create_payment found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This request owns the key: the record (IN_PROGRESS, PROVIDER_REQUEST_SENT), the
+    /// payment (PROCESSING, amount held on the account) and its PaymentCreated event are
+    /// committed together.
+    Claimed { lease_version: i64 },
+    /// Another request made the record first; `decide` says what this one gets.
+    Existing(StoredRecord),
+    /// The account cannot cover the amount: the key is bound to the stored 422 answer.
+    InsufficientFunds,
+    /// No such account for this tenant: nothing was written.
+    AccountNotFound,
+    /// The account holds another currency: nothing was written.
+    CurrencyMismatch { account_currency: Currency },
+    /// The tenant already has a payment for this account and merchant reference (under any
+    /// key, or none): nothing was written.
+    DuplicateMerchantReference { payment_id: PaymentId },
+}

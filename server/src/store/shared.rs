@@ -1,0 +1,346 @@
+//! The `Store` implementation both dialects share. Every method body is written once, in
+//! `impl_store!`; what differs between PostgreSQL and SQLite is the pool type, the migrator
+//! and the statements in [`DialectSql`] (time arithmetic, row locks, catalog look-ups).
+
+/// Statements that differ by dialect. Placeholders are `$1`, `$2`, … in order of first use,
+/// which both PostgreSQL and SQLite bind positionally.
+pub(super) struct DialectSql {
+    /// `select count(*)` of the migrations table (0 or 1).
+    pub migrations_table_exists: &'static str,
+    /// `$1` api key id.
+    pub revoke_api_key: &'static str,
+    /// The claim: `$1`..`$6` scope and fingerprint, `$7` payment id, `$8` response schema
+    /// version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12` window seconds.
+    pub claim_record: &'static str,
+    /// `$1` tenant, `$2` account: the account's currency and balance, locked for the
+    /// transaction where the dialect has row locks.
+    pub account_for_update: &'static str,
+    /// `$1` amount, `$2` tenant, `$3` account.
+    pub hold_amount: &'static str,
+    /// `$1` response status, `$2`..`$4` scope.
+    pub bind_insufficient_funds: &'static str,
+}
+
+pub(super) const SELECT_RECORD: &str = "select status, progress_step, cast(fingerprint_version as integer), \
+     request_fingerprint, lease_version, locked_until, expires_at \
+     from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3";
+pub(super) const SELECT_RESPONSE: &str = "select r.response_status_code, s.headers, s.body \
+     from idempotency_records r join idempotency_responses s \
+     on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = r.idempotency_key \
+     where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
+pub(super) const INSERT_RESPONSE: &str = "insert into idempotency_responses \
+     (tenant_id, operation_name, idempotency_key, headers, body) values ($1, $2, $3, $4, $5)";
+pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
+     merchant_reference, channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8)";
+pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str =
+    "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3";
+pub(super) const INSERT_EVENT: &str =
+    "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
+
+/// A record row as selected by [`SELECT_RECORD`].
+pub(super) type RecordRow = (
+    String,
+    String,
+    i32,
+    String,
+    i64,
+    Option<chrono::DateTime<chrono::Utc>>,
+    chrono::DateTime<chrono::Utc>,
+);
+
+pub(super) fn record_of(
+    (status, step, version, fingerprint, lease_version, locked_until, expires_at): RecordRow,
+) -> Result<crate::idempotency::record::StoredRecord, super::StoreError> {
+    use super::StoreError::Corrupt;
+    Ok(crate::idempotency::record::StoredRecord {
+        status: status.parse().map_err(|error| Corrupt(format!("{error}")))?,
+        progress_step: step.parse().map_err(|error| Corrupt(format!("{error}")))?,
+        fingerprint_version: u16::try_from(version)
+            .map_err(|_| Corrupt(format!("fingerprint version {version}")))?,
+        request_fingerprint: fingerprint,
+        lease_version,
+        locked_until,
+        expires_at,
+    })
+}
+
+macro_rules! impl_store {
+    ($store:ty, $dialect:expr, $migrator:expr, $sql:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $store {
+            fn dialect(&self) -> $crate::store::Dialect {
+                $dialect
+            }
+
+            async fn migrate(&self) -> Result<(), $crate::store::StoreError> {
+                // On PostgreSQL the migrator holds an advisory lock: instances starting
+                // together take turns.
+                Ok($migrator.run(&self.pool).await?)
+            }
+
+            async fn readiness(&self) -> Result<$crate::store::Readiness, $crate::store::StoreError> {
+                let tables: i64 = sqlx::query_scalar($sql.migrations_table_exists)
+                    .fetch_one(&self.pool)
+                    .await?;
+                let applied: Vec<i64> = if tables > 0 {
+                    sqlx::query_scalar($crate::store::APPLIED_MIGRATIONS)
+                        .fetch_all(&self.pool)
+                        .await?
+                } else {
+                    Vec::new()
+                };
+                Ok($crate::store::readiness_of(&applied, &$migrator))
+            }
+
+            async fn count_records_by_status(
+                &self,
+            ) -> Result<Vec<app::dto::StatusCount>, $crate::store::StoreError> {
+                let rows = sqlx::query_as($crate::store::COUNT_RECORDS_BY_STATUS)
+                    .fetch_all(&self.pool)
+                    .await?;
+                $crate::store::zero_filled_counts(rows)
+            }
+
+            async fn create_tenant(
+                &self,
+                id: &$crate::auth::tenant::TenantId,
+                name: &$crate::auth::tenant::TenantName,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query($crate::store::INSERT_TENANT)
+                    .bind(id.as_str())
+                    .bind(name.as_str())
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn tenant_id_by_name(
+                &self,
+                name: &$crate::auth::tenant::TenantName,
+            ) -> Result<Option<$crate::auth::tenant::TenantId>, $crate::store::StoreError> {
+                let id: Option<String> = sqlx::query_scalar($crate::store::TENANT_ID_BY_NAME)
+                    .bind(name.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(id.map($crate::auth::tenant::TenantId::from_stored))
+            }
+
+            async fn create_api_key(
+                &self,
+                tenant_id: &$crate::auth::tenant::TenantId,
+                key: &$crate::auth::api_key::NewApiKey,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query($crate::store::INSERT_API_KEY)
+                    .bind(key.id.as_str())
+                    .bind(tenant_id.as_str())
+                    .bind(key.hash.as_str())
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn authenticate_api_key(
+                &self,
+                hash: &$crate::auth::api_key::ApiKeyHash,
+            ) -> Result<Option<$crate::auth::Principal>, $crate::store::StoreError> {
+                let row: Option<$crate::store::PrincipalRow> =
+                    sqlx::query_as($crate::store::AUTHENTICATE_API_KEY)
+                        .bind(hash.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(row.map($crate::store::principal_of))
+            }
+
+            async fn revoke_api_key(
+                &self,
+                id: &$crate::auth::api_key::ApiKeyId,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let revoked = sqlx::query($sql.revoke_api_key)
+                    .bind(id.as_str())
+                    .execute(&self.pool)
+                    .await?;
+                Ok(revoked.rows_affected() == 1)
+            }
+
+            async fn create_account(
+                &self,
+                account: &$crate::payments::account::NewAccount,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query($crate::store::INSERT_ACCOUNT)
+                    .bind(account.tenant_id.as_str())
+                    .bind(account.id.as_str())
+                    .bind(account.balance.currency.code())
+                    .bind(account.balance.minor_units)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn load_record(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+            ) -> Result<Option<$crate::idempotency::record::StoredRecord>, $crate::store::StoreError> {
+                let row: Option<$crate::store::shared::RecordRow> =
+                    sqlx::query_as($crate::store::shared::SELECT_RECORD)
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map($crate::store::shared::record_of).transpose()
+            }
+
+            async fn load_response(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+            ) -> Result<Option<$crate::idempotency::claim::StoredResponse>, $crate::store::StoreError> {
+                let row: Option<(Option<i32>, String, Vec<u8>)> =
+                    sqlx::query_as($crate::store::shared::SELECT_RESPONSE)
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map(|(status, headers, body)| {
+                    let status = status
+                        .and_then(|status| u16::try_from(status).ok())
+                        .ok_or_else(|| {
+                            $crate::store::StoreError::Corrupt("response without a status".into())
+                        })?;
+                    $crate::idempotency::claim::StoredResponse::from_stored(status, &headers, body)
+                        .map_err($crate::store::StoreError::Corrupt)
+                })
+                .transpose()
+            }
+
+            async fn claim_create_payment(
+                &self,
+                claim: &$crate::idempotency::claim::NewClaim,
+                payment: &$crate::payments::payment::NewPayment,
+                insufficient_funds: &$crate::idempotency::claim::StoredResponse,
+            ) -> Result<$crate::idempotency::claim::ClaimOutcome, $crate::store::StoreError> {
+                use $crate::idempotency::claim::ClaimOutcome;
+                let scope = &claim.scope;
+                let mut tx = self.pool.begin().await?;
+
+                // Insert first: exactly one request wins the scoped key; the others wait for
+                // its transaction and then find its row.
+                let inserted = sqlx::query($sql.claim_record)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+                    .bind(claim.fingerprint.sha256_hex.as_str())
+                    .bind(claim.fingerprint.canonical.as_str())
+                    .bind(payment.id.as_str())
+                    .bind(claim.response_schema_version.as_str())
+                    .bind(claim.lease_owner.as_str())
+                    .bind(claim.lease.as_secs_f64())
+                    .bind(claim.created_by.as_str())
+                    .bind(claim.window.as_secs_f64())
+                    .execute(&mut *tx)
+                    .await?;
+                if inserted.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    return match self.load_record(scope).await? {
+                        Some(record) => Ok(ClaimOutcome::Existing(record)),
+                        // Gone between the insert and the read (deleted by cleanup): the
+                        // caller may simply try again.
+                        None => Err($crate::store::StoreError::Corrupt(
+                            "claimed record vanished".into(),
+                        )),
+                    };
+                }
+
+                let account: Option<(String, i64)> = sqlx::query_as($sql.account_for_update)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(payment.account_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some((account_currency, balance)) = account else {
+                    tx.rollback().await?;
+                    return Ok(ClaimOutcome::AccountNotFound);
+                };
+                let currency = payment.amount.currency();
+                if account_currency != currency.code() {
+                    tx.rollback().await?;
+                    let account_currency = $crate::payments::money::Currency::parse(&account_currency)
+                        .map_err(|_| {
+                            $crate::store::StoreError::Corrupt(format!("account currency {account_currency}"))
+                        })?;
+                    return Ok(ClaimOutcome::CurrencyMismatch { account_currency });
+                }
+                if balance < payment.amount.minor_units() {
+                    sqlx::query($sql.bind_insufficient_funds)
+                        .bind(i32::from(insufficient_funds.status))
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query($crate::store::shared::INSERT_RESPONSE)
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .bind(insufficient_funds.headers_json())
+                        .bind(insufficient_funds.body.as_slice())
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(ClaimOutcome::InsufficientFunds);
+                }
+
+                sqlx::query($sql.hold_amount)
+                    .bind(payment.amount.minor_units())
+                    .bind(scope.tenant_id.as_str())
+                    .bind(payment.account_id.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                let created = sqlx::query($crate::store::shared::INSERT_PAYMENT)
+                    .bind(payment.id.as_str())
+                    .bind(scope.tenant_id.as_str())
+                    .bind(payment.account_id.as_str())
+                    .bind(payment.amount.minor_units())
+                    .bind(currency.code())
+                    .bind(payment.merchant_reference.as_str())
+                    .bind(payment.channel.as_str())
+                    .bind(scope.key.as_str())
+                    .execute(&mut *tx)
+                    .await;
+                match created.map_err($crate::store::StoreError::from) {
+                    Ok(_) => {}
+                    Err($crate::store::StoreError::AlreadyExists) => {
+                        tx.rollback().await?;
+                        let existing: String =
+                            sqlx::query_scalar($crate::store::shared::PAYMENT_BY_MERCHANT_REFERENCE)
+                                .bind(scope.tenant_id.as_str())
+                                .bind(payment.account_id.as_str())
+                                .bind(payment.merchant_reference.as_str())
+                                .fetch_one(&self.pool)
+                                .await?;
+                        return Ok(ClaimOutcome::DuplicateMerchantReference {
+                            payment_id: $crate::payments::payment::PaymentId::from_stored(existing),
+                        });
+                    }
+                    Err(error) => return Err(error),
+                }
+                let event_id = $crate::payments::payment::new_event_id();
+                sqlx::query($crate::store::shared::INSERT_EVENT)
+                    .bind(event_id.as_str())
+                    .bind(payment.id.as_str())
+                    .bind("PaymentCreated")
+                    .bind(payment.created_event(&event_id))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(ClaimOutcome::Claimed { lease_version: 1 })
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+        }
+    };
+}
+
+pub(super) use impl_store;

@@ -1,0 +1,226 @@
+//! The insert-first claim of create_payment, on both databases.
+
+use crate::support::{TestDatabase, conformance};
+use idem::auth::api_key::NewApiKey;
+use idem::auth::tenant::{TenantId, TenantName};
+use idem::idempotency::claim::{ClaimOutcome, NewClaim, Scope, StoredResponse};
+use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput};
+use idem::idempotency::key::IdempotencyKey;
+use idem::idempotency::record::{ProgressStep, RecordStatus};
+use idem::payments::account::NewAccount;
+use idem::payments::command::{AccountId, CreatePayment};
+use idem::payments::money::{Balance, Currency};
+use idem::payments::payment::{NewPayment, PaymentId};
+use idem::store::Store;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Fixture {
+    store: Arc<dyn Store>,
+    tenant_id: TenantId,
+    key: NewApiKey,
+}
+
+async fn fixture(db: &TestDatabase, balance: &str) -> Fixture {
+    let store = db.migrated_store().await;
+    let tenant_id = TenantId::generate();
+    store
+        .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"))
+        .await
+        .expect("tenant");
+    let key = NewApiKey::generate();
+    store.create_api_key(&tenant_id, &key).await.expect("api key");
+    store
+        .create_account(&NewAccount {
+            tenant_id: tenant_id.clone(),
+            id: AccountId::parse("acc_1").expect("id"),
+            balance: Balance::parse(balance, Currency::Eur).expect("balance"),
+        })
+        .await
+        .expect("account");
+    Fixture {
+        store,
+        tenant_id,
+        key,
+    }
+}
+
+impl Fixture {
+    fn attempt(&self, idempotency_key: &str, body: &str) -> (NewClaim, NewPayment) {
+        let command = CreatePayment::parse_json(body.as_bytes()).expect("valid command");
+        let fingerprint = Fingerprint::compute(&FingerprintInput {
+            operation: CreatePayment::OPERATION,
+            path_params: BTreeMap::new(),
+            api_version: "2026-05-01",
+            command: &command,
+        });
+        let claim = NewClaim {
+            scope: Scope {
+                tenant_id: self.tenant_id.clone(),
+                operation: CreatePayment::OPERATION,
+                key: IdempotencyKey::parse(idempotency_key.as_bytes()).expect("key"),
+            },
+            fingerprint,
+            created_by: self.key.id.clone(),
+            response_schema_version: "2026-05-01".to_owned(),
+            lease_owner: "test-instance".to_owned(),
+            lease: Duration::from_secs(30),
+            window: Duration::from_secs(24 * 3600),
+        };
+        let payment = NewPayment::from_command(PaymentId::generate(), self.tenant_id.clone(), &command);
+        (claim, payment)
+    }
+
+    async fn claim(&self, idempotency_key: &str, body: &str) -> ClaimOutcome {
+        let (claim, payment) = self.attempt(idempotency_key, body);
+        self.store
+            .claim_create_payment(&claim, &payment, &insufficient_funds())
+            .await
+            .expect("claim")
+    }
+}
+
+fn insufficient_funds() -> StoredResponse {
+    StoredResponse {
+        status: 422,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: br#"{"errorCode":"INSUFFICIENT_FUNDS"}"#.to_vec(),
+    }
+}
+
+fn request_body(amount: &str, reference: &str) -> String {
+    format!(
+        r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#
+    )
+}
+
+async fn balance(db: &TestDatabase, fixture: &Fixture) -> i64 {
+    let sql = format!(
+        "select balance_minor from accounts where tenant_id = '{}' and id = 'acc_1'",
+        fixture.tenant_id
+    );
+    db.query_i64(&sql).await
+}
+
+conformance! {
+    async fn the_winner_commits_record_payment_hold_and_event_together(db) {
+        let fixture = fixture(&db, "100.00").await;
+        assert_eq!(
+            fixture.claim("k1", &request_body("10.00", "inv-1")).await,
+            ClaimOutcome::Claimed { lease_version: 1 }
+        );
+        let record = fixture
+            .store
+            .load_record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
+            .await
+            .expect("load")
+            .expect("record");
+        assert_eq!(record.status, RecordStatus::InProgress);
+        assert_eq!(record.progress_step, ProgressStep::ProviderRequestSent);
+        assert_eq!(record.lease_version, 1);
+        assert!(record.locked_until.is_some_and(|until| until > record.expires_at - chrono::Duration::hours(24)));
+        assert_eq!(balance(&db, &fixture).await, 9_000, "the amount is held");
+        assert_eq!(db.query_i64("select count(*) from payments where status = 'PROCESSING'").await, 1);
+        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentCreated'").await, 1);
+    }
+
+    async fn a_second_claim_finds_the_first_and_writes_nothing(db) {
+        let fixture = fixture(&db, "100.00").await;
+        fixture.claim("k1", &request_body("10.00", "inv-1")).await;
+        match fixture.claim("k1", &request_body("10.00", "inv-1")).await {
+            ClaimOutcome::Existing(record) => assert_eq!(record.status, RecordStatus::InProgress),
+            other => panic!("expected the existing record, got {other:?}"),
+        }
+        assert_eq!(db.query_i64("select count(*) from payments").await, 1);
+        assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
+    }
+
+    async fn concurrent_claims_of_one_key_have_exactly_one_winner(db) {
+        let fixture = Arc::new(fixture(&db, "1000.00").await);
+        let attempts: Vec<_> = (0..16)
+            .map(|_| {
+                let fixture = fixture.clone();
+                tokio::spawn(async move { fixture.claim("storm", &request_body("10.00", "inv-storm")).await })
+            })
+            .collect();
+        let mut winners = 0;
+        for attempt in attempts {
+            match attempt.await.expect("task") {
+                ClaimOutcome::Claimed { .. } => winners += 1,
+                ClaimOutcome::Existing(_) => {}
+                other => panic!("unexpected outcome {other:?}"),
+            }
+        }
+        assert_eq!(winners, 1);
+        assert_eq!(db.query_i64("select count(*) from payments").await, 1);
+        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1);
+        assert_eq!(balance(&db, &fixture).await, 99_000);
+    }
+
+    async fn insufficient_funds_binds_the_key_to_its_answer(db) {
+        let fixture = fixture(&db, "5.00").await;
+        assert_eq!(fixture.claim("k1", &request_body("10.00", "inv-1")).await, ClaimOutcome::InsufficientFunds);
+        let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
+        let record = fixture.store.load_record(&scope).await.expect("load").expect("record");
+        assert_eq!(record.status, RecordStatus::FailedReplayable);
+        assert_eq!(fixture.store.load_response(&scope).await.expect("load"), Some(insufficient_funds()));
+        assert_eq!(balance(&db, &fixture).await, 500, "nothing held");
+        assert_eq!(db.query_i64("select count(*) from payments").await, 0);
+        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 0);
+    }
+
+    async fn a_refused_command_leaves_no_record(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let unknown_account = r#"{"accountId":"acc_9","amount":"1.00","currency":"EUR","merchantReference":"r"}"#;
+        assert_eq!(fixture.claim("k1", unknown_account).await, ClaimOutcome::AccountNotFound);
+        let wrong_currency = r#"{"accountId":"acc_1","amount":"1.00","currency":"USD","merchantReference":"r"}"#;
+        assert_eq!(
+            fixture.claim("k2", wrong_currency).await,
+            ClaimOutcome::CurrencyMismatch { account_currency: Currency::Eur }
+        );
+        assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 0);
+        assert_eq!(balance(&db, &fixture).await, 10_000);
+    }
+
+    async fn the_merchant_reference_stops_a_second_payment_under_another_key(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (first_claim, first_payment) = fixture.attempt("k1", &request_body("10.00", "inv-7781"));
+        fixture
+            .store
+            .claim_create_payment(&first_claim, &first_payment, &insufficient_funds())
+            .await
+            .expect("claim");
+        assert_eq!(
+            fixture.claim("k2-new-random-key", &request_body("10.00", "inv-7781")).await,
+            ClaimOutcome::DuplicateMerchantReference { payment_id: first_payment.id.clone() }
+        );
+        assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 1, "k2 left no record");
+        assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
+    }
+
+    async fn the_same_key_in_another_tenant_is_another_operation(db) {
+        let fixture = fixture(&db, "100.00").await;
+        fixture.claim("shared-key", &request_body("10.00", "inv-1")).await;
+        let other = TenantId::generate();
+        fixture
+            .store
+            .create_tenant(&other, &TenantName::parse("globex").expect("name"))
+            .await
+            .expect("tenant");
+        fixture
+            .store
+            .create_account(&NewAccount {
+                tenant_id: other.clone(),
+                id: AccountId::parse("acc_1").expect("id"),
+                balance: Balance::parse("100.00", Currency::Eur).expect("balance"),
+            })
+            .await
+            .expect("account");
+        let globex = Fixture { store: fixture.store.clone(), tenant_id: other, key: NewApiKey::generate() };
+        assert_eq!(
+            globex.claim("shared-key", &request_body("10.00", "inv-1")).await,
+            ClaimOutcome::Claimed { lease_version: 1 }
+        );
+    }
+}

@@ -5,6 +5,7 @@ use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::http::{self, HttpSettings};
 use crate::provider;
 use crate::store::{self, DatabaseTarget, StoreError};
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -14,7 +15,7 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("cannot listen on {address}: {source}")]
     Bind {
-        address: std::net::SocketAddr,
+        address: SocketAddr,
         source: std::io::Error,
     },
     #[error("server error: {0}")]
@@ -26,13 +27,7 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
 
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            address: args.listen,
-            source,
-        })?;
-    let address = listener.local_addr().map_err(ServeError::Server)?;
+    let (listener, address) = bind(args.listen).await?;
     let settings = HttpSettings {
         site_root: args.site_root,
         site_addr: address,
@@ -41,9 +36,7 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
     };
     let router = http::router(store.clone(), &settings);
 
-    tracing::info!(%address, "listening");
-    // Printed on stdout, one line, for people and for scripts that start Idem on port 0.
-    println!("Idem console: http://{address}/");
+    announce("Idem console", address);
 
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
@@ -56,15 +49,8 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
 
 /// `idem provider-sim`: the simulator on its own port until SIGINT or SIGTERM.
 pub async fn provider_sim(args: ProviderSimArgs) -> Result<(), ServeError> {
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            address: args.listen,
-            source,
-        })?;
-    let address = listener.local_addr().map_err(ServeError::Server)?;
-    tracing::info!(%address, "provider simulator listening");
-    println!("Idem provider simulator: http://{address}/");
+    let (listener, address) = bind(args.listen).await?;
+    announce("Idem provider simulator", address);
     axum::serve(
         listener,
         provider::sim::router(provider::sim::Simulator::default()),
@@ -72,6 +58,20 @@ pub async fn provider_sim(args: ProviderSimArgs) -> Result<(), ServeError> {
     .with_graceful_shutdown(shutdown_signal())
     .await
     .map_err(ServeError::Server)
+}
+
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|source| ServeError::Bind { address, source })?;
+    let bound = listener.local_addr().map_err(ServeError::Server)?;
+    Ok((listener, bound))
+}
+
+/// One line on stdout naming the URL, for people and for scripts that start Idem on port 0.
+fn announce(what: &str, address: SocketAddr) {
+    tracing::info!(%address, "{what} listening");
+    println!("{what}: http://{address}/");
 }
 
 /// Resolves on SIGINT or SIGTERM. In-flight requests then run to completion while no new

@@ -23,6 +23,12 @@ async fn idem(data_dir: &Path, args: &[&str]) -> Outcome {
     }
 }
 
+async fn open_database(data_dir: &Path) -> sqlx::SqliteConnection {
+    sqlx::SqliteConnection::connect(&format!("sqlite://{}", data_dir.join("idem.db").display()))
+        .await
+        .expect("open the database")
+}
+
 #[tokio::test]
 async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -66,9 +72,7 @@ async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
     assert_eq!(account.code, Some(0), "{}", account.stderr);
 
     // What is stored: the hash, never the key; the balance in minor units.
-    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", data.join("idem.db").display()))
-        .await
-        .expect("open the database");
+    let mut db = open_database(data).await;
     let stored: Vec<(String, String)> = sqlx::query_as("select id, key_hash from api_keys")
         .fetch_all(&mut db)
         .await
@@ -156,9 +160,7 @@ async fn bad_arguments_get_a_clear_error_and_change_nothing() {
         assert!(outcome.stdout.is_empty(), "{args:?} printed {:?}", outcome.stdout);
     }
 
-    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", data.join("idem.db").display()))
-        .await
-        .expect("open the database");
+    let mut db = open_database(data).await;
     let accounts: i64 = sqlx::query_scalar("select count(*) from accounts")
         .fetch_one(&mut db)
         .await

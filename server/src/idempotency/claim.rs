@@ -74,3 +74,21 @@ pub enum ClaimOutcome {
     /// key, or none): nothing was written.
     DuplicateMerchantReference { payment_id: PaymentId },
 }
+
+/// How the provider answered a claimed create_payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderVerdict {
+    Authorized,
+    Declined,
+}
+
+/// The completion transaction's content: fenced by the owner's lease version.
+#[derive(Debug, Clone)]
+pub struct PaymentCompletion {
+    pub payment_id: PaymentId,
+    pub verdict: ProviderVerdict,
+    pub provider_charge_id: String,
+    pub event_id: String,
+    pub event_payload: String,
+    pub response: StoredResponse,
+}

@@ -14,7 +14,7 @@ pub use sqlite::SqliteStore;
 use crate::auth::Principal;
 use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
 use crate::auth::tenant::{TenantId, TenantName};
-use crate::idempotency::claim::{ClaimOutcome, NewClaim, Scope, StoredResponse};
+use crate::idempotency::claim::{ClaimOutcome, NewClaim, PaymentCompletion, Scope, StoredResponse};
 use crate::idempotency::record::StoredRecord;
 use crate::payments::account::NewAccount;
 use crate::payments::payment::NewPayment;
@@ -147,6 +147,28 @@ pub trait Store: Send + Sync + 'static {
         payment: &NewPayment,
         insufficient_funds: &StoredResponse,
     ) -> Result<ClaimOutcome, StoreError>;
+
+    /// The completion transaction: payment status and charge id, the hold released when
+    /// declined, the outcome's event, and the record settled (COMPLETED for an authorisation,
+    /// FAILED_REPLAYABLE for a decline) with its response. Conditional on `lease_version`:
+    /// `Ok(false)` means another owner took over and nothing was written.
+    async fn complete_create_payment(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        completion: &PaymentCompletion,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost).
+    /// Conditional on `lease_version`, like every owner's write.
+    async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
+
+    /// When the payment row was created (for representations that show it).
+    async fn payment_created_at(
+        &self,
+        tenant_id: &TenantId,
+        payment_id: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError>;
 
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);

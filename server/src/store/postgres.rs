@@ -26,6 +26,17 @@ const SQL: DialectSql = DialectSql {
          progress_step = 'COMPLETED', response_status_code = $1, resource_type = null, resource_id = null, \
          locked_until = null, completed_at = now(), updated_at = now() \
          where tenant_id = $2 and operation_name = $3 and idempotency_key = $4",
+    settle_record: "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
+         response_status_code = $2, locked_until = null, completed_at = now(), updated_at = now() \
+         where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 \
+         and status = 'IN_PROGRESS'",
+    mark_unknown: "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', \
+         progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now() \
+         where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 \
+         and status = 'IN_PROGRESS'",
+    set_payment_outcome: "update payments set status = $1, provider_charge_id = $2, updated_at = now() where id = $3",
+    release_hold: "update accounts set balance_minor = balance_minor + $1, updated_at = now() \
+         where tenant_id = $2 and id = $3",
 };
 
 /// The production store: several `serve` instances share one PostgreSQL database.

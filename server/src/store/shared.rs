@@ -19,6 +19,14 @@ pub(super) struct DialectSql {
     pub hold_amount: &'static str,
     /// `$1` response status, `$2`..`$4` scope.
     pub bind_insufficient_funds: &'static str,
+    /// `$1` status, `$2` response status, `$3`..`$5` scope, `$6` lease version.
+    pub settle_record: &'static str,
+    /// `$1`..`$3` scope, `$4` lease version.
+    pub mark_unknown: &'static str,
+    /// `$1` payment status, `$2` charge id, `$3` payment id.
+    pub set_payment_outcome: &'static str,
+    /// `$1` amount, `$2` tenant, `$3` account.
+    pub release_hold: &'static str,
 }
 
 pub(super) const SELECT_RECORD: &str = "select status, progress_step, cast(fingerprint_version as integer), \
@@ -34,6 +42,10 @@ pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, ac
      merchant_reference, channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8)";
 pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str =
     "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3";
+pub(super) const PAYMENT_HOLD: &str =
+    "select tenant_id, account_id, amount_minor from payments where id = $1";
+pub(super) const PAYMENT_CREATED_AT: &str =
+    "select created_at from payments where tenant_id = $1 and id = $2";
 pub(super) const INSERT_EVENT: &str =
     "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
 
@@ -334,6 +346,99 @@ macro_rules! impl_store {
                     .await?;
                 tx.commit().await?;
                 Ok(ClaimOutcome::Claimed { lease_version: 1 })
+            }
+
+            async fn complete_create_payment(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+                lease_version: i64,
+                completion: &$crate::idempotency::claim::PaymentCompletion,
+            ) -> Result<bool, $crate::store::StoreError> {
+                use $crate::idempotency::claim::ProviderVerdict;
+                let (record_status, payment_status, event_type) = match completion.verdict {
+                    ProviderVerdict::Authorized => ("COMPLETED", "PENDING", "PaymentAuthorized"),
+                    ProviderVerdict::Declined => ("FAILED_REPLAYABLE", "DECLINED", "PaymentDeclined"),
+                };
+                let mut tx = self.pool.begin().await?;
+                // The fence first: an owner that lost its lease writes nothing at all.
+                let settled = sqlx::query($sql.settle_record)
+                    .bind(record_status)
+                    .bind(i32::from(completion.response.status))
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(lease_version)
+                    .execute(&mut *tx)
+                    .await?;
+                if settled.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                sqlx::query($crate::store::shared::INSERT_RESPONSE)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(completion.response.headers_json())
+                    .bind(completion.response.body.as_slice())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query($sql.set_payment_outcome)
+                    .bind(payment_status)
+                    .bind(completion.provider_charge_id.as_str())
+                    .bind(completion.payment_id.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                if completion.verdict == ProviderVerdict::Declined {
+                    let (tenant_id, account_id, amount): (String, String, i64) =
+                        sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
+                            .bind(completion.payment_id.as_str())
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    sqlx::query($sql.release_hold)
+                        .bind(amount)
+                        .bind(tenant_id)
+                        .bind(account_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query($crate::store::shared::INSERT_EVENT)
+                    .bind(completion.event_id.as_str())
+                    .bind(completion.payment_id.as_str())
+                    .bind(event_type)
+                    .bind(completion.event_payload.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn mark_outcome_unknown(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+                lease_version: i64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let marked = sqlx::query($sql.mark_unknown)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(lease_version)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(marked.rows_affected() == 1)
+            }
+
+            async fn payment_created_at(
+                &self,
+                tenant_id: &$crate::auth::tenant::TenantId,
+                payment_id: &str,
+            ) -> Result<Option<chrono::DateTime<chrono::Utc>>, $crate::store::StoreError> {
+                Ok(
+                    sqlx::query_scalar($crate::store::shared::PAYMENT_CREATED_AT)
+                        .bind(tenant_id.as_str())
+                        .bind(payment_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn close(&self) {

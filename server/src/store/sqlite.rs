@@ -57,6 +57,32 @@ const SQL: DialectSql = DialectSql {
         now!(),
         " where tenant_id = $2 and operation_name = $3 and idempotency_key = $4"
     ),
+    settle_record: concat!(
+        "update idempotency_records set status = $1, progress_step = 'COMPLETED', ",
+        "response_status_code = $2, locked_until = null, completed_at = ",
+        now!(),
+        ", updated_at = ",
+        now!(),
+        " where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 ",
+        "and status = 'IN_PROGRESS'"
+    ),
+    mark_unknown: concat!(
+        "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', ",
+        "progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = ",
+        now!(),
+        " where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 ",
+        "and status = 'IN_PROGRESS'"
+    ),
+    set_payment_outcome: concat!(
+        "update payments set status = $1, provider_charge_id = $2, updated_at = ",
+        now!(),
+        " where id = $3"
+    ),
+    release_hold: concat!(
+        "update accounts set balance_minor = balance_minor + $1, updated_at = ",
+        now!(),
+        " where tenant_id = $2 and id = $3"
+    ),
 };
 
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy

@@ -3,7 +3,9 @@
 use crate::support::{TestDatabase, conformance};
 use idem::auth::api_key::NewApiKey;
 use idem::auth::tenant::{TenantId, TenantName};
-use idem::idempotency::claim::{ClaimOutcome, NewClaim, Scope, StoredResponse};
+use idem::idempotency::claim::{
+    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Scope, StoredResponse,
+};
 use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput};
 use idem::idempotency::key::IdempotencyKey;
 use idem::idempotency::record::{ProgressStep, RecordStatus};
@@ -78,6 +80,25 @@ impl Fixture {
             .claim_create_payment(&claim, &payment, &insufficient_funds())
             .await
             .expect("claim")
+    }
+}
+
+fn completion(payment: &NewPayment, verdict: ProviderVerdict) -> PaymentCompletion {
+    PaymentCompletion {
+        payment_id: payment.id.clone(),
+        verdict,
+        provider_charge_id: "ch_000001".to_owned(),
+        event_id: idem::payments::payment::new_event_id(),
+        event_payload: "{}".to_owned(),
+        response: StoredResponse {
+            status: if verdict == ProviderVerdict::Authorized {
+                201
+            } else {
+                402
+            },
+            headers: vec![("location".into(), format!("/payments/{}", payment.id))],
+            body: format!(r#"{{"paymentId":"{}"}}"#, payment.id).into_bytes(),
+        },
     }
 }
 
@@ -222,5 +243,67 @@ conformance! {
             globex.claim("shared-key", &request_body("10.00", "inv-1")).await,
             ClaimOutcome::Claimed { lease_version: 1 }
         );
+    }
+}
+
+conformance! {
+    async fn an_authorisation_completes_the_record_with_its_response(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
+        let done = completion(&payment, ProviderVerdict::Authorized);
+        assert!(fixture.store.complete_create_payment(&claim.scope, 1, &done).await.expect("complete"));
+
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        assert_eq!(record.status, RecordStatus::Completed);
+        assert_eq!(record.progress_step, ProgressStep::Completed);
+        assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), Some(done.response.clone()));
+        assert_eq!(db.query_i64("select count(*) from payments where status = 'PENDING' and provider_charge_id = 'ch_000001'").await, 1);
+        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'").await, 1);
+        assert_eq!(balance(&db, &fixture).await, 9_000, "the amount stays taken");
+        assert!(fixture.store.payment_created_at(&fixture.tenant_id, payment.id.as_str()).await.expect("read").is_some());
+    }
+
+    async fn a_decline_is_replayable_and_releases_the_hold(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
+        let declined = completion(&payment, ProviderVerdict::Declined);
+        assert!(fixture.store.complete_create_payment(&claim.scope, 1, &declined).await.expect("complete"));
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        assert_eq!(record.status, RecordStatus::FailedReplayable);
+        assert_eq!(db.query_i64("select count(*) from payments where status = 'DECLINED'").await, 1);
+        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentDeclined'").await, 1);
+        assert_eq!(balance(&db, &fixture).await, 10_000, "the hold is released");
+    }
+
+    async fn an_owner_without_the_lease_writes_nothing(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
+        let stale = completion(&payment, ProviderVerdict::Declined);
+        assert!(!fixture.store.complete_create_payment(&claim.scope, 2, &stale).await.expect("fenced"));
+        assert!(!fixture.store.mark_outcome_unknown(&claim.scope, 2).await.expect("fenced"));
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        assert_eq!(record.status, RecordStatus::InProgress);
+        assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), None);
+        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1, "PaymentCreated only");
+        assert_eq!(balance(&db, &fixture).await, 9_000);
+    }
+
+    async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
+        assert!(fixture.store.mark_outcome_unknown(&claim.scope, 1).await.expect("mark"));
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
+        assert_eq!(record.locked_until, None);
+        let done = completion(&payment, ProviderVerdict::Authorized);
+        assert!(
+            !fixture.store.complete_create_payment(&claim.scope, 1, &done).await.expect("complete"),
+            "only an IN_PROGRESS record is completed by its owner; recovery resolves unknown ones"
+        );
+        assert_eq!(db.query_i64("select count(*) from payments where status = 'PROCESSING'").await, 1);
     }
 }

@@ -7,6 +7,7 @@ use crate::auth::api_key::ApiKeyId;
 use crate::auth::tenant::TenantId;
 use crate::payments::money::Currency;
 use crate::payments::payment::PaymentId;
+use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// The scope of a key: the same key string under another tenant or operation is unrelated.
@@ -61,11 +62,14 @@ pub enum ClaimOutcome {
     /// This request owns the key: the record (IN_PROGRESS, PROVIDER_REQUEST_SENT), the
     /// payment (PROCESSING, amount held on the account) and its PaymentCreated event are
     /// committed together.
-    Claimed { lease_version: i64 },
+    Claimed {
+        lease_version: i64,
+        expires_at: DateTime<Utc>,
+    },
     /// Another request made the record first; `decide` says what this one gets.
     Existing(StoredRecord),
     /// The account cannot cover the amount: the key is bound to the stored 422 answer.
-    InsufficientFunds,
+    InsufficientFunds { expires_at: DateTime<Utc> },
     /// No such account for this tenant: nothing was written.
     AccountNotFound,
     /// The account holds another currency: nothing was written.

@@ -96,6 +96,7 @@ mod tests {
             lease_version: 3,
             locked_until: Some(now() + Duration::milliseconds(2_500)),
             expires_at: now() + Duration::hours(24),
+            resource_id: Some("pay_1".to_owned()),
         }
     }
 

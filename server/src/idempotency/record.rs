@@ -73,6 +73,8 @@ pub struct StoredRecord {
     pub lease_version: i64,
     pub locked_until: Option<DateTime<Utc>>,
     pub expires_at: DateTime<Utc>,
+    /// The payment the record made, once it made one.
+    pub resource_id: Option<String>,
 }
 
 #[cfg(test)]

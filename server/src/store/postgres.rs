@@ -18,7 +18,7 @@ const SQL: DialectSql = DialectSql {
          created_by, expires_at) \
          values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', $7, $8, $9, 1, \
          now() + make_interval(secs => $10), $11, now() + make_interval(secs => $12)) \
-         on conflict do nothing",
+         on conflict do nothing returning lease_version, expires_at",
     account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 for update",
     hold_amount: "update accounts set balance_minor = balance_minor - $1, updated_at = now() \
          where tenant_id = $2 and id = $3",

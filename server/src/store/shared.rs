@@ -30,7 +30,7 @@ pub(super) struct DialectSql {
 }
 
 pub(super) const SELECT_RECORD: &str = "select status, progress_step, cast(fingerprint_version as integer), \
-     request_fingerprint, lease_version, locked_until, expires_at \
+     request_fingerprint, lease_version, locked_until, expires_at, resource_id \
      from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3";
 pub(super) const SELECT_RESPONSE: &str = "select r.response_status_code, s.headers, s.body \
      from idempotency_records r join idempotency_responses s \
@@ -58,10 +58,11 @@ pub(super) type RecordRow = (
     i64,
     Option<chrono::DateTime<chrono::Utc>>,
     chrono::DateTime<chrono::Utc>,
+    Option<String>,
 );
 
 pub(super) fn record_of(
-    (status, step, version, fingerprint, lease_version, locked_until, expires_at): RecordRow,
+    (status, step, version, fingerprint, lease_version, locked_until, expires_at, resource_id): RecordRow,
 ) -> Result<crate::idempotency::record::StoredRecord, super::StoreError> {
     use super::StoreError::Corrupt;
     Ok(crate::idempotency::record::StoredRecord {
@@ -73,6 +74,7 @@ pub(super) fn record_of(
         lease_version,
         locked_until,
         expires_at,
+        resource_id,
     })
 }
 
@@ -237,22 +239,23 @@ macro_rules! impl_store {
 
                 // Insert first: exactly one request wins the scoped key; the others wait for
                 // its transaction and then find its row.
-                let inserted = sqlx::query($sql.claim_record)
-                    .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
-                    .bind(scope.key.as_str())
-                    .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
-                    .bind(claim.fingerprint.sha256_hex.as_str())
-                    .bind(claim.fingerprint.canonical.as_str())
-                    .bind(payment.id.as_str())
-                    .bind(claim.response_schema_version.as_str())
-                    .bind(claim.lease_owner.as_str())
-                    .bind(claim.lease.as_secs_f64())
-                    .bind(claim.created_by.as_str())
-                    .bind(claim.window.as_secs_f64())
-                    .execute(&mut *tx)
-                    .await?;
-                if inserted.rows_affected() == 0 {
+                let inserted: Option<(i64, chrono::DateTime<chrono::Utc>)> =
+                    sqlx::query_as($sql.claim_record)
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+                        .bind(claim.fingerprint.sha256_hex.as_str())
+                        .bind(claim.fingerprint.canonical.as_str())
+                        .bind(payment.id.as_str())
+                        .bind(claim.response_schema_version.as_str())
+                        .bind(claim.lease_owner.as_str())
+                        .bind(claim.lease.as_secs_f64())
+                        .bind(claim.created_by.as_str())
+                        .bind(claim.window.as_secs_f64())
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let Some((lease_version, expires_at)) = inserted else {
                     tx.rollback().await?;
                     return match self.load_record(scope).await? {
                         Some(record) => Ok(ClaimOutcome::Existing(record)),
@@ -262,7 +265,7 @@ macro_rules! impl_store {
                             "claimed record vanished".into(),
                         )),
                     };
-                }
+                };
 
                 let account: Option<(String, i64)> = sqlx::query_as($sql.account_for_update)
                     .bind(scope.tenant_id.as_str())
@@ -299,7 +302,7 @@ macro_rules! impl_store {
                         .execute(&mut *tx)
                         .await?;
                     tx.commit().await?;
-                    return Ok(ClaimOutcome::InsufficientFunds);
+                    return Ok(ClaimOutcome::InsufficientFunds { expires_at });
                 }
 
                 sqlx::query($sql.hold_amount)
@@ -345,7 +348,10 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                Ok(ClaimOutcome::Claimed { lease_version: 1 })
+                Ok(ClaimOutcome::Claimed {
+                    lease_version,
+                    expires_at,
+                })
             }
 
             async fn complete_create_payment(

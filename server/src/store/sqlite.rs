@@ -39,7 +39,7 @@ const SQL: DialectSql = DialectSql {
         now!("$10"),
         ", $11, ",
         now!("$12"),
-        ") on conflict do nothing"
+        ") on conflict do nothing returning lease_version, expires_at"
     ),
     // The claim's insert already holds SQLite's single write lock for this transaction.
     account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2",

@@ -2,7 +2,7 @@
 
 use super::fingerprint::Fingerprint;
 use super::key::IdempotencyKey;
-use super::record::StoredRecord;
+use super::record::RecordAt;
 use crate::auth::api_key::ApiKeyId;
 use crate::auth::tenant::TenantId;
 use crate::payments::money::Currency;
@@ -67,7 +67,7 @@ pub enum ClaimOutcome {
         expires_at: DateTime<Utc>,
     },
     /// Another request made the record first; `decide` says what this one gets.
-    Existing(StoredRecord),
+    Existing(RecordAt),
     /// The account cannot cover the amount: the key is bound to the stored 422 answer.
     InsufficientFunds { expires_at: DateTime<Utc> },
     /// No such account for this tenant: nothing was written.

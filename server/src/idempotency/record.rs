@@ -89,3 +89,11 @@ mod tests {
         assert!("SENT".parse::<ProgressStep>().is_err());
     }
 }
+
+/// A record as read, and the database's clock when it was read: leases and windows are
+/// compared with the database's time, never with an instance's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordAt {
+    pub record: StoredRecord,
+    pub now: DateTime<Utc>,
+}

@@ -4,3 +4,4 @@ pub mod account;
 pub mod command;
 pub mod money;
 pub mod payment;
+pub mod representation;

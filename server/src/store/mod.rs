@@ -15,7 +15,7 @@ use crate::auth::Principal;
 use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
 use crate::auth::tenant::{TenantId, TenantName};
 use crate::idempotency::claim::{ClaimOutcome, NewClaim, PaymentCompletion, Scope, StoredResponse};
-use crate::idempotency::record::StoredRecord;
+use crate::idempotency::record::RecordAt;
 use crate::payments::account::NewAccount;
 use crate::payments::payment::NewPayment;
 use app::dto::{RecordStatus, StatusCount};
@@ -130,8 +130,8 @@ pub trait Store: Send + Sync + 'static {
     /// `Err(AlreadyExists)` when the tenant already has an account with this id.
     async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError>;
 
-    /// The record of a scoped key, if any.
-    async fn load_record(&self, scope: &Scope) -> Result<Option<StoredRecord>, StoreError>;
+    /// The record of a scoped key, if any, with the database's clock at the time of reading.
+    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError>;
 
     /// The stored response of a scoped key, if any (settled records only).
     async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError>;

@@ -1,5 +1,5 @@
 use super::StoreError;
-use super::shared::{DialectSql, impl_store};
+use super::shared::{DialectSql, impl_store, select_record};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -9,6 +9,7 @@ use std::time::Duration;
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 
 const SQL: DialectSql = DialectSql {
+    select_record: select_record!("now()"),
     migrations_table_exists: "select count(*) from pg_catalog.pg_tables \
          where tablename = '_sqlx_migrations' and schemaname = current_schema()",
     revoke_api_key: "update api_keys set revoked_at = now() where id = $1 and revoked_at is null",

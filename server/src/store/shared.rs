@@ -7,6 +7,8 @@
 pub(super) struct DialectSql {
     /// `select count(*)` of the migrations table (0 or 1).
     pub migrations_table_exists: &'static str,
+    /// `$1`..`$3` scope: the record and the database's current time (see `select_record!`).
+    pub select_record: &'static str,
     /// `$1` api key id.
     pub revoke_api_key: &'static str,
     /// The claim: `$1`..`$6` scope and fingerprint, `$7` payment id, `$8` response schema
@@ -29,9 +31,18 @@ pub(super) struct DialectSql {
     pub release_hold: &'static str,
 }
 
-pub(super) const SELECT_RECORD: &str = "select status, progress_step, cast(fingerprint_version as integer), \
-     request_fingerprint, lease_version, locked_until, expires_at, resource_id \
-     from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3";
+/// The record columns `decide` needs, then the database's clock.
+macro_rules! select_record {
+    ($now:expr) => {
+        concat!(
+            "select status, progress_step, cast(fingerprint_version as integer), request_fingerprint, ",
+            "lease_version, locked_until, expires_at, resource_id, ",
+            $now,
+            " from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3"
+        )
+    };
+}
+pub(super) use select_record;
 pub(super) const SELECT_RESPONSE: &str = "select r.response_status_code, s.headers, s.body \
      from idempotency_records r join idempotency_responses s \
      on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = r.idempotency_key \
@@ -59,13 +70,14 @@ pub(super) type RecordRow = (
     Option<chrono::DateTime<chrono::Utc>>,
     chrono::DateTime<chrono::Utc>,
     Option<String>,
+    chrono::DateTime<chrono::Utc>,
 );
 
 pub(super) fn record_of(
-    (status, step, version, fingerprint, lease_version, locked_until, expires_at, resource_id): RecordRow,
-) -> Result<crate::idempotency::record::StoredRecord, super::StoreError> {
+    (status, step, version, fingerprint, lease_version, locked_until, expires_at, resource_id, now): RecordRow,
+) -> Result<crate::idempotency::record::RecordAt, super::StoreError> {
     use super::StoreError::Corrupt;
-    Ok(crate::idempotency::record::StoredRecord {
+    let record = crate::idempotency::record::StoredRecord {
         status: status.parse().map_err(|error| Corrupt(format!("{error}")))?,
         progress_step: step.parse().map_err(|error| Corrupt(format!("{error}")))?,
         fingerprint_version: u16::try_from(version)
@@ -75,7 +87,8 @@ pub(super) fn record_of(
         locked_until,
         expires_at,
         resource_id,
-    })
+    };
+    Ok(crate::idempotency::record::RecordAt { record, now })
 }
 
 macro_rules! impl_store {
@@ -193,14 +206,13 @@ macro_rules! impl_store {
             async fn load_record(
                 &self,
                 scope: &$crate::idempotency::claim::Scope,
-            ) -> Result<Option<$crate::idempotency::record::StoredRecord>, $crate::store::StoreError> {
-                let row: Option<$crate::store::shared::RecordRow> =
-                    sqlx::query_as($crate::store::shared::SELECT_RECORD)
-                        .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
-                        .bind(scope.key.as_str())
-                        .fetch_optional(&self.pool)
-                        .await?;
+            ) -> Result<Option<$crate::idempotency::record::RecordAt>, $crate::store::StoreError> {
+                let row: Option<$crate::store::shared::RecordRow> = sqlx::query_as($sql.select_record)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
                 row.map($crate::store::shared::record_of).transpose()
             }
 
@@ -258,7 +270,7 @@ macro_rules! impl_store {
                 let Some((lease_version, expires_at)) = inserted else {
                     tx.rollback().await?;
                     return match self.load_record(scope).await? {
-                        Some(record) => Ok(ClaimOutcome::Existing(record)),
+                        Some(found) => Ok(ClaimOutcome::Existing(found)),
                         // Gone between the insert and the read (deleted by cleanup): the
                         // caller may simply try again.
                         None => Err($crate::store::StoreError::Corrupt(

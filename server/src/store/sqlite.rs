@@ -1,5 +1,5 @@
 use super::StoreError;
-use super::shared::{DialectSql, impl_store};
+use super::shared::{DialectSql, impl_store, select_record};
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -24,6 +24,7 @@ macro_rules! now {
 }
 
 const SQL: DialectSql = DialectSql {
+    select_record: select_record!(now!()),
     migrations_table_exists: "select count(*) from sqlite_master where type = 'table' and name = '_sqlx_migrations'",
     revoke_api_key: concat!(
         "update api_keys set revoked_at = ",

@@ -136,7 +136,7 @@ conformance! {
             .load_record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
             .await
             .expect("load")
-            .expect("record");
+            .expect("record").record;
         assert_eq!(record.status, RecordStatus::InProgress);
         assert_eq!(record.progress_step, ProgressStep::ProviderRequestSent);
         assert_eq!(record.lease_version, 1);
@@ -150,7 +150,7 @@ conformance! {
         let fixture = fixture(&db, "100.00").await;
         fixture.claim("k1", &request_body("10.00", "inv-1")).await;
         match fixture.claim("k1", &request_body("10.00", "inv-1")).await {
-            ClaimOutcome::Existing(record) => assert_eq!(record.status, RecordStatus::InProgress),
+            ClaimOutcome::Existing(found) => assert_eq!(found.record.status, RecordStatus::InProgress),
             other => panic!("expected the existing record, got {other:?}"),
         }
         assert_eq!(db.query_i64("select count(*) from payments").await, 1);
@@ -186,7 +186,7 @@ conformance! {
             ClaimOutcome::InsufficientFunds { .. }
         ));
         let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
-        let record = fixture.store.load_record(&scope).await.expect("load").expect("record");
+        let record = fixture.store.load_record(&scope).await.expect("load").expect("record").record;
         assert_eq!(record.status, RecordStatus::FailedReplayable);
         assert_eq!(fixture.store.load_response(&scope).await.expect("load"), Some(insufficient_funds()));
         assert_eq!(balance(&db, &fixture).await, 500, "nothing held");
@@ -257,7 +257,7 @@ conformance! {
         let done = completion(&payment, ProviderVerdict::Authorized);
         assert!(fixture.store.complete_create_payment(&claim.scope, 1, &done).await.expect("complete"));
 
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
         assert_eq!(record.status, RecordStatus::Completed);
         assert_eq!(record.progress_step, ProgressStep::Completed);
         assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), Some(done.response.clone()));
@@ -273,7 +273,7 @@ conformance! {
         fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
         let declined = completion(&payment, ProviderVerdict::Declined);
         assert!(fixture.store.complete_create_payment(&claim.scope, 1, &declined).await.expect("complete"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
         assert_eq!(record.status, RecordStatus::FailedReplayable);
         assert_eq!(db.query_i64("select count(*) from payments where status = 'DECLINED'").await, 1);
         assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentDeclined'").await, 1);
@@ -287,7 +287,7 @@ conformance! {
         let stale = completion(&payment, ProviderVerdict::Declined);
         assert!(!fixture.store.complete_create_payment(&claim.scope, 2, &stale).await.expect("fenced"));
         assert!(!fixture.store.mark_outcome_unknown(&claim.scope, 2).await.expect("fenced"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
         assert_eq!(record.status, RecordStatus::InProgress);
         assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), None);
         assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1, "PaymentCreated only");
@@ -299,7 +299,7 @@ conformance! {
         let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
         fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
         assert!(fixture.store.mark_outcome_unknown(&claim.scope, 1).await.expect("mark"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record");
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
         assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
         assert_eq!(record.locked_until, None);
         let done = completion(&payment, ProviderVerdict::Authorized);

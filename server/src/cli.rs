@@ -127,6 +127,22 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "IDEM_BODY_LIMIT_BYTES", default_value_t = 64 * 1024)]
     pub body_limit_bytes: usize,
+
+    /// Base URL of the payment provider. Unset: a provider simulator runs in-process.
+    #[arg(long, env = "IDEM_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+
+    /// How long a provider call may take, in milliseconds; past it the outcome is unknown.
+    #[arg(long, env = "IDEM_PROVIDER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub provider_timeout_ms: u64,
+
+    /// How long, in seconds, a request owns its idempotency key before a retry may take over.
+    #[arg(long, env = "IDEM_LEASE_SECS", default_value_t = 30)]
+    pub lease_secs: u64,
+
+    /// The idempotency window of create_payment, in seconds.
+    #[arg(long, env = "IDEM_WINDOW_SECS", default_value_t = 24 * 3600)]
+    pub window_secs: u64,
 }
 
 #[cfg(test)]

@@ -2,10 +2,13 @@
 //! `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
-use crate::http::{self, HttpSettings};
+use crate::http::{self, AppState, HttpSettings};
+use crate::payments::engine::{EngineSettings, PaymentsEngine};
 use crate::provider;
+use crate::provider::client::ProviderClient;
 use crate::store::{self, DatabaseTarget, StoreError};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -20,6 +23,8 @@ pub enum ServeError {
     },
     #[error("server error: {0}")]
     Server(#[source] std::io::Error),
+    #[error("provider client: {0}")]
+    Provider(String),
 }
 
 pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeError> {
@@ -34,7 +39,30 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
         request_timeout: Duration::from_secs(args.request_timeout_secs),
         body_limit_bytes: args.body_limit_bytes,
     };
-    let router = http::router(store.clone(), &settings);
+    let provider_url = match args.provider_url {
+        Some(url) => url,
+        None => start_in_process_simulator().await?,
+    };
+    let provider = ProviderClient::new(
+        &provider_url,
+        Duration::from_secs(2),
+        Duration::from_millis(args.provider_timeout_ms),
+    )
+    .map_err(|error| ServeError::Provider(error.to_string()))?;
+    let engine = PaymentsEngine::new(
+        store.clone(),
+        provider,
+        EngineSettings {
+            lease: Duration::from_secs(args.lease_secs),
+            window: Duration::from_secs(args.window_secs),
+            instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
+        },
+    );
+    let state = AppState {
+        store: store.clone(),
+        engine: Arc::new(engine),
+    };
+    let router = http::router(state, &settings);
 
     announce("Idem console", address);
 
@@ -58,6 +86,24 @@ pub async fn provider_sim(args: ProviderSimArgs) -> Result<(), ServeError> {
     .with_graceful_shutdown(shutdown_signal())
     .await
     .map_err(ServeError::Server)
+}
+
+/// The provider simulator on a free loopback port of this process, so that a fresh checkout
+/// runs with nothing else started.
+async fn start_in_process_simulator() -> Result<String, ServeError> {
+    let (listener, address) = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(
+            listener,
+            provider::sim::router(provider::sim::Simulator::default()),
+        )
+        .await
+        {
+            tracing::error!(%error, "in-process provider simulator stopped");
+        }
+    });
+    tracing::info!(%address, "provider simulator running in-process");
+    Ok(format!("http://{address}"))
 }
 
 async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), ServeError> {

@@ -93,9 +93,8 @@ impl ApiError {
     fn details(&self) -> Option<Value> {
         match self {
             ApiError::ValidationFailed(problems) => Some(json!({ "fields": problems })),
-            ApiError::DuplicateMerchantReference { payment_id } | ApiError::PaymentDeclined { payment_id } => {
-                Some(json!({ "paymentId": payment_id }))
-            }
+            ApiError::DuplicateMerchantReference { payment_id }
+            | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
             ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
             _ => None,
         }
@@ -132,7 +131,9 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if let Some(seconds) = self.retry_after_secs() {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }
@@ -144,9 +145,13 @@ mod tests {
 
     #[test]
     fn error_bodies_have_the_contract_shape() {
-        let body: Value = serde_json::from_slice(&ApiError::KeyReusedWithDifferentRequest.body()).expect("json");
+        let body: Value =
+            serde_json::from_slice(&ApiError::KeyReusedWithDifferentRequest.body()).expect("json");
         assert_eq!(body["errorCode"], "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST");
-        assert_eq!(body["message"], "This idempotency key was already used with a different request.");
+        assert_eq!(
+            body["message"],
+            "This idempotency key was already used with a different request."
+        );
         assert_eq!(body["retryable"], false);
         assert!(body.get("details").is_none());
 

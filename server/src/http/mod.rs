@@ -1,13 +1,17 @@
 //! Router assembly and the middleware every request goes through.
 
+pub mod error;
 mod health;
 
 use crate::console::StoreConsole;
+use crate::payments;
+use crate::payments::engine::PaymentsEngine;
 use crate::store::Store;
 use app::backend::Backend;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::routing::{get, post};
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use std::net::SocketAddr;
@@ -37,15 +41,17 @@ pub struct HttpSettings {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
+    pub engine: Arc<PaymentsEngine>,
 }
 
-pub fn router(store: Arc<dyn Store>, settings: &HttpSettings) -> Router {
-    let state = AppState { store: store.clone() };
-    let console_backend = Backend(Arc::new(StoreConsole::new(store)));
+pub fn router(state: AppState, settings: &HttpSettings) -> Router {
+    let console_backend = Backend(Arc::new(StoreConsole::new(state.store.clone())));
 
     let api = Router::new()
-        .route("/healthz", axum::routing::get(health::healthz))
-        .route("/readyz", axum::routing::get(health::readyz))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/payments", post(payments::http::create_payment))
+        .route("/idempotency", get(payments::http::discovery))
         .with_state(state);
 
     api.merge(console_router(console_backend, settings))

@@ -65,6 +65,7 @@ pub enum ClaimOutcome {
     Claimed {
         lease_version: i64,
         expires_at: DateTime<Utc>,
+        payment_created_at: DateTime<Utc>,
     },
     /// Another request made the record first; `decide` says what this one gets.
     Existing(RecordAt),

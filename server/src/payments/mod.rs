@@ -2,6 +2,8 @@
 
 pub mod account;
 pub mod command;
+pub mod engine;
+pub mod http;
 pub mod money;
 pub mod payment;
 pub mod representation;

@@ -163,13 +163,6 @@ pub trait Store: Send + Sync + 'static {
     /// Conditional on `lease_version`, like every owner's write.
     async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
 
-    /// When the payment row was created (for representations that show it).
-    async fn payment_created_at(
-        &self,
-        tenant_id: &TenantId,
-        payment_id: &str,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError>;
-
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }

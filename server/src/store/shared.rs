@@ -50,13 +50,12 @@ pub(super) const SELECT_RESPONSE: &str = "select r.response_status_code, s.heade
 pub(super) const INSERT_RESPONSE: &str = "insert into idempotency_responses \
      (tenant_id, operation_name, idempotency_key, headers, body) values ($1, $2, $3, $4, $5)";
 pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
-     merchant_reference, channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8)";
+     merchant_reference, channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8) \
+     returning created_at";
 pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str =
     "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3";
 pub(super) const PAYMENT_HOLD: &str =
     "select tenant_id, account_id, amount_minor from payments where id = $1";
-pub(super) const PAYMENT_CREATED_AT: &str =
-    "select created_at from payments where tenant_id = $1 and id = $2";
 pub(super) const INSERT_EVENT: &str =
     "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
 
@@ -323,19 +322,20 @@ macro_rules! impl_store {
                     .bind(payment.account_id.as_str())
                     .execute(&mut *tx)
                     .await?;
-                let created = sqlx::query($crate::store::shared::INSERT_PAYMENT)
-                    .bind(payment.id.as_str())
-                    .bind(scope.tenant_id.as_str())
-                    .bind(payment.account_id.as_str())
-                    .bind(payment.amount.minor_units())
-                    .bind(currency.code())
-                    .bind(payment.merchant_reference.as_str())
-                    .bind(payment.channel.as_str())
-                    .bind(scope.key.as_str())
-                    .execute(&mut *tx)
-                    .await;
-                match created.map_err($crate::store::StoreError::from) {
-                    Ok(_) => {}
+                let created: Result<chrono::DateTime<chrono::Utc>, sqlx::Error> =
+                    sqlx::query_scalar($crate::store::shared::INSERT_PAYMENT)
+                        .bind(payment.id.as_str())
+                        .bind(scope.tenant_id.as_str())
+                        .bind(payment.account_id.as_str())
+                        .bind(payment.amount.minor_units())
+                        .bind(currency.code())
+                        .bind(payment.merchant_reference.as_str())
+                        .bind(payment.channel.as_str())
+                        .bind(scope.key.as_str())
+                        .fetch_one(&mut *tx)
+                        .await;
+                let payment_created_at = match created.map_err($crate::store::StoreError::from) {
+                    Ok(created_at) => created_at,
                     Err($crate::store::StoreError::AlreadyExists) => {
                         tx.rollback().await?;
                         let existing: String =
@@ -350,7 +350,7 @@ macro_rules! impl_store {
                         });
                     }
                     Err(error) => return Err(error),
-                }
+                };
                 let event_id = $crate::payments::payment::new_event_id();
                 sqlx::query($crate::store::shared::INSERT_EVENT)
                     .bind(event_id.as_str())
@@ -363,6 +363,7 @@ macro_rules! impl_store {
                 Ok(ClaimOutcome::Claimed {
                     lease_version,
                     expires_at,
+                    payment_created_at,
                 })
             }
 
@@ -443,20 +444,6 @@ macro_rules! impl_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(marked.rows_affected() == 1)
-            }
-
-            async fn payment_created_at(
-                &self,
-                tenant_id: &$crate::auth::tenant::TenantId,
-                payment_id: &str,
-            ) -> Result<Option<chrono::DateTime<chrono::Utc>>, $crate::store::StoreError> {
-                Ok(
-                    sqlx::query_scalar($crate::store::shared::PAYMENT_CREATED_AT)
-                        .bind(tenant_id.as_str())
-                        .bind(payment_id)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                )
             }
 
             async fn close(&self) {

@@ -1,5 +1,8 @@
 use super::TestDatabase;
-use idem::http::{self, HttpSettings};
+use idem::http::{self, AppState, HttpSettings};
+use idem::payments::engine::{EngineSettings, PaymentsEngine};
+use idem::provider::client::ProviderClient;
+use idem::provider::sim;
 use idem::store::Store;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,7 +56,30 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         request_timeout: Duration::from_secs(10),
         body_limit_bytes: 16 * 1024,
     };
-    let router = http::router(store, &settings);
+    // The provider simulator, in-process as `idem serve` runs it by default.
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let sim_address = sim_listener.local_addr().expect("local address");
+    tokio::spawn(async move { axum::serve(sim_listener, sim::router(sim::Simulator::default())).await });
+    let provider = ProviderClient::new(
+        &format!("http://{sim_address}"),
+        Duration::from_secs(2),
+        Duration::from_secs(5),
+    )
+    .expect("provider client");
+    let engine = PaymentsEngine::new(
+        store.clone(),
+        provider,
+        EngineSettings {
+            lease: Duration::from_secs(30),
+            window: Duration::from_secs(24 * 3600),
+            instance_id: "test-instance".to_owned(),
+        },
+    );
+    let state = AppState {
+        store,
+        engine: Arc::new(engine),
+    };
+    let router = http::router(state, &settings);
     tokio::spawn(async move { axum::serve(listener, router).await });
 
     let client = reqwest::Client::builder()

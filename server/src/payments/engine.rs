@@ -1,0 +1,366 @@
+//! create_payment, end to end: claim, provider call with no transaction open, completion;
+//! or, for a request that finds a record, the answer `decide` gives.
+//!
+//! The handler runs [`PaymentsEngine::create_payment`] in its own task, so a client that
+//! disconnects cannot cancel it halfway (no half-done operation, no connection returned to
+//! the pool inside a transaction).
+
+use super::command::CreatePayment;
+use super::payment::{NewPayment, PaymentId, new_event_id};
+use super::representation::{ApiVersion, PaymentStatus, payment_body};
+use crate::auth::Principal;
+use crate::http::error::ApiError;
+use crate::idempotency::claim::{
+    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Scope, StoredResponse,
+};
+use crate::idempotency::decision::{Decision, decide};
+use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use crate::idempotency::key::IdempotencyKey;
+use crate::idempotency::record::RecordAt;
+use crate::payments::command::FieldProblem;
+use crate::provider::ChargeStatus;
+use crate::provider::client::ProviderClient;
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// How long an owner may work before a retry may take over.
+    pub lease: Duration,
+    /// The idempotency window of create_payment.
+    pub window: Duration,
+    /// This instance, as lease owner.
+    pub instance_id: String,
+}
+
+/// A parsed, authenticated create_payment request.
+#[derive(Debug, Clone)]
+pub struct CreatePaymentRequest {
+    pub principal: Principal,
+    pub key: IdempotencyKey,
+    pub api_version: ApiVersion,
+    pub command: CreatePayment,
+}
+
+/// What the client is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub response: StoredResponse,
+    /// `Idempotent-Replayed: true`.
+    pub replayed: bool,
+    /// `Idempotency-Expires`, when a record exists.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub retry_after_secs: Option<u64>,
+}
+
+impl Answer {
+    fn fresh(response: StoredResponse, expires_at: DateTime<Utc>) -> Answer {
+        Answer {
+            response,
+            replayed: false,
+            expires_at: Some(expires_at),
+            retry_after_secs: None,
+        }
+    }
+
+    fn error(error: ApiError, expires_at: Option<DateTime<Utc>>) -> Answer {
+        let retry_after_secs = match &error {
+            ApiError::RequestInProgress { retry_after_secs } => Some(*retry_after_secs),
+            ApiError::Unavailable | ApiError::Internal => Some(1),
+            _ => None,
+        };
+        Answer {
+            response: error_response(&error),
+            replayed: false,
+            expires_at,
+            retry_after_secs,
+        }
+    }
+
+    fn outcome_unknown(payment_id: &str, expires_at: DateTime<Utc>) -> Answer {
+        let body = json!({
+            "paymentId": payment_id,
+            "status": PaymentStatus::Processing.as_str(),
+            "errorCode": "PAYMENT_OUTCOME_UNKNOWN",
+        });
+        Answer {
+            response: json_response(202, body.to_string().into_bytes(), Vec::new()),
+            replayed: false,
+            expires_at: Some(expires_at),
+            retry_after_secs: Some(2),
+        }
+    }
+}
+
+fn json_response(status: u16, body: Vec<u8>, mut headers: Vec<(String, String)>) -> StoredResponse {
+    headers.insert(0, ("content-type".to_owned(), "application/json".to_owned()));
+    StoredResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn error_response(error: &ApiError) -> StoredResponse {
+    json_response(error.status().as_u16(), error.body(), Vec::new())
+}
+
+/// How the payment is shown in the answer: the request's API version, and the row's
+/// creation time (from the database, returned by the claim).
+#[derive(Debug, Clone, Copy)]
+struct Representation {
+    version: ApiVersion,
+    created_at: DateTime<Utc>,
+}
+
+pub struct PaymentsEngine {
+    store: Arc<dyn Store>,
+    provider: ProviderClient,
+    settings: EngineSettings,
+}
+
+impl PaymentsEngine {
+    pub fn new(store: Arc<dyn Store>, provider: ProviderClient, settings: EngineSettings) -> Self {
+        PaymentsEngine {
+            store,
+            provider,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    fn fingerprint(&self, request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
+        Fingerprint::compute_in(
+            version,
+            &FingerprintInput {
+                operation: CreatePayment::OPERATION,
+                path_params: BTreeMap::new(),
+                api_version: request.api_version.as_str(),
+                command: &request.command,
+            },
+        )
+    }
+
+    pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
+        let scope = Scope {
+            tenant_id: request.principal.tenant_id.clone(),
+            operation: CreatePayment::OPERATION,
+            key: request.key.clone(),
+        };
+        let claim = NewClaim {
+            scope: scope.clone(),
+            fingerprint: self.fingerprint(&request, FingerprintVersion::CURRENT),
+            created_by: request.principal.api_key_id.clone(),
+            response_schema_version: request.api_version.as_str().to_owned(),
+            lease_owner: self.settings.instance_id.clone(),
+            lease: self.settings.lease,
+            window: self.settings.window,
+        };
+        let payment =
+            NewPayment::from_command(PaymentId::generate(), scope.tenant_id.clone(), &request.command);
+        let insufficient_funds = error_response(&ApiError::InsufficientFunds);
+
+        match self
+            .store
+            .claim_create_payment(&claim, &payment, &insufficient_funds)
+            .await
+        {
+            Ok(ClaimOutcome::Claimed {
+                lease_version,
+                expires_at,
+                payment_created_at,
+            }) => {
+                let representation = Representation {
+                    version: request.api_version,
+                    created_at: payment_created_at,
+                };
+                self.execute(&scope, lease_version, &payment, representation, expires_at)
+                    .await
+            }
+            Ok(ClaimOutcome::Existing(found)) => self.answer_existing(&request, &scope, found).await,
+            Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
+                Answer::error(ApiError::InsufficientFunds, Some(expires_at))
+            }
+            Ok(ClaimOutcome::AccountNotFound) => Answer::error(ApiError::AccountNotFound, None),
+            Ok(ClaimOutcome::CurrencyMismatch { account_currency }) => Answer::error(
+                ApiError::ValidationFailed(vec![FieldProblem {
+                    field: "currency".to_owned(),
+                    problem: format!("must be the account's currency ({account_currency})"),
+                }]),
+                None,
+            ),
+            Ok(ClaimOutcome::DuplicateMerchantReference { payment_id }) => Answer::error(
+                ApiError::DuplicateMerchantReference {
+                    payment_id: payment_id.to_string(),
+                },
+                None,
+            ),
+            // The claim's transaction did not commit: nothing was recorded, a retry executes.
+            Err(error) => Answer::error(store_failure(&error, "claim"), None),
+        }
+    }
+
+    /// The owner's part after the local transaction: ask the provider, then settle.
+    async fn execute(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        payment: &NewPayment,
+        representation: Representation,
+        expires_at: DateTime<Utc>,
+    ) -> Answer {
+        let charge = match self
+            .provider
+            .create_charge(payment.id.as_str(), payment.amount)
+            .await
+        {
+            Ok(charge) => charge,
+            Err(error) => {
+                // Whatever the failure, a charge may exist or the request may need sending
+                // again with the same provider key: recovery decides by asking, never guessing.
+                tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
+                return match self.store.mark_outcome_unknown(scope, lease_version).await {
+                    Ok(_) => Answer::outcome_unknown(payment.id.as_str(), expires_at),
+                    Err(error) => {
+                        Answer::error(store_failure(&error, "mark outcome unknown"), Some(expires_at))
+                    }
+                };
+            }
+        };
+        let verdict = match charge.status {
+            ChargeStatus::Succeeded => ProviderVerdict::Authorized,
+            ChargeStatus::Declined => ProviderVerdict::Declined,
+        };
+        let response = match verdict {
+            ProviderVerdict::Authorized => json_response(
+                201,
+                payment_body(
+                    representation.version,
+                    payment,
+                    PaymentStatus::Pending,
+                    representation.created_at,
+                ),
+                vec![("location".to_owned(), format!("/payments/{}", payment.id))],
+            ),
+            ProviderVerdict::Declined => error_response(&ApiError::PaymentDeclined {
+                payment_id: payment.id.to_string(),
+            }),
+        };
+        let event_id = new_event_id();
+        let completion = PaymentCompletion {
+            payment_id: payment.id.clone(),
+            verdict,
+            provider_charge_id: charge.charge_id.clone(),
+            event_payload: json!({
+                "eventId": event_id,
+                "type": if verdict == ProviderVerdict::Authorized { "PaymentAuthorized" } else { "PaymentDeclined" },
+                "paymentId": payment.id.as_str(),
+                "providerChargeId": charge.charge_id,
+            })
+            .to_string(),
+            event_id,
+            response,
+        };
+        match self
+            .store
+            .complete_create_payment(scope, lease_version, &completion)
+            .await
+        {
+            Ok(true) => Answer::fresh(completion.response, expires_at),
+            // Another owner took over meanwhile: its record is the truth now.
+            Ok(false) => match self.store.load_record(scope).await {
+                Ok(Some(found)) => self.answer_record(scope, found).await,
+                Ok(None) => Answer::error(ApiError::Internal, Some(expires_at)),
+                Err(error) => Answer::error(store_failure(&error, "reload after fencing"), Some(expires_at)),
+            },
+            // The provider answered but the answer is not recorded: the record stays at
+            // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
+            Err(error) => Answer::error(store_failure(&error, "completion"), Some(expires_at)),
+        }
+    }
+
+    async fn answer_existing(
+        &self,
+        request: &CreatePaymentRequest,
+        scope: &Scope,
+        found: RecordAt,
+    ) -> Answer {
+        // The retry is compared in the fingerprint version its record was made with.
+        let retry = self.fingerprint(request, FingerprintVersion(found.record.fingerprint_version));
+        self.answer_with(scope, &found, &retry.sha256_hex).await
+    }
+
+    /// The answer for a record as it stands, to a request with the record's own fingerprint.
+    async fn answer_record(&self, scope: &Scope, found: RecordAt) -> Answer {
+        let fingerprint = found.record.request_fingerprint.clone();
+        self.answer_with(scope, &found, &fingerprint).await
+    }
+
+    async fn answer_with(&self, scope: &Scope, found: &RecordAt, fingerprint_hex: &str) -> Answer {
+        let expires_at = Some(found.record.expires_at);
+        match decide(&found.record, fingerprint_hex, found.now) {
+            Decision::ConflictDifferentRequest => {
+                tracing::warn!(
+                    tenant_id = %scope.tenant_id,
+                    operation = scope.operation,
+                    stored_fingerprint = %found.record.request_fingerprint,
+                    retry_fingerprint = %fingerprint_hex,
+                    "idempotency key reused with a different request"
+                );
+                Answer::error(ApiError::KeyReusedWithDifferentRequest, expires_at)
+            }
+            Decision::Replay => match self.store.load_response(scope).await {
+                Ok(Some(response)) => Answer {
+                    response,
+                    replayed: true,
+                    expires_at,
+                    retry_after_secs: None,
+                },
+                Ok(None) => {
+                    tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");
+                    Answer::error(ApiError::Internal, expires_at)
+                }
+                Err(error) => Answer::error(store_failure(&error, "load response"), expires_at),
+            },
+            Decision::InProgress { retry_after_secs } => {
+                Answer::error(ApiError::RequestInProgress { retry_after_secs }, expires_at)
+            }
+            // Taking over a stale owner and re-executing a released key come with the
+            // recovery work; until then such a request waits like any in-progress one.
+            Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
+            }
+            Decision::OutcomeUnknown => Answer::outcome_unknown(
+                found.record.resource_id.as_deref().unwrap_or_default(),
+                found.record.expires_at,
+            ),
+            Decision::Expired => Answer::error(
+                ApiError::IdempotencyKeyExpired {
+                    resource_id: found.record.resource_id.clone(),
+                },
+                expires_at,
+            ),
+        }
+    }
+}
+
+/// A store failure as the client sees it: unavailable (retryable, fail closed) or internal.
+fn store_failure(error: &StoreError, during: &str) -> ApiError {
+    match error {
+        StoreError::Unavailable(_) => {
+            tracing::warn!(%error, during, "store unavailable");
+            ApiError::Unavailable
+        }
+        _ => {
+            tracing::error!(%error, during, "store failure");
+            ApiError::Internal
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The payments API's HTTP surface: request parsing in the contract's precedence
+//! (authentication, then validation), and answers rendered with the contract's headers.
+
+use super::command::CreatePayment;
+use super::engine::{Answer, CreatePaymentRequest};
+use super::representation::ApiVersion;
+use crate::auth::Principal;
+use crate::auth::api_key::ApiKeyHash;
+use crate::http::AppState;
+use crate::http::error::ApiError;
+use crate::idempotency::key::IdempotencyKey;
+use crate::store::StoreError;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::SecondsFormat;
+use serde_json::json;
+
+/// `POST /payments`.
+pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let request = match parse_create_payment(&state, &headers, &body).await {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    let minimal = prefers_minimal(&headers);
+    let engine = state.engine.clone();
+    // Its own task: a client hanging up cannot cancel the operation halfway.
+    match tokio::spawn(async move { engine.create_payment(request).await }).await {
+        Ok(answer) => render(answer, minimal),
+        Err(error) => {
+            tracing::error!(%error, "create_payment task failed");
+            ApiError::Internal.into_response()
+        }
+    }
+}
+
+async fn parse_create_payment(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<CreatePaymentRequest, ApiError> {
+    let principal = authenticate(state, headers).await?;
+    let key = match headers.get("idempotency-key") {
+        Some(value) => IdempotencyKey::parse(value.as_bytes())
+            .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))?,
+        // Tenants that do not require keys arrive with the no-key path; every tenant
+        // requires them today (the default), so a missing key is refused.
+        None => return Err(ApiError::IdempotencyKeyMissing),
+    };
+    let api_version = match headers.get("api-version") {
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default();
+            ApiVersion::parse(text).ok_or_else(|| ApiError::UnsupportedApiVersion(text.to_owned()))?
+        }
+        None => ApiVersion::parse(&principal.pinned_api_version)
+            .ok_or_else(|| ApiError::UnsupportedApiVersion(principal.pinned_api_version.clone()))?,
+    };
+    let command =
+        CreatePayment::parse_json(body).map_err(|invalid| ApiError::ValidationFailed(invalid.problems))?;
+    Ok(CreatePaymentRequest {
+        principal,
+        key,
+        api_version,
+        command,
+    })
+}
+
+/// `Authorization: Bearer <api key>`, looked up by its hash.
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|key| !key.is_empty())
+        .ok_or(ApiError::Unauthenticated)?;
+    match state.store.authenticate_api_key(&ApiKeyHash::of(presented)).await {
+        Ok(Some(principal)) => Ok(principal),
+        Ok(None) => Err(ApiError::Unauthenticated),
+        Err(StoreError::Unavailable(error)) => {
+            tracing::warn!(%error, "authentication: store unavailable");
+            Err(ApiError::Unavailable)
+        }
+        Err(error) => {
+            tracing::error!(%error, "authentication failed");
+            Err(ApiError::Internal)
+        }
+    }
+}
+
+fn prefers_minimal(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|preference| preference.trim().eq_ignore_ascii_case("return=minimal"))
+}
+
+fn render(answer: Answer, minimal: bool) -> Response {
+    let status = StatusCode::from_u16(answer.response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // A minimal 201 is the Location alone; a replay honours the retry's own preference.
+    let body = if minimal && status == StatusCode::CREATED {
+        Vec::new()
+    } else {
+        answer.response.body
+    };
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in &answer.response.headers {
+        if minimal && status == StatusCode::CREATED && name == "content-type" {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    if answer.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Some(expires_at) = answer.expires_at
+        && let Ok(value) = HeaderValue::try_from(expires_at.to_rfc3339_opts(SecondsFormat::Secs, true))
+    {
+        headers.insert("idempotency-expires", value);
+    }
+    if let Some(seconds) = answer.retry_after_secs {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// `GET /idempotency`: each operation's window, in-progress lease and policy after expiry.
+pub async fn discovery(State(state): State<AppState>) -> Response {
+    let settings = state.engine.settings();
+    Json(json!({
+        "operations": [{
+            "operation": CreatePayment::OPERATION,
+            "method": "POST",
+            "path": "/payments",
+            "windowSeconds": settings.window.as_secs(),
+            "inProgressLeaseSeconds": settings.lease.as_secs(),
+            "afterExpiry": "reject",
+        }]
+    }))
+    .into_response()
+}

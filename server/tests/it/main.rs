@@ -6,6 +6,7 @@ mod claim;
 mod cli;
 mod fingerprint;
 mod http_api;
+mod payments_api;
 mod process;
 mod provider;
 mod store_conformance;

@@ -1,0 +1,399 @@
+//! The payments API as a client sees it: a real `idem serve` process and a real
+//! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
+//! engine answers today.
+
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use idem::provider::sim::SimCharges;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::Duration;
+use tempfile::TempDir;
+
+struct Api {
+    _db: TestDatabase,
+    _dir: TempDir,
+    server: IdemProcess,
+    sim: IdemProcess,
+    http: reqwest::Client,
+    acme_key: String,
+    globex_key: String,
+}
+
+const BODY: &str =
+    r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-7781"}"#;
+
+async fn admin(dir: &TempDir, db: &TestDatabase, args: &[&str]) -> String {
+    let output = idem_command(dir.path())
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .await
+        .expect("run idem");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_owned()
+}
+
+impl Api {
+    /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
+    async fn start(provider_timeout_ms: u64) -> Api {
+        let db = TestDatabase::create(Dialect::Postgres).await;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut keys = Vec::new();
+        for (tenant, balance) in [("acme", "100.00"), ("globex", "50.00")] {
+            admin(&dir, &db, &["tenant", "create", tenant]).await;
+            keys.push(admin(&dir, &db, &["api-key", "create", "--tenant", tenant]).await);
+            admin(
+                &dir,
+                &db,
+                &[
+                    "account",
+                    "create",
+                    "--tenant",
+                    tenant,
+                    "--id",
+                    "acc_1",
+                    "--currency",
+                    "EUR",
+                    "--balance",
+                    balance,
+                ],
+            )
+            .await;
+        }
+        let sim = IdemProcess::provider_sim().await;
+        let mut command = idem_command(dir.path());
+        command
+            .env("DATABASE_URL", db.url())
+            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
+            .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
+            .stderr(Stdio::inherit());
+        let server = IdemProcess::serve_with(command).await;
+        let globex_key = keys.pop().expect("globex key");
+        let acme_key = keys.pop().expect("acme key");
+        Api {
+            _db: db,
+            _dir: dir,
+            server,
+            sim,
+            http: reqwest::Client::new(),
+            acme_key,
+            globex_key,
+        }
+    }
+
+    fn post(&self, api_key: &str, idempotency_key: Option<&str>, body: &str) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(format!("http://{}/payments", self.server.address))
+            .bearer_auth(api_key)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        request
+    }
+
+    async fn pay(&self, idempotency_key: &str, body: &str) -> reqwest::Response {
+        self.post(&self.acme_key, Some(idempotency_key), body)
+            .send()
+            .await
+            .expect("POST /payments")
+    }
+
+    async fn charges(&self) -> SimCharges {
+        self.http
+            .get(format!("http://{}/_sim/charges", self.sim.address))
+            .send()
+            .await
+            .expect("list charges")
+            .json()
+            .await
+            .expect("charges")
+    }
+
+    async fn fault(&self, fault: Value) {
+        let response = self
+            .http
+            .post(format!("http://{}/_sim/faults", self.sim.address))
+            .json(&fault)
+            .send()
+            .await
+            .expect("queue fault");
+        assert_eq!(response.status(), 201);
+    }
+}
+
+async fn error_code(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    (status, response.json().await.expect("json error body"))
+}
+
+#[tokio::test]
+async fn a_completed_payment_is_replayed_byte_for_byte_and_charged_once() {
+    let api = Api::start(5_000).await;
+    let first = api.pay("abc-123", BODY).await;
+    assert_eq!(first.status(), 201);
+    let location = first.headers()["location"].to_str().expect("ascii").to_owned();
+    assert!(first.headers().contains_key("idempotency-expires"));
+    assert!(!first.headers().contains_key("idempotent-replayed"));
+    let first_body = first.bytes().await.expect("body");
+    let payment: Value = serde_json::from_slice(&first_body).expect("json");
+    assert_eq!(payment["status"], "PENDING");
+    assert_eq!(
+        location,
+        format!("/payments/{}", payment["paymentId"].as_str().expect("id"))
+    );
+
+    // An equivalent spelling of the same command is the same request.
+    let equivalent = r#"{ "merchantReference": "invoice-7781", "currency": "eur", "amount": "10", "accountId": "acc_1", "channel": "web" }"#;
+    for body in [BODY, equivalent] {
+        let replay = api.pay("abc-123", body).await;
+        assert_eq!(replay.status(), 201, "never a 201 turned into a 200");
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        assert_eq!(replay.headers()["location"], location.as_str());
+        assert_eq!(
+            replay.bytes().await.expect("body"),
+            first_body,
+            "the stored bytes"
+        );
+    }
+
+    let charges = api.charges().await.charges;
+    assert_eq!(charges.len(), 1, "one provider charge");
+    assert_eq!(charges[0].create_calls, 1, "replays never reach the provider");
+}
+
+#[tokio::test]
+async fn a_different_command_under_the_same_key_is_refused_and_not_executed() {
+    let api = Api::start(5_000).await;
+    assert_eq!(api.pay("abc-123", BODY).await.status(), 201);
+    let changed = BODY.replace("10.00", "100.00");
+    let (status, body) = error_code(api.pay("abc-123", &changed).await).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["errorCode"], "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST");
+    assert_eq!(
+        body["message"],
+        "This idempotency key was already used with a different request."
+    );
+    assert_eq!(body["retryable"], false);
+    assert_eq!(api.charges().await.charges.len(), 1);
+}
+
+#[tokio::test]
+async fn duplicates_under_a_new_key_are_stopped_by_the_merchant_reference() {
+    let api = Api::start(5_000).await;
+    let first: Value = api.pay("k-1", BODY).await.json().await.expect("json");
+    let (status, body) = error_code(api.pay("k-2-brand-new", BODY).await).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["errorCode"], "DUPLICATE_MERCHANT_REFERENCE");
+    assert_eq!(body["details"]["paymentId"], first["paymentId"]);
+    assert_eq!(api.charges().await.charges.len(), 1);
+}
+
+#[tokio::test]
+async fn declines_and_insufficient_funds_bind_the_key_to_their_answer() {
+    let api = Api::start(5_000).await;
+    let declined = BODY
+        .replace("10.00", "10.02")
+        .replace("invoice-7781", "inv-declined");
+    let (status, body) = error_code(api.pay("k-decline", &declined).await).await;
+    assert_eq!(status, 402);
+    assert_eq!(body["errorCode"], "PAYMENT_DECLINED");
+    let replay = api.pay("k-decline", &declined).await;
+    assert_eq!(replay.status(), 402);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+
+    let too_much = BODY.replace("10.00", "500.00").replace("invoice-7781", "inv-big");
+    let (status, body) = error_code(api.pay("k-big", &too_much).await).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (422, Some("INSUFFICIENT_FUNDS"))
+    );
+    let replay = api.pay("k-big", &too_much).await;
+    assert_eq!(replay.status(), 422);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+
+    // The decline released its hold: 100.00 is still there for a real payment.
+    let all_of_it = BODY.replace("10.00", "100.00").replace("invoice-7781", "inv-all");
+    assert_eq!(api.pay("k-all", &all_of_it).await.status(), 201);
+}
+
+#[tokio::test]
+async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
+    let api = Api::start(5_000).await;
+    api.fault(json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+        .await;
+    let first = api.pay("k-slow", BODY);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        api.pay("k-slow", BODY).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.status(), 201);
+    assert!(second.headers().contains_key("retry-after"));
+    let (status, body) = error_code(second).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["errorCode"], "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+    assert_eq!(body["retryable"], true);
+
+    // A different command wins over in-progress.
+    api.fault(json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+        .await;
+    let other = BODY.replace("invoice-7781", "inv-2");
+    let first = api.pay("k-slow-2", &other);
+    let conflicting = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        api.pay("k-slow-2", &other.replace("10.00", "11.00")).await
+    };
+    let (_, conflicting) = tokio::join!(first, conflicting);
+    let (status, body) = error_code(conflicting).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"))
+    );
+}
+
+#[tokio::test]
+async fn a_lost_provider_answer_is_an_unknown_outcome_not_a_guess() {
+    let api = Api::start(800).await;
+    api.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    let response = api.pay("k-lost", BODY).await;
+    assert_eq!(response.status(), 202);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["errorCode"], "PAYMENT_OUTCOME_UNKNOWN");
+    assert_eq!(body["status"], "PROCESSING");
+    let again = api.pay("k-lost", BODY).await;
+    assert_eq!(again.status(), 202);
+    let again: Value = again.json().await.expect("json");
+    assert_eq!(again["paymentId"], body["paymentId"]);
+    let charges = api.charges().await.charges;
+    assert_eq!(charges.len(), 1, "the provider did charge; nobody charged again");
+    assert_eq!(charges[0].create_calls, 1);
+}
+
+#[tokio::test]
+async fn keys_and_accounts_belong_to_their_tenant() {
+    let api = Api::start(5_000).await;
+    assert_eq!(api.pay("shared-key", BODY).await.status(), 201);
+    let globex = api
+        .post(&api.globex_key, Some("shared-key"), BODY)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(
+        globex.status(),
+        201,
+        "the same key string in another tenant is another operation"
+    );
+    assert!(!globex.headers().contains_key("idempotent-replayed"));
+
+    let missing = BODY.replace("acc_1", "acc_9");
+    let (status, body) = error_code(api.pay("k-missing", &missing).await).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (404, Some("ACCOUNT_NOT_FOUND"))
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_stable_errors_and_leave_no_record() {
+    let api = Api::start(5_000).await;
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            api.post("idem_key_wrong", Some("k"), BODY),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (
+            api.post(&api.acme_key, None, BODY),
+            400,
+            "IDEMPOTENCY_KEY_MISSING",
+        ),
+        (
+            api.post(&api.acme_key, Some("has space"), BODY),
+            400,
+            "IDEMPOTENCY_KEY_INVALID",
+        ),
+        (
+            api.post(&api.acme_key, Some("k-v"), BODY)
+                .header("api-version", "1999-01-01"),
+            400,
+            "UNSUPPORTED_API_VERSION",
+        ),
+        (
+            api.post(
+                &api.acme_key,
+                Some("k-num"),
+                r#"{"accountId":"acc_1","amount":10.5,"currency":"EUR","merchantReference":"r"}"#,
+            ),
+            400,
+            "VALIDATION_FAILED",
+        ),
+        (
+            api.post(&api.acme_key, Some("k-json"), "{not json"),
+            400,
+            "VALIDATION_FAILED",
+        ),
+    ];
+    for (request, status, code) in cases {
+        let (got_status, body) = error_code(request.send().await.expect("send")).await;
+        assert_eq!(
+            (got_status.as_u16(), body["errorCode"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let unauthenticated = api.post("", Some("k"), BODY).send().await.expect("send");
+    assert_eq!(unauthenticated.status(), 401);
+
+    // Nothing was recorded: the same keys now work.
+    assert_eq!(api.pay("k-num", BODY).await.status(), 201);
+}
+
+#[tokio::test]
+async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
+    let api = Api::start(5_000).await;
+    let v3 = api
+        .post(&api.acme_key, Some("k-v3"), BODY)
+        .header("api-version", "2026-09-01")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(v3.status(), 201);
+    let v3: Value = v3.json().await.expect("json");
+    assert!(v3["id"].as_str().is_some_and(|id| id.starts_with("pay_")));
+    assert_eq!(v3["state"], "PENDING");
+    assert!(v3["createdAt"].as_str().is_some_and(|at| at.ends_with('Z')));
+
+    let minimal = api
+        .post(
+            &api.acme_key,
+            Some("k-min"),
+            &BODY.replace("invoice-7781", "inv-min"),
+        )
+        .header("prefer", "return=minimal")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(minimal.status(), 201);
+    assert!(minimal.headers().contains_key("location"));
+    assert!(minimal.bytes().await.expect("body").is_empty());
+    let full_replay = api.pay("k-min", &BODY.replace("invoice-7781", "inv-min")).await;
+    assert_eq!(full_replay.headers()["idempotent-replayed"], "true");
+    let replayed: Value = full_replay
+        .json()
+        .await
+        .expect("a replay honours the retry's own Prefer");
+    assert_eq!(replayed["status"], "PENDING");
+}

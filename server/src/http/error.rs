@@ -3,6 +3,7 @@
 //! `{ "errorCode", "message", "retryable", "details"? }`.
 
 use crate::payments::command::FieldProblem;
+use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -42,6 +43,21 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A store failure as the client sees it: unavailable (retryable; Idem fails closed and
+    /// never executes without a durable record) or internal. Logged here, once.
+    pub fn from_store(error: &StoreError, during: &str) -> ApiError {
+        match error {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(%error, during, "store unavailable");
+                ApiError::Unavailable
+            }
+            _ => {
+                tracing::error!(%error, during, "store failure");
+                ApiError::Internal
+            }
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthenticated => StatusCode::UNAUTHORIZED,

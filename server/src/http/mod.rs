@@ -51,6 +51,7 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/payments", post(payments::http::create_payment))
+        .route("/payments/{id}", get(payments::http::get_payment))
         .route("/idempotency", get(payments::http::discovery))
         .with_state(state);
 

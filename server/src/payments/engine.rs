@@ -7,7 +7,7 @@
 
 use super::command::CreatePayment;
 use super::payment::{NewPayment, PaymentId, new_event_id};
-use super::representation::{ApiVersion, PaymentStatus, payment_body};
+use super::representation::{ApiVersion, PaymentStatus, PaymentView};
 use crate::auth::Principal;
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
@@ -20,7 +20,7 @@ use crate::idempotency::record::RecordAt;
 use crate::payments::command::FieldProblem;
 use crate::provider::ChargeStatus;
 use crate::provider::client::ProviderClient;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -203,7 +203,7 @@ impl PaymentsEngine {
                 None,
             ),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
-            Err(error) => Answer::error(store_failure(&error, "claim"), None),
+            Err(error) => Answer::error(ApiError::from_store(&error, "claim"), None),
         }
     }
 
@@ -228,9 +228,10 @@ impl PaymentsEngine {
                 tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
                 return match self.store.mark_outcome_unknown(scope, lease_version).await {
                     Ok(_) => Answer::outcome_unknown(payment.id.as_str(), expires_at),
-                    Err(error) => {
-                        Answer::error(store_failure(&error, "mark outcome unknown"), Some(expires_at))
-                    }
+                    Err(error) => Answer::error(
+                        ApiError::from_store(&error, "mark outcome unknown"),
+                        Some(expires_at),
+                    ),
                 };
             }
         };
@@ -241,12 +242,8 @@ impl PaymentsEngine {
         let response = match verdict {
             ProviderVerdict::Authorized => json_response(
                 201,
-                payment_body(
-                    representation.version,
-                    payment,
-                    PaymentStatus::Pending,
-                    representation.created_at,
-                ),
+                PaymentView::of_new(payment, PaymentStatus::Pending, representation.created_at)
+                    .body(representation.version),
                 vec![("location".to_owned(), format!("/payments/{}", payment.id))],
             ),
             ProviderVerdict::Declined => error_response(&ApiError::PaymentDeclined {
@@ -278,11 +275,14 @@ impl PaymentsEngine {
             Ok(false) => match self.store.load_record(scope).await {
                 Ok(Some(found)) => self.answer_record(scope, found).await,
                 Ok(None) => Answer::error(ApiError::Internal, Some(expires_at)),
-                Err(error) => Answer::error(store_failure(&error, "reload after fencing"), Some(expires_at)),
+                Err(error) => Answer::error(
+                    ApiError::from_store(&error, "reload after fencing"),
+                    Some(expires_at),
+                ),
             },
             // The provider answered but the answer is not recorded: the record stays at
             // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
-            Err(error) => Answer::error(store_failure(&error, "completion"), Some(expires_at)),
+            Err(error) => Answer::error(ApiError::from_store(&error, "completion"), Some(expires_at)),
         }
     }
 
@@ -327,7 +327,7 @@ impl PaymentsEngine {
                     tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");
                     Answer::error(ApiError::Internal, expires_at)
                 }
-                Err(error) => Answer::error(store_failure(&error, "load response"), expires_at),
+                Err(error) => Answer::error(ApiError::from_store(&error, "load response"), expires_at),
             },
             Decision::InProgress { retry_after_secs } => {
                 Answer::error(ApiError::RequestInProgress { retry_after_secs }, expires_at)
@@ -347,20 +347,6 @@ impl PaymentsEngine {
                 },
                 expires_at,
             ),
-        }
-    }
-}
-
-/// A store failure as the client sees it: unavailable (retryable, fail closed) or internal.
-fn store_failure(error: &StoreError, during: &str) -> ApiError {
-    match error {
-        StoreError::Unavailable(_) => {
-            tracing::warn!(%error, during, "store unavailable");
-            ApiError::Unavailable
-        }
-        _ => {
-            tracing::error!(%error, during, "store failure");
-            ApiError::Internal
         }
     }
 }

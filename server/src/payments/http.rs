@@ -9,10 +9,9 @@ use crate::auth::api_key::ApiKeyHash;
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::idempotency::key::IdempotencyKey;
-use crate::store::StoreError;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::SecondsFormat;
@@ -49,14 +48,7 @@ async fn parse_create_payment(
         // requires them today (the default), so a missing key is refused.
         None => return Err(ApiError::IdempotencyKeyMissing),
     };
-    let api_version = match headers.get("api-version") {
-        Some(value) => {
-            let text = value.to_str().unwrap_or_default();
-            ApiVersion::parse(text).ok_or_else(|| ApiError::UnsupportedApiVersion(text.to_owned()))?
-        }
-        None => ApiVersion::parse(&principal.pinned_api_version)
-            .ok_or_else(|| ApiError::UnsupportedApiVersion(principal.pinned_api_version.clone()))?,
-    };
+    let api_version = api_version(headers, &principal)?;
     let command =
         CreatePayment::parse_json(body).map_err(|invalid| ApiError::ValidationFailed(invalid.problems))?;
     Ok(CreatePaymentRequest {
@@ -65,6 +57,42 @@ async fn parse_create_payment(
         api_version,
         command,
     })
+}
+
+/// The request's `Api-Version`, or the tenant's pinned one.
+fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<ApiVersion, ApiError> {
+    let text = match headers.get("api-version") {
+        Some(value) => value.to_str().unwrap_or_default(),
+        None => principal.pinned_api_version.as_str(),
+    };
+    ApiVersion::parse(text).ok_or_else(|| ApiError::UnsupportedApiVersion(text.to_owned()))
+}
+
+/// `GET /payments/{id}`: the payment's current state (a fresh read, not a replay), in the
+/// caller's API version; another tenant's payment does not exist.
+pub async fn get_payment(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match authenticate(&state, &headers).await {
+        Ok(principal) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let version = match api_version(&headers, &principal) {
+        Ok(version) => version,
+        Err(error) => return error.into_response(),
+    };
+    match state.store.payment(&principal.tenant_id, &id).await {
+        Ok(Some(payment)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            payment.body(version),
+        )
+            .into_response(),
+        Ok(None) => ApiError::PaymentNotFound.into_response(),
+        Err(error) => ApiError::from_store(&error, "payment read").into_response(),
+    }
 }
 
 /// `Authorization: Bearer <api key>`, looked up by its hash.
@@ -79,14 +107,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal
     match state.store.authenticate_api_key(&ApiKeyHash::of(presented)).await {
         Ok(Some(principal)) => Ok(principal),
         Ok(None) => Err(ApiError::Unauthenticated),
-        Err(StoreError::Unavailable(error)) => {
-            tracing::warn!(%error, "authentication: store unavailable");
-            Err(ApiError::Unavailable)
-        }
-        Err(error) => {
-            tracing::error!(%error, "authentication failed");
-            Err(ApiError::Internal)
-        }
+        Err(error) => Err(ApiError::from_store(&error, "authentication")),
     }
 }
 

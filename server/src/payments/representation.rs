@@ -1,6 +1,7 @@
 //! The payment as each API version shows it. A response is produced in one version and
 //! replayed in that version forever, whatever the default becomes.
 
+use super::money::Amount;
 use super::payment::NewPayment;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
@@ -50,37 +51,66 @@ impl PaymentStatus {
     }
 }
 
-/// The payment representation's bytes in `version`.
-pub fn payment_body(
-    version: ApiVersion,
-    payment: &NewPayment,
-    status: PaymentStatus,
-    created_at: DateTime<Utc>,
-) -> Vec<u8> {
-    let common = (
-        payment.account_id.as_str(),
-        payment.amount.to_string(),
-        payment.amount.currency().code(),
-        payment.merchant_reference.as_str(),
-    );
-    let body = match version {
-        ApiVersion::V2 => json!({
-            "paymentId": payment.id.as_str(),
-            "status": status.as_str(),
-            "accountId": common.0,
-            "amount": common.1,
-            "currency": common.2,
-            "merchantReference": common.3,
-        }),
-        ApiVersion::V3 => json!({
-            "id": payment.id.as_str(),
-            "state": status.as_str(),
-            "accountId": common.0,
-            "amount": common.1,
-            "currency": common.2,
-            "merchantReference": common.3,
-            "createdAt": created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
-        }),
-    };
-    body.to_string().into_bytes()
+impl std::str::FromStr for PaymentStatus {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [
+            PaymentStatus::Processing,
+            PaymentStatus::Pending,
+            PaymentStatus::Settled,
+            PaymentStatus::Declined,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+        .ok_or_else(|| format!("unknown payment status {text:?}"))
+    }
+}
+
+/// A payment as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentView {
+    pub id: String,
+    pub account_id: String,
+    pub amount: Amount,
+    pub merchant_reference: String,
+    pub status: PaymentStatus,
+    pub created_at: DateTime<Utc>,
+}
+
+impl PaymentView {
+    pub fn of_new(payment: &NewPayment, status: PaymentStatus, created_at: DateTime<Utc>) -> PaymentView {
+        PaymentView {
+            id: payment.id.to_string(),
+            account_id: payment.account_id.as_str().to_owned(),
+            amount: payment.amount,
+            merchant_reference: payment.merchant_reference.as_str().to_owned(),
+            status,
+            created_at,
+        }
+    }
+
+    /// The representation's bytes in `version`.
+    pub fn body(&self, version: ApiVersion) -> Vec<u8> {
+        let body = match version {
+            ApiVersion::V2 => json!({
+                "paymentId": self.id,
+                "status": self.status.as_str(),
+                "accountId": self.account_id,
+                "amount": self.amount.to_string(),
+                "currency": self.amount.currency().code(),
+                "merchantReference": self.merchant_reference,
+            }),
+            ApiVersion::V3 => json!({
+                "id": self.id,
+                "state": self.status.as_str(),
+                "accountId": self.account_id,
+                "amount": self.amount.to_string(),
+                "currency": self.amount.currency().code(),
+                "merchantReference": self.merchant_reference,
+                "createdAt": self.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            }),
+        };
+        body.to_string().into_bytes()
+    }
 }

@@ -163,6 +163,13 @@ pub trait Store: Send + Sync + 'static {
     /// Conditional on `lease_version`, like every owner's write.
     async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
 
+    /// The current state of a payment of this tenant (`None` for another tenant's).
+    async fn payment(
+        &self,
+        tenant_id: &TenantId,
+        payment_id: &str,
+    ) -> Result<Option<crate::payments::representation::PaymentView>, StoreError>;
+
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }

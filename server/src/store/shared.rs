@@ -56,8 +56,37 @@ pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str =
     "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3";
 pub(super) const PAYMENT_HOLD: &str =
     "select tenant_id, account_id, amount_minor from payments where id = $1";
+pub(super) const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
+     status, created_at from payments where tenant_id = $1 and id = $2";
 pub(super) const INSERT_EVENT: &str =
     "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
+
+pub(super) type PaymentRow = (
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    chrono::DateTime<chrono::Utc>,
+);
+
+pub(super) fn payment_of(
+    (id, account_id, amount_minor, currency, merchant_reference, status, created_at): PaymentRow,
+) -> Result<crate::payments::representation::PaymentView, super::StoreError> {
+    use super::StoreError::Corrupt;
+    use crate::payments::money::{Amount, Currency};
+    let currency = Currency::parse(&currency).map_err(|_| Corrupt(format!("payment currency {currency}")))?;
+    Ok(crate::payments::representation::PaymentView {
+        id,
+        account_id,
+        amount: Amount::from_minor_units(amount_minor, currency)
+            .map_err(|error| Corrupt(error.to_string()))?,
+        merchant_reference,
+        status: status.parse().map_err(Corrupt)?,
+        created_at,
+    })
+}
 
 /// A record row as selected by [`SELECT_RECORD`].
 pub(super) type RecordRow = (
@@ -444,6 +473,21 @@ macro_rules! impl_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(marked.rows_affected() == 1)
+            }
+
+            async fn payment(
+                &self,
+                tenant_id: &$crate::auth::tenant::TenantId,
+                payment_id: &str,
+            ) -> Result<Option<$crate::payments::representation::PaymentView>, $crate::store::StoreError>
+            {
+                let row: Option<$crate::store::shared::PaymentRow> =
+                    sqlx::query_as($crate::store::shared::SELECT_PAYMENT)
+                        .bind(tenant_id.as_str())
+                        .bind(payment_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map($crate::store::shared::payment_of).transpose()
             }
 
             async fn close(&self) {

@@ -397,3 +397,59 @@ async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
         .expect("a replay honours the retry's own Prefer");
     assert_eq!(replayed["status"], "PENDING");
 }
+
+#[tokio::test]
+async fn get_reads_the_current_payment_and_only_for_its_tenant() {
+    let api = Api::start(5_000).await;
+    let created: Value = api.pay("k-get", BODY).await.json().await.expect("json");
+    let id = created["paymentId"].as_str().expect("id").to_owned();
+    let url = format!("http://{}/payments/{id}", api.server.address);
+
+    let fresh = api
+        .http
+        .get(&url)
+        .bearer_auth(&api.acme_key)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(fresh.status(), 200);
+    assert!(
+        !fresh.headers().contains_key("idempotent-replayed"),
+        "a fresh read, not a replay"
+    );
+    let fresh: Value = fresh.json().await.expect("json");
+    assert_eq!(fresh, created);
+
+    let v3: Value = api
+        .http
+        .get(&url)
+        .bearer_auth(&api.acme_key)
+        .header("api-version", "2026-09-01")
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v3["id"], created["paymentId"]);
+    assert_eq!(v3["state"], "PENDING");
+
+    for (key, status, code) in [
+        (api.globex_key.as_str(), 404, "PAYMENT_NOT_FOUND"),
+        ("idem_key_nobody", 401, "UNAUTHENTICATED"),
+    ] {
+        let (got, body) = error_code(api.http.get(&url).bearer_auth(key).send().await.expect("GET")).await;
+        assert_eq!((got.as_u16(), body["errorCode"].as_str()), (status, Some(code)));
+    }
+    let unknown = format!("http://{}/payments/pay_0000000000000000", api.server.address);
+    let (got, _) = error_code(
+        api.http
+            .get(&unknown)
+            .bearer_auth(&api.acme_key)
+            .send()
+            .await
+            .expect("GET"),
+    )
+    .await;
+    assert_eq!(got, 404);
+}

@@ -10,3 +10,4 @@ mod payments_api;
 mod process;
 mod provider;
 mod store_conformance;
+mod storm;

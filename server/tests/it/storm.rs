@@ -1,0 +1,160 @@
+//! Retry storms: 64 identical requests released together per key, for 200 keys. On
+//! PostgreSQL they are split across two `idem serve` processes; on SQLite one process takes
+//! them all. Exactly one payment and one provider charge per key; every other answer is a
+//! replay or "in progress"; no 5xx.
+
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use futures_util::future::join_all;
+use idem::provider::sim::SimCharges;
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use tokio::sync::Barrier;
+
+const KEYS: usize = 200;
+const REQUESTS_PER_KEY: usize = 64;
+/// Keys stormed at once (each with all its requests in flight together).
+const KEYS_IN_FLIGHT: usize = 8;
+
+async fn admin(dir: &std::path::Path, db: &TestDatabase, args: &[&str]) -> String {
+    let output = idem_command(dir)
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .await
+        .expect("run idem");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_owned()
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    fresh: usize,
+    replayed: usize,
+    in_progress: usize,
+    other: Vec<String>,
+}
+
+async fn storm(dialect: Dialect, servers: usize) {
+    let db = TestDatabase::create(dialect).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    admin(dir.path(), &db, &["tenant", "create", "acme"]).await;
+    let api_key = admin(dir.path(), &db, &["api-key", "create", "--tenant", "acme"]).await;
+    admin(
+        dir.path(),
+        &db,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            "acme",
+            "--id",
+            "acc_1",
+            "--currency",
+            "EUR",
+            "--balance",
+            "1000000.00",
+        ],
+    )
+    .await;
+    let sim = IdemProcess::provider_sim().await;
+    let mut instances = Vec::new();
+    for _ in 0..servers {
+        let mut command = idem_command(dir.path());
+        command
+            .env("DATABASE_URL", db.url())
+            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
+            .stderr(Stdio::inherit());
+        instances.push(IdemProcess::serve_with(command).await);
+    }
+    let addresses: Vec<_> = instances.iter().map(|instance| instance.address).collect();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(REQUESTS_PER_KEY)
+        .build()
+        .expect("client");
+
+    let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+    for batch in (0..KEYS).collect::<Vec<_>>().chunks(KEYS_IN_FLIGHT) {
+        let barrier = Arc::new(Barrier::new(batch.len() * REQUESTS_PER_KEY));
+        let requests = batch.iter().flat_map(|&key| {
+            (0..REQUESTS_PER_KEY).map({
+                let (http, barrier, api_key, addresses) = (&http, barrier.clone(), &api_key, &addresses);
+                move |attempt| {
+                    let barrier = barrier.clone();
+                    async move {
+                        let address = addresses[attempt % addresses.len()];
+                        let body = format!(
+                            r#"{{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-{key}"}}"#
+                        );
+                        let request = http
+                            .post(format!("http://{address}/payments"))
+                            .bearer_auth(api_key)
+                            .header("idempotency-key", format!("storm-{key}"))
+                            .body(body);
+                        barrier.wait().await;
+                        let response = request.send().await.expect("POST /payments");
+                        let status = response.status().as_u16();
+                        let replayed = response.headers().contains_key("idempotent-replayed");
+                        let body = response.text().await.unwrap_or_default();
+                        (key, status, replayed, body)
+                    }
+                }
+            })
+        });
+        for (key, status, replayed, body) in join_all(requests).await {
+            let tally = tallies.entry(key).or_default();
+            match (status, replayed) {
+                (201, false) => tally.fresh += 1,
+                (201, true) => tally.replayed += 1,
+                (409, false) if body.contains("IDEMPOTENCY_REQUEST_IN_PROGRESS") => tally.in_progress += 1,
+                _ => tally.other.push(format!("{status}: {body}")),
+            }
+        }
+    }
+
+    for (key, tally) in &tallies {
+        assert!(
+            tally.other.is_empty(),
+            "key {key}: unexpected answers {:?}",
+            tally.other
+        );
+        assert_eq!(tally.fresh, 1, "key {key}: {tally:?}");
+        assert_eq!(tally.fresh + tally.replayed + tally.in_progress, REQUESTS_PER_KEY);
+    }
+    let charges: SimCharges = http
+        .get(format!("http://{}/_sim/charges", sim.address))
+        .send()
+        .await
+        .expect("charges")
+        .json()
+        .await
+        .expect("charges json");
+    assert_eq!(charges.charges.len(), KEYS, "one charge per key");
+    assert!(
+        charges.charges.iter().all(|charge| charge.create_calls == 1),
+        "each charged once"
+    );
+    assert_eq!(db.query_i64("select count(*) from payments").await, KEYS as i64);
+    assert_eq!(
+        db.query_i64("select balance_minor from accounts").await,
+        100_000_000 - 1_000 * KEYS as i64,
+        "each amount taken once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_storm_across_two_instances_on_postgres_pays_once_per_key() {
+    storm(Dialect::Postgres, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_storm_on_sqlite_pays_once_per_key() {
+    storm(Dialect::Sqlite, 1).await;
+}

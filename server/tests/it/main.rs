@@ -2,6 +2,7 @@
 
 mod support;
 
+mod cancellation;
 mod claim;
 mod cli;
 mod fingerprint;

@@ -1,0 +1,188 @@
+//! Clients that hang up mid-request: thousands of requests aborted at random points. Every
+//! acknowledged payment must exist, every operation must run to its end anyway (its retry is
+//! a replay), and no database connection may be left inside a transaction.
+
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use futures_util::StreamExt;
+use futures_util::stream;
+use std::process::Stdio;
+use std::time::Duration;
+
+const REQUESTS: usize = 2_000;
+const CONCURRENCY: usize = 32;
+
+async fn admin(dir: &std::path::Path, db: &TestDatabase, args: &[&str]) -> String {
+    let output = idem_command(dir)
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .await
+        .expect("run idem");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_owned()
+}
+
+/// Odd requests are abandoned at a repeatable spread of points between 0 and twice the
+/// typical latency (so before, during and after the server's work on them, however fast this
+/// machine is); even ones wait for their answer.
+fn abort_after(index: usize, typical_latency: Duration) -> Duration {
+    if index % 2 == 0 {
+        return Duration::from_secs(30);
+    }
+    let span = u64::try_from(typical_latency.as_micros() * 2)
+        .unwrap_or(u64::MAX)
+        .max(1);
+    Duration::from_micros((index as u64 * 7_919) % span)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    admin(dir.path(), &db, &["tenant", "create", "acme"]).await;
+    let api_key = admin(dir.path(), &db, &["api-key", "create", "--tenant", "acme"]).await;
+    admin(
+        dir.path(),
+        &db,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            "acme",
+            "--id",
+            "acc_1",
+            "--currency",
+            "EUR",
+            "--balance",
+            "1000000.00",
+        ],
+    )
+    .await;
+    let mut command = idem_command(dir.path());
+    command.env("DATABASE_URL", db.url()).stderr(Stdio::inherit());
+    let server = IdemProcess::serve_with(command).await;
+    let http = reqwest::Client::new();
+    let post = |index: usize| {
+        http.post(format!("http://{}/payments", server.address))
+            .bearer_auth(&api_key)
+            .header("idempotency-key", format!("cancel-{index}"))
+            .body(format!(
+                r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"inv-{index}"}}"#
+            ))
+    };
+
+    // The typical latency under this concurrency, from requests nobody abandons.
+    let started = std::time::Instant::now();
+    let warm_up: Vec<u16> = stream::iter(REQUESTS..REQUESTS + CONCURRENCY * 2)
+        .map(|index| {
+            let request = post(index);
+            async move { request.send().await.expect("warm-up").status().as_u16() }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    assert!(warm_up.iter().all(|status| *status == 201));
+    let typical_latency = started.elapsed() / 2;
+
+    let outcomes: Vec<(usize, Option<u16>)> = stream::iter(0..REQUESTS)
+        .map(|index| {
+            let request = post(index);
+            async move {
+                // Dropping the request future closes the connection wherever it was.
+                let status = tokio::time::timeout(abort_after(index, typical_latency), request.send())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|response| response.status().as_u16());
+                (index, status)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let acknowledged = outcomes.iter().filter(|(_, status)| *status == Some(201)).count();
+    let aborted = outcomes.iter().filter(|(_, status)| status.is_none()).count();
+    assert!(
+        aborted > REQUESTS / 10,
+        "requests must really be aborted: {aborted}"
+    );
+    assert!(
+        acknowledged >= REQUESTS / 2,
+        "the others are answered: {acknowledged}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, status)| matches!(status, None | Some(201))),
+        "only successes or aborts: {:?}",
+        outcomes
+            .iter()
+            .filter(|(_, status)| !matches!(status, None | Some(201)))
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+
+    // Let the operations whose clients left finish on their own.
+    let mut in_progress = i64::MAX;
+    for _ in 0..100 {
+        in_progress = db
+            .query_i64("select count(*) from idempotency_records where status = 'IN_PROGRESS'")
+            .await;
+        if in_progress == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(in_progress, 0, "every started operation ran to its end");
+
+    let warm_up_payments = warm_up.len() as i64;
+    let payments = db
+        .query_i64("select count(*) from payments where status = 'PENDING'")
+        .await
+        - warm_up_payments;
+    let records = db
+        .query_i64("select count(*) from idempotency_records where status = 'COMPLETED'")
+        .await;
+    assert_eq!(
+        payments + warm_up_payments,
+        records,
+        "one payment per completed record"
+    );
+    assert!(
+        payments >= acknowledged as i64,
+        "every acknowledged payment exists"
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from payments where status = 'PROCESSING'")
+            .await,
+        0,
+        "no half-done payment"
+    );
+    let idle_in_transaction = db
+        .query_i64(
+            "select count(*) from pg_stat_activity where datname = current_database() \
+             and state like 'idle in transaction%'",
+        )
+        .await;
+    assert_eq!(idle_in_transaction, 0, "no connection left inside a transaction");
+
+    // Each acknowledged or started operation answers its retry with the stored result.
+    for (index, _) in outcomes.iter().filter(|(_, status)| status.is_some()).take(50) {
+        let replay = post(*index).send().await.expect("retry");
+        assert_eq!(replay.status(), 201);
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    }
+    let balance = db.query_i64("select balance_minor from accounts").await;
+    assert_eq!(
+        balance,
+        100_000_000 - 100 * (payments + warm_up_payments),
+        "the held amounts match the payments"
+    );
+}

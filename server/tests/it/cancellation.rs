@@ -33,7 +33,7 @@ async fn admin(dir: &std::path::Path, db: &TestDatabase, args: &[&str]) -> Strin
 /// typical latency (so before, during and after the server's work on them, however fast this
 /// machine is); even ones wait for their answer.
 fn abort_after(index: usize, typical_latency: Duration) -> Duration {
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         return Duration::from_secs(30);
     }
     let span = u64::try_from(typical_latency.as_micros() * 2)

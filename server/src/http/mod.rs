@@ -11,7 +11,7 @@ use app::backend::Backend;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use std::net::SocketAddr;
@@ -53,6 +53,10 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
         .route("/payments", post(payments::http::create_payment))
         .route("/payments/{id}", get(payments::http::get_payment))
         .route("/idempotency", get(payments::http::discovery))
+        .route(
+            "/accounts/{account_id}/settings/default-currency",
+            put(payments::http::set_default_currency),
+        )
         .with_state(state);
 
     api.merge(console_router(console_backend, settings))

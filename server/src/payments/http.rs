@@ -1,8 +1,9 @@
 //! The payments API's HTTP surface: request parsing in the contract's precedence
 //! (authentication, then validation), and answers rendered with the contract's headers.
 
-use super::command::CreatePayment;
+use super::command::{AccountId, CreatePayment, FieldProblem};
 use super::engine::{Answer, CreatePaymentRequest};
+use super::money::Currency;
 use super::representation::ApiVersion;
 use crate::auth::Principal;
 use crate::auth::api_key::ApiKeyHash;
@@ -93,6 +94,57 @@ pub async fn get_payment(
         Ok(None) => ApiError::PaymentNotFound.into_response(),
         Err(error) => ApiError::from_store(&error, "payment read").into_response(),
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefaultCurrencyBody {
+    currency: String,
+}
+
+/// `PUT /accounts/{accountId}/settings/default-currency`: naturally idempotent. Repeating it
+/// leaves the same state and writes no second audit entry.
+pub async fn set_default_currency(
+    State(state): State<AppState>,
+    Path(account_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let principal = match authenticate(&state, &headers).await {
+        Ok(principal) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let currency = match serde_json::from_slice::<DefaultCurrencyBody>(&body) {
+        Ok(body) => match Currency::parse(&body.currency) {
+            Ok(currency) => currency,
+            Err(problem) => return invalid_field("currency", problem).into_response(),
+        },
+        Err(problem) => return invalid_field("body", problem).into_response(),
+    };
+    // An id that cannot exist is answered like any missing account.
+    let Ok(account) = AccountId::parse(&account_id) else {
+        return ApiError::AccountNotFound.into_response();
+    };
+    match state
+        .store
+        .set_default_currency(&principal.tenant_id, &account, currency, &principal.api_key_id)
+        .await
+    {
+        Ok(Some(_changed)) => Json(json!({
+            "accountId": account.as_str(),
+            "defaultCurrency": currency.code(),
+        }))
+        .into_response(),
+        Ok(None) => ApiError::AccountNotFound.into_response(),
+        Err(error) => ApiError::from_store(&error, "set default currency").into_response(),
+    }
+}
+
+fn invalid_field(field: &str, problem: impl std::fmt::Display) -> ApiError {
+    ApiError::ValidationFailed(vec![FieldProblem {
+        field: field.to_owned(),
+        problem: problem.to_string(),
+    }])
 }
 
 /// `Authorization: Bearer <api key>`, looked up by its hash.

@@ -170,6 +170,17 @@ pub trait Store: Send + Sync + 'static {
         payment_id: &str,
     ) -> Result<Option<crate::payments::representation::PaymentView>, StoreError>;
 
+    /// Sets an account's default currency: `None` when the tenant has no such account,
+    /// `Some(true)` when it changed (with one audit row), `Some(false)` when it already was
+    /// that currency (nothing written: the request is naturally idempotent).
+    async fn set_default_currency(
+        &self,
+        tenant_id: &TenantId,
+        account_id: &crate::payments::command::AccountId,
+        currency: crate::payments::money::Currency,
+        changed_by: &ApiKeyId,
+    ) -> Result<Option<bool>, StoreError>;
+
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }

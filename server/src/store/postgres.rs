@@ -38,6 +38,8 @@ const SQL: DialectSql = DialectSql {
     set_payment_outcome: "update payments set status = $1, provider_charge_id = $2, updated_at = now() where id = $3",
     release_hold: "update accounts set balance_minor = balance_minor + $1, updated_at = now() \
          where tenant_id = $2 and id = $3",
+    set_default_currency: "update accounts set default_currency = $1, updated_at = now() \
+         where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)",
 };
 
 /// The production store: several `serve` instances share one PostgreSQL database.

@@ -29,6 +29,8 @@ pub(super) struct DialectSql {
     pub set_payment_outcome: &'static str,
     /// `$1` amount, `$2` tenant, `$3` account.
     pub release_hold: &'static str,
+    /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
+    pub set_default_currency: &'static str,
 }
 
 /// The record columns `decide` needs, then the database's clock.
@@ -58,6 +60,9 @@ pub(super) const PAYMENT_HOLD: &str =
     "select tenant_id, account_id, amount_minor from payments where id = $1";
 pub(super) const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
      status, created_at from payments where tenant_id = $1 and id = $2";
+pub(super) const ACCOUNT_EXISTS: &str = "select count(*) from accounts where tenant_id = $1 and id = $2";
+pub(super) const INSERT_ACCOUNT_AUDIT: &str = "insert into account_audit \
+     (id, tenant_id, account_id, setting, new_value, changed_by) values ($1, $2, $3, $4, $5, $6)";
 pub(super) const INSERT_EVENT: &str =
     "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
 
@@ -488,6 +493,46 @@ macro_rules! impl_store {
                         .fetch_optional(&self.pool)
                         .await?;
                 row.map($crate::store::shared::payment_of).transpose()
+            }
+
+            async fn set_default_currency(
+                &self,
+                tenant_id: &$crate::auth::tenant::TenantId,
+                account_id: &$crate::payments::command::AccountId,
+                currency: $crate::payments::money::Currency,
+                changed_by: &$crate::auth::api_key::ApiKeyId,
+            ) -> Result<Option<bool>, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                // The write comes first: it takes the row (or SQLite's) lock, so two equal
+                // requests at once cannot both see "changed".
+                let changed = sqlx::query($sql.set_default_currency)
+                    .bind(currency.code())
+                    .bind(tenant_id.as_str())
+                    .bind(account_id.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if changed {
+                    sqlx::query($crate::store::shared::INSERT_ACCOUNT_AUDIT)
+                        .bind(format!("aud_{}", $crate::auth::random_hex(8)))
+                        .bind(tenant_id.as_str())
+                        .bind(account_id.as_str())
+                        .bind("default_currency")
+                        .bind(currency.code())
+                        .bind(changed_by.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(Some(true));
+                }
+                let exists: i64 = sqlx::query_scalar($crate::store::shared::ACCOUNT_EXISTS)
+                    .bind(tenant_id.as_str())
+                    .bind(account_id.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok((exists > 0).then_some(false))
             }
 
             async fn close(&self) {

@@ -84,6 +84,11 @@ const SQL: DialectSql = DialectSql {
         now!(),
         " where tenant_id = $2 and id = $3"
     ),
+    set_default_currency: concat!(
+        "update accounts set default_currency = $1, updated_at = ",
+        now!(),
+        " where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)"
+    ),
 };
 
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 struct Api {
-    _db: TestDatabase,
+    db: TestDatabase,
     _dir: TempDir,
     server: IdemProcess,
     sim: IdemProcess,
@@ -79,7 +79,7 @@ impl Api {
         let globex_key = keys.pop().expect("globex key");
         let acme_key = keys.pop().expect("acme key");
         Api {
-            _db: db,
+            db,
             _dir: dir,
             server,
             sim,
@@ -452,4 +452,70 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     )
     .await;
     assert_eq!(got, 404);
+}
+
+#[tokio::test]
+async fn the_default_currency_setting_is_naturally_idempotent() {
+    let api = Api::start(5_000).await;
+    let url = format!(
+        "http://{}/accounts/acc_1/settings/default-currency",
+        api.server.address
+    );
+    for _ in 0..2 {
+        let response = api
+            .http
+            .put(&url)
+            .bearer_auth(&api.acme_key)
+            .json(&json!({ "currency": "usd" }))
+            .send()
+            .await
+            .expect("PUT");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body, json!({ "accountId": "acc_1", "defaultCurrency": "USD" }));
+    }
+    assert_eq!(
+        api.db.query_i64("select count(*) from account_audit").await,
+        1,
+        "one change, one audit entry"
+    );
+
+    let (status, body) = error_code(
+        api.http
+            .put(format!(
+                "http://{}/accounts/acc_404/settings/default-currency",
+                api.server.address
+            ))
+            .bearer_auth(&api.globex_key)
+            .json(&json!({ "currency": "EUR" }))
+            .send()
+            .await
+            .expect("PUT"),
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (404, Some("ACCOUNT_NOT_FOUND"))
+    );
+    for bad in [
+        json!({ "currency": "XXX" }),
+        json!({ "currency": "EUR", "extra": 1 }),
+        json!({}),
+    ] {
+        let (status, body) = error_code(
+            api.http
+                .put(&url)
+                .bearer_auth(&api.acme_key)
+                .json(&bad)
+                .send()
+                .await
+                .expect("PUT"),
+        )
+        .await;
+        assert_eq!(
+            (status.as_u16(), body["errorCode"].as_str()),
+            (400, Some("VALIDATION_FAILED")),
+            "{bad}"
+        );
+    }
 }

@@ -158,3 +158,64 @@ mod tenants_and_keys {
         }
     }
 }
+
+mod account_settings {
+    use crate::support::conformance;
+    use idem::auth::api_key::NewApiKey;
+    use idem::auth::tenant::{TenantId, TenantName};
+    use idem::payments::account::NewAccount;
+    use idem::payments::command::AccountId;
+    use idem::payments::money::{Balance, Currency};
+    use std::sync::Arc;
+
+    conformance! {
+        async fn setting_the_default_currency_twice_audits_one_change(db) {
+            let store = db.migrated_store().await;
+            let tenant_id = TenantId::generate();
+            store.create_tenant(&tenant_id, &TenantName::parse("acme").expect("name")).await.expect("tenant");
+            let account = AccountId::parse("acc_1").expect("id");
+            store
+                .create_account(&NewAccount {
+                    tenant_id: tenant_id.clone(),
+                    id: account.clone(),
+                    balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
+                })
+                .await
+                .expect("account");
+            let key = NewApiKey::generate();
+            store.create_api_key(&tenant_id, &key).await.expect("key");
+
+            let store: Arc<dyn idem::store::Store> = store;
+            let attempts: Vec<_> = (0..8)
+                .map(|_| {
+                    let (store, tenant_id, account, key_id) =
+                        (store.clone(), tenant_id.clone(), account.clone(), key.id.clone());
+                    tokio::spawn(async move {
+                        store.set_default_currency(&tenant_id, &account, Currency::Usd, &key_id).await
+                    })
+                })
+                .collect();
+            let mut changed = 0;
+            for attempt in attempts {
+                match attempt.await.expect("task").expect("set") {
+                    Some(true) => changed += 1,
+                    Some(false) => {}
+                    None => panic!("the account exists"),
+                }
+            }
+            assert_eq!(changed, 1, "eight equal requests, one change");
+            assert_eq!(db.query_i64("select count(*) from account_audit").await, 1);
+
+            assert_eq!(
+                store.set_default_currency(&tenant_id, &account, Currency::Eur, &key.id).await.expect("set"),
+                Some(true)
+            );
+            assert_eq!(db.query_i64("select count(*) from account_audit").await, 2);
+            let missing = AccountId::parse("acc_9").expect("id");
+            assert_eq!(
+                store.set_default_currency(&tenant_id, &missing, Currency::Eur, &key.id).await.expect("set"),
+                None
+            );
+        }
+    }
+}

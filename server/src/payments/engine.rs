@@ -42,7 +42,12 @@ pub struct EngineSettings {
 pub struct CreatePaymentRequest {
     pub principal: Principal,
     pub key: IdempotencyKey,
+    /// The version the answer is produced in: the request's, or the tenant's default.
     pub api_version: ApiVersion,
+    /// Whether the client named the version. Only a named version is part of the
+    /// fingerprint: a retry that relies on the default stays the same request when a deploy
+    /// changes the default, and is replayed in the version its answer was produced in.
+    pub api_version_requested: bool,
     pub command: CreatePayment,
 }
 
@@ -142,7 +147,11 @@ impl PaymentsEngine {
             &FingerprintInput {
                 operation: CreatePayment::OPERATION,
                 path_params: BTreeMap::new(),
-                api_version: request.api_version.as_str(),
+                api_version: if request.api_version_requested {
+                    request.api_version.as_str()
+                } else {
+                    ""
+                },
                 command: &request.command,
             },
         )

@@ -50,12 +50,14 @@ async fn parse_create_payment(
         None => return Err(ApiError::IdempotencyKeyMissing),
     };
     let api_version = api_version(headers, &principal)?;
+    let api_version_requested = headers.contains_key("api-version");
     let command =
         CreatePayment::parse_json(body).map_err(|invalid| ApiError::ValidationFailed(invalid.problems))?;
     Ok(CreatePaymentRequest {
         principal,
         key,
         api_version,
+        api_version_requested,
         command,
     })
 }

@@ -519,3 +519,79 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_replay_keeps_its_version_after_the_default_changes() {
+    let api = Api::start(5_000).await;
+    let first = api.pay("k-default", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_body = first.bytes().await.expect("body");
+    assert!(
+        serde_json::from_slice::<Value>(&first_body)
+            .expect("json")
+            .get("paymentId")
+            .is_some(),
+        "v2 shape"
+    );
+
+    // A deploy moves every tenant's default to the 2026-09-01 representation.
+    api.db
+        .execute("update tenants set pinned_api_version = '2026-09-01'")
+        .await
+        .expect("change the default");
+    let replay = api.pay("k-default", BODY).await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.bytes().await.expect("body"),
+        first_body,
+        "the stored v2 answer"
+    );
+
+    let fresh: Value = api
+        .pay("k-new-default", &BODY.replace("invoice-7781", "inv-v3"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert!(
+        fresh.get("createdAt").is_some(),
+        "new requests get the new default"
+    );
+
+    // Naming a version is part of the request: naming another one is another request.
+    let (status, body) = error_code(
+        api.post(&api.acme_key, Some("k-default"), BODY)
+            .header("api-version", "2026-09-01")
+            .send()
+            .await
+            .expect("POST"),
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"))
+    );
+}
+
+#[tokio::test]
+async fn the_api_fails_closed_when_the_database_is_gone() {
+    let api = Api::start(5_000).await;
+    assert_eq!(api.pay("k-before", BODY).await.status(), 201);
+    api.db.drop_now().await;
+    let response = api
+        .pay("k-after", &BODY.replace("invoice-7781", "inv-after"))
+        .await;
+    assert!(response.headers().contains_key("retry-after"));
+    let (status, body) = error_code(response).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (503, Some("UNAVAILABLE"))
+    );
+    assert_eq!(body["retryable"], true);
+    assert_eq!(
+        api.charges().await.charges.len(),
+        1,
+        "nothing executed without a durable claim"
+    );
+}

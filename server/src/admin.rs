@@ -39,10 +39,13 @@ async fn tenant_id(store: &dyn Store, name: &str) -> Result<TenantId, AdminError
 /// Runs a tenant command; returns what to print on standard output.
 pub async fn tenant(store: &dyn Store, command: TenantCommand) -> Result<String, AdminError> {
     match command {
-        TenantCommand::Create { name } => {
+        TenantCommand::Create {
+            name,
+            optional_idempotency_key,
+        } => {
             let parsed = TenantName::parse(&name).map_err(|problem| invalid("NAME", problem))?;
             let id = TenantId::generate();
-            match store.create_tenant(&id, &parsed).await {
+            match store.create_tenant(&id, &parsed, !optional_idempotency_key).await {
                 Err(StoreError::AlreadyExists) => Err(AdminError::TenantExists(name)),
                 other => other.map_err(AdminError::from),
             }?;

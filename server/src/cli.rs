@@ -75,6 +75,10 @@ pub enum TenantCommand {
     Create {
         /// Lower-case name: a-z, 0-9, '_' or '-'.
         name: String,
+        /// Accept payments without an Idempotency-Key (duplicates are then stopped only by
+        /// the account and merchant reference). Keys are required by default.
+        #[arg(long)]
+        optional_idempotency_key: bool,
     },
 }
 

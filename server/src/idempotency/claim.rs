@@ -71,13 +71,28 @@ pub enum ClaimOutcome {
     Existing(RecordAt),
     /// The account cannot cover the amount: the key is bound to the stored 422 answer.
     InsufficientFunds { expires_at: DateTime<Utc> },
-    /// No such account for this tenant: nothing was written.
+    /// The command cannot be executed: nothing was written.
+    Refused(Refusal),
+}
+
+/// Why a create_payment was not executed (nothing was written for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such account for this tenant.
     AccountNotFound,
-    /// The account holds another currency: nothing was written.
+    /// The account holds another currency.
     CurrencyMismatch { account_currency: Currency },
     /// The tenant already has a payment for this account and merchant reference (under any
-    /// key, or none): nothing was written.
+    /// key, or none).
     DuplicateMerchantReference { payment_id: PaymentId },
+}
+
+/// What the local transaction of a create_payment without an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnkeyedOutcome {
+    Created { payment_created_at: DateTime<Utc> },
+    InsufficientFunds,
+    Refused(Refusal),
 }
 
 /// How the provider answered a claimed create_payment.

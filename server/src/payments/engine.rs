@@ -11,7 +11,8 @@ use super::representation::{ApiVersion, PaymentStatus, PaymentView};
 use crate::auth::Principal;
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
-    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Scope, StoredResponse,
+    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
+    UnkeyedOutcome,
 };
 use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
@@ -41,7 +42,8 @@ pub struct EngineSettings {
 #[derive(Debug, Clone)]
 pub struct CreatePaymentRequest {
     pub principal: Principal,
-    pub key: IdempotencyKey,
+    /// `None` only for tenants that do not require keys.
+    pub key: Option<IdempotencyKey>,
     /// The version the answer is produced in: the request's, or the tenant's default.
     pub api_version: ApiVersion,
     /// Whether the client named the version. Only a named version is part of the
@@ -63,11 +65,11 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn fresh(response: StoredResponse, expires_at: DateTime<Utc>) -> Answer {
+    fn fresh(response: StoredResponse, expires_at: Option<DateTime<Utc>>) -> Answer {
         Answer {
             response,
             replayed: false,
-            expires_at: Some(expires_at),
+            expires_at,
             retry_after_secs: None,
         }
     }
@@ -86,7 +88,7 @@ impl Answer {
         }
     }
 
-    fn outcome_unknown(payment_id: &str, expires_at: DateTime<Utc>) -> Answer {
+    fn outcome_unknown(payment_id: &str, expires_at: Option<DateTime<Utc>>) -> Answer {
         let body = json!({
             "paymentId": payment_id,
             "status": PaymentStatus::Processing.as_str(),
@@ -95,7 +97,7 @@ impl Answer {
         Answer {
             response: json_response(202, body.to_string().into_bytes(), Vec::new()),
             replayed: false,
-            expires_at: Some(expires_at),
+            expires_at,
             retry_after_secs: Some(2),
         }
     }
@@ -120,6 +122,41 @@ fn error_response(error: &ApiError) -> StoredResponse {
 struct Representation {
     version: ApiVersion,
     created_at: DateTime<Utc>,
+}
+
+/// Who settles the payment: the holder of a key's lease (every write fenced by it), or, for
+/// a tenant without keys, the request alone.
+#[derive(Debug, Clone, Copy)]
+enum Owner<'a> {
+    Keyed {
+        scope: &'a Scope,
+        lease_version: i64,
+        expires_at: DateTime<Utc>,
+    },
+    Unkeyed,
+}
+
+impl Owner<'_> {
+    fn expires_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Owner::Keyed { expires_at, .. } => Some(*expires_at),
+            Owner::Unkeyed => None,
+        }
+    }
+}
+
+fn refusal_answer(refusal: Refusal) -> Answer {
+    let error = match refusal {
+        Refusal::AccountNotFound => ApiError::AccountNotFound,
+        Refusal::CurrencyMismatch { account_currency } => ApiError::ValidationFailed(vec![FieldProblem {
+            field: "currency".to_owned(),
+            problem: format!("must be the account's currency ({account_currency})"),
+        }]),
+        Refusal::DuplicateMerchantReference { payment_id } => ApiError::DuplicateMerchantReference {
+            payment_id: payment_id.to_string(),
+        },
+    };
+    Answer::error(error, None)
 }
 
 pub struct PaymentsEngine {
@@ -158,10 +195,18 @@ impl PaymentsEngine {
     }
 
     pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
+        let payment = NewPayment::from_command(
+            PaymentId::generate(),
+            request.principal.tenant_id.clone(),
+            &request.command,
+        );
+        let Some(key) = request.key.clone() else {
+            return self.create_payment_without_key(&request, &payment).await;
+        };
         let scope = Scope {
             tenant_id: request.principal.tenant_id.clone(),
             operation: CreatePayment::OPERATION,
-            key: request.key.clone(),
+            key,
         };
         let claim = NewClaim {
             scope: scope.clone(),
@@ -190,41 +235,52 @@ impl PaymentsEngine {
                     version: request.api_version,
                     created_at: payment_created_at,
                 };
-                self.execute(&scope, lease_version, &payment, representation, expires_at)
-                    .await
+                let owner = Owner::Keyed {
+                    scope: &scope,
+                    lease_version,
+                    expires_at,
+                };
+                self.execute(owner, &payment, representation).await
             }
             Ok(ClaimOutcome::Existing(found)) => self.answer_existing(&request, &scope, found).await,
             Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
                 Answer::error(ApiError::InsufficientFunds, Some(expires_at))
             }
-            Ok(ClaimOutcome::AccountNotFound) => Answer::error(ApiError::AccountNotFound, None),
-            Ok(ClaimOutcome::CurrencyMismatch { account_currency }) => Answer::error(
-                ApiError::ValidationFailed(vec![FieldProblem {
-                    field: "currency".to_owned(),
-                    problem: format!("must be the account's currency ({account_currency})"),
-                }]),
-                None,
-            ),
-            Ok(ClaimOutcome::DuplicateMerchantReference { payment_id }) => Answer::error(
-                ApiError::DuplicateMerchantReference {
-                    payment_id: payment_id.to_string(),
-                },
-                None,
-            ),
+            Ok(ClaimOutcome::Refused(refusal)) => refusal_answer(refusal),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
             Err(error) => Answer::error(ApiError::from_store(&error, "claim"), None),
+        }
+    }
+
+    /// A tenant that does not require keys: no record, the same local transaction (the
+    /// business key still stops a second payment), the same provider call and completion.
+    async fn create_payment_without_key(
+        &self,
+        request: &CreatePaymentRequest,
+        payment: &NewPayment,
+    ) -> Answer {
+        match self.store.create_payment_without_key(payment).await {
+            Ok(UnkeyedOutcome::Created { payment_created_at }) => {
+                let representation = Representation {
+                    version: request.api_version,
+                    created_at: payment_created_at,
+                };
+                self.execute(Owner::Unkeyed, payment, representation).await
+            }
+            Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
+            Ok(UnkeyedOutcome::Refused(refusal)) => refusal_answer(refusal),
+            Err(error) => Answer::error(ApiError::from_store(&error, "create payment without key"), None),
         }
     }
 
     /// The owner's part after the local transaction: ask the provider, then settle.
     async fn execute(
         &self,
-        scope: &Scope,
-        lease_version: i64,
+        owner: Owner<'_>,
         payment: &NewPayment,
         representation: Representation,
-        expires_at: DateTime<Utc>,
     ) -> Answer {
+        let expires_at = owner.expires_at();
         let charge = match self
             .provider
             .create_charge(payment.id.as_str(), payment.amount)
@@ -235,12 +291,18 @@ impl PaymentsEngine {
                 // Whatever the failure, a charge may exist or the request may need sending
                 // again with the same provider key: recovery decides by asking, never guessing.
                 tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
+                let Owner::Keyed {
+                    scope, lease_version, ..
+                } = owner
+                else {
+                    // Without a record the payment itself stays PROCESSING for recovery.
+                    return Answer::outcome_unknown(payment.id.as_str(), None);
+                };
                 return match self.store.mark_outcome_unknown(scope, lease_version).await {
                     Ok(_) => Answer::outcome_unknown(payment.id.as_str(), expires_at),
-                    Err(error) => Answer::error(
-                        ApiError::from_store(&error, "mark outcome unknown"),
-                        Some(expires_at),
-                    ),
+                    Err(error) => {
+                        Answer::error(ApiError::from_store(&error, "mark outcome unknown"), expires_at)
+                    }
                 };
             }
         };
@@ -274,6 +336,15 @@ impl PaymentsEngine {
             event_id,
             response,
         };
+        let Owner::Keyed {
+            scope, lease_version, ..
+        } = owner
+        else {
+            return match self.store.settle_payment_without_key(&completion).await {
+                Ok(()) => Answer::fresh(completion.response, None),
+                Err(error) => Answer::error(ApiError::from_store(&error, "completion without key"), None),
+            };
+        };
         match self
             .store
             .complete_create_payment(scope, lease_version, &completion)
@@ -283,15 +354,12 @@ impl PaymentsEngine {
             // Another owner took over meanwhile: its record is the truth now.
             Ok(false) => match self.store.load_record(scope).await {
                 Ok(Some(found)) => self.answer_record(scope, found).await,
-                Ok(None) => Answer::error(ApiError::Internal, Some(expires_at)),
-                Err(error) => Answer::error(
-                    ApiError::from_store(&error, "reload after fencing"),
-                    Some(expires_at),
-                ),
+                Ok(None) => Answer::error(ApiError::Internal, expires_at),
+                Err(error) => Answer::error(ApiError::from_store(&error, "reload after fencing"), expires_at),
             },
             // The provider answered but the answer is not recorded: the record stays at
             // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
-            Err(error) => Answer::error(ApiError::from_store(&error, "completion"), Some(expires_at)),
+            Err(error) => Answer::error(ApiError::from_store(&error, "completion"), expires_at),
         }
     }
 
@@ -348,7 +416,7 @@ impl PaymentsEngine {
             }
             Decision::OutcomeUnknown => Answer::outcome_unknown(
                 found.record.resource_id.as_deref().unwrap_or_default(),
-                found.record.expires_at,
+                expires_at,
             ),
             Decision::Expired => Answer::error(
                 ApiError::IdempotencyKeyExpired {

@@ -43,11 +43,12 @@ async fn parse_create_payment(
 ) -> Result<CreatePaymentRequest, ApiError> {
     let principal = authenticate(state, headers).await?;
     let key = match headers.get("idempotency-key") {
-        Some(value) => IdempotencyKey::parse(value.as_bytes())
-            .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))?,
-        // Tenants that do not require keys arrive with the no-key path; every tenant
-        // requires them today (the default), so a missing key is refused.
-        None => return Err(ApiError::IdempotencyKeyMissing),
+        Some(value) => Some(
+            IdempotencyKey::parse(value.as_bytes())
+                .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))?,
+        ),
+        None if principal.require_idempotency_key => return Err(ApiError::IdempotencyKeyMissing),
+        None => None,
     };
     let api_version = api_version(headers, &principal)?;
     let api_version_requested = headers.contains_key("api-version");

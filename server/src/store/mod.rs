@@ -114,7 +114,12 @@ pub trait Store: Send + Sync + 'static {
     async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
 
     /// `Err(AlreadyExists)` when a tenant has this name.
-    async fn create_tenant(&self, id: &TenantId, name: &TenantName) -> Result<(), StoreError>;
+    async fn create_tenant(
+        &self,
+        id: &TenantId,
+        name: &TenantName,
+        require_idempotency_key: bool,
+    ) -> Result<(), StoreError>;
 
     async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError>;
 
@@ -158,6 +163,17 @@ pub trait Store: Send + Sync + 'static {
         lease_version: i64,
         completion: &PaymentCompletion,
     ) -> Result<bool, StoreError>;
+
+    /// The local transaction of a create_payment without an idempotency key (tenants that do
+    /// not require keys): the same account checks, hold, payment row and event, no record.
+    /// The business key still stops a second payment.
+    async fn create_payment_without_key(
+        &self,
+        payment: &NewPayment,
+    ) -> Result<crate::idempotency::claim::UnkeyedOutcome, StoreError>;
+
+    /// The completion of a payment made without a key: status, hold, event.
+    async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError>;
 
     /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost).
     /// Conditional on `lease_version`, like every owner's write.
@@ -305,7 +321,7 @@ fn principal_of(
 
 // Statements written once for both dialects (each placeholder used once, in order, which is
 // what SQLite's numbered parameters need).
-const INSERT_TENANT: &str = "insert into tenants (id, name) values ($1, $2)";
+const INSERT_TENANT: &str = "insert into tenants (id, name, require_idempotency_key) values ($1, $2, $3)";
 const TENANT_ID_BY_NAME: &str = "select id from tenants where name = $1";
 const INSERT_API_KEY: &str = "insert into api_keys (id, tenant_id, key_hash) values ($1, $2, $3)";
 const AUTHENTICATE_API_KEY: &str = "select k.id, k.tenant_id, t.require_idempotency_key, t.pinned_api_version \

@@ -63,4 +63,10 @@ impl PostgresStore {
     }
 }
 
-impl_store!(PostgresStore, super::Dialect::Postgres, MIGRATOR, SQL);
+impl_store!(
+    PostgresStore,
+    sqlx::Postgres,
+    super::Dialect::Postgres,
+    MIGRATOR,
+    SQL
+);

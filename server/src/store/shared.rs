@@ -124,8 +124,158 @@ pub(super) fn record_of(
     Ok(crate::idempotency::record::RecordAt { record, now })
 }
 
+/// Where the local part of create_payment got to, inside its transaction.
+pub(super) enum LocalStep {
+    Created(chrono::DateTime<chrono::Utc>),
+    InsufficientFunds,
+    Refused(crate::idempotency::claim::Refusal),
+    /// The business key is taken; the transaction must be rolled back before the existing
+    /// payment can be named.
+    DuplicateMerchantReference,
+}
+
 macro_rules! impl_store {
-    ($store:ty, $dialect:expr, $migrator:expr, $sql:expr) => {
+    ($store:ty, $db:ty, $dialect:expr, $migrator:expr, $sql:expr) => {
+        impl $store {
+            /// The local part of create_payment, inside `tx`: the tenant's account, its
+            /// currency and balance, the hold, the payment row (PROCESSING) and its
+            /// PaymentCreated event. Writes nothing when it refuses.
+            async fn create_payment_in(
+                &self,
+                tx: &mut sqlx::Transaction<'static, $db>,
+                payment: &$crate::payments::payment::NewPayment,
+                idempotency_key: Option<&str>,
+            ) -> Result<$crate::store::shared::LocalStep, $crate::store::StoreError> {
+                use $crate::idempotency::claim::Refusal;
+                use $crate::store::shared::LocalStep;
+                let account: Option<(String, i64)> = sqlx::query_as($sql.account_for_update)
+                    .bind(payment.tenant_id.as_str())
+                    .bind(payment.account_id.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some((account_currency, balance)) = account else {
+                    return Ok(LocalStep::Refused(Refusal::AccountNotFound));
+                };
+                let currency = payment.amount.currency();
+                if account_currency != currency.code() {
+                    let account_currency = $crate::payments::money::Currency::parse(&account_currency)
+                        .map_err(|_| {
+                            $crate::store::StoreError::Corrupt(format!("account currency {account_currency}"))
+                        })?;
+                    return Ok(LocalStep::Refused(Refusal::CurrencyMismatch {
+                        account_currency,
+                    }));
+                }
+                if balance < payment.amount.minor_units() {
+                    return Ok(LocalStep::InsufficientFunds);
+                }
+
+                sqlx::query($sql.hold_amount)
+                    .bind(payment.amount.minor_units())
+                    .bind(payment.tenant_id.as_str())
+                    .bind(payment.account_id.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+                let created: Result<chrono::DateTime<chrono::Utc>, sqlx::Error> =
+                    sqlx::query_scalar($crate::store::shared::INSERT_PAYMENT)
+                        .bind(payment.id.as_str())
+                        .bind(payment.tenant_id.as_str())
+                        .bind(payment.account_id.as_str())
+                        .bind(payment.amount.minor_units())
+                        .bind(currency.code())
+                        .bind(payment.merchant_reference.as_str())
+                        .bind(payment.channel.as_str())
+                        .bind(idempotency_key)
+                        .fetch_one(&mut **tx)
+                        .await;
+                let payment_created_at = match created.map_err($crate::store::StoreError::from) {
+                    Ok(created_at) => created_at,
+                    Err($crate::store::StoreError::AlreadyExists) => {
+                        return Ok(LocalStep::DuplicateMerchantReference);
+                    }
+                    Err(error) => return Err(error),
+                };
+                let event_id = $crate::payments::payment::new_event_id();
+                sqlx::query($crate::store::shared::INSERT_EVENT)
+                    .bind(event_id.as_str())
+                    .bind(payment.id.as_str())
+                    .bind("PaymentCreated")
+                    .bind(payment.created_event(&event_id))
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(LocalStep::Created(payment_created_at))
+            }
+
+            /// Names the refusal, once the transaction was rolled back.
+            async fn refusal(
+                &self,
+                step: $crate::store::shared::LocalStep,
+                payment: &$crate::payments::payment::NewPayment,
+            ) -> Result<$crate::idempotency::claim::Refusal, $crate::store::StoreError> {
+                use $crate::idempotency::claim::Refusal;
+                use $crate::store::shared::LocalStep;
+                match step {
+                    LocalStep::Refused(refusal) => Ok(refusal),
+                    LocalStep::DuplicateMerchantReference => {
+                        let existing: String =
+                            sqlx::query_scalar($crate::store::shared::PAYMENT_BY_MERCHANT_REFERENCE)
+                                .bind(payment.tenant_id.as_str())
+                                .bind(payment.account_id.as_str())
+                                .bind(payment.merchant_reference.as_str())
+                                .fetch_one(&self.pool)
+                                .await?;
+                        Ok(Refusal::DuplicateMerchantReference {
+                            payment_id: $crate::payments::payment::PaymentId::from_stored(existing),
+                        })
+                    }
+                    LocalStep::Created(_) | LocalStep::InsufficientFunds => {
+                        Err($crate::store::StoreError::Corrupt("not a refusal".into()))
+                    }
+                }
+            }
+
+            /// The payment's outcome inside `tx`: status and charge id, the hold released on
+            /// a decline, and the outcome's event.
+            async fn settle_payment_in(
+                &self,
+                tx: &mut sqlx::Transaction<'static, $db>,
+                completion: &$crate::idempotency::claim::PaymentCompletion,
+            ) -> Result<(), $crate::store::StoreError> {
+                use $crate::idempotency::claim::ProviderVerdict;
+                let (payment_status, event_type) = match completion.verdict {
+                    ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
+                    ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
+                };
+                sqlx::query($sql.set_payment_outcome)
+                    .bind(payment_status)
+                    .bind(completion.provider_charge_id.as_str())
+                    .bind(completion.payment_id.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+                if completion.verdict == ProviderVerdict::Declined {
+                    let (tenant_id, account_id, amount): (String, String, i64) =
+                        sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
+                            .bind(completion.payment_id.as_str())
+                            .fetch_one(&mut **tx)
+                            .await?;
+                    sqlx::query($sql.release_hold)
+                        .bind(amount)
+                        .bind(tenant_id)
+                        .bind(account_id)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                sqlx::query($crate::store::shared::INSERT_EVENT)
+                    .bind(completion.event_id.as_str())
+                    .bind(completion.payment_id.as_str())
+                    .bind(event_type)
+                    .bind(completion.event_payload.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::store::Store for $store {
             fn dialect(&self) -> $crate::store::Dialect {
@@ -165,10 +315,12 @@ macro_rules! impl_store {
                 &self,
                 id: &$crate::auth::tenant::TenantId,
                 name: &$crate::auth::tenant::TenantName,
+                require_idempotency_key: bool,
             ) -> Result<(), $crate::store::StoreError> {
                 sqlx::query($crate::store::INSERT_TENANT)
                     .bind(id.as_str())
                     .bind(name.as_str())
+                    .bind(require_idempotency_key)
                     .execute(&self.pool)
                     .await?;
                 Ok(())
@@ -279,6 +431,7 @@ macro_rules! impl_store {
                 insufficient_funds: &$crate::idempotency::claim::StoredResponse,
             ) -> Result<$crate::idempotency::claim::ClaimOutcome, $crate::store::StoreError> {
                 use $crate::idempotency::claim::ClaimOutcome;
+                use $crate::store::shared::LocalStep;
                 let scope = &claim.scope;
                 let mut tx = self.pool.begin().await?;
 
@@ -312,87 +465,38 @@ macro_rules! impl_store {
                     };
                 };
 
-                let account: Option<(String, i64)> = sqlx::query_as($sql.account_for_update)
-                    .bind(scope.tenant_id.as_str())
-                    .bind(payment.account_id.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let Some((account_currency, balance)) = account else {
-                    tx.rollback().await?;
-                    return Ok(ClaimOutcome::AccountNotFound);
-                };
-                let currency = payment.amount.currency();
-                if account_currency != currency.code() {
-                    tx.rollback().await?;
-                    let account_currency = $crate::payments::money::Currency::parse(&account_currency)
-                        .map_err(|_| {
-                            $crate::store::StoreError::Corrupt(format!("account currency {account_currency}"))
-                        })?;
-                    return Ok(ClaimOutcome::CurrencyMismatch { account_currency });
-                }
-                if balance < payment.amount.minor_units() {
-                    sqlx::query($sql.bind_insufficient_funds)
-                        .bind(i32::from(insufficient_funds.status))
-                        .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
-                        .bind(scope.key.as_str())
-                        .execute(&mut *tx)
-                        .await?;
-                    sqlx::query($crate::store::shared::INSERT_RESPONSE)
-                        .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
-                        .bind(scope.key.as_str())
-                        .bind(insufficient_funds.headers_json())
-                        .bind(insufficient_funds.body.as_slice())
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    return Ok(ClaimOutcome::InsufficientFunds { expires_at });
-                }
-
-                sqlx::query($sql.hold_amount)
-                    .bind(payment.amount.minor_units())
-                    .bind(scope.tenant_id.as_str())
-                    .bind(payment.account_id.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                let created: Result<chrono::DateTime<chrono::Utc>, sqlx::Error> =
-                    sqlx::query_scalar($crate::store::shared::INSERT_PAYMENT)
-                        .bind(payment.id.as_str())
-                        .bind(scope.tenant_id.as_str())
-                        .bind(payment.account_id.as_str())
-                        .bind(payment.amount.minor_units())
-                        .bind(currency.code())
-                        .bind(payment.merchant_reference.as_str())
-                        .bind(payment.channel.as_str())
-                        .bind(scope.key.as_str())
-                        .fetch_one(&mut *tx)
-                        .await;
-                let payment_created_at = match created.map_err($crate::store::StoreError::from) {
-                    Ok(created_at) => created_at,
-                    Err($crate::store::StoreError::AlreadyExists) => {
-                        tx.rollback().await?;
-                        let existing: String =
-                            sqlx::query_scalar($crate::store::shared::PAYMENT_BY_MERCHANT_REFERENCE)
-                                .bind(scope.tenant_id.as_str())
-                                .bind(payment.account_id.as_str())
-                                .bind(payment.merchant_reference.as_str())
-                                .fetch_one(&self.pool)
-                                .await?;
-                        return Ok(ClaimOutcome::DuplicateMerchantReference {
-                            payment_id: $crate::payments::payment::PaymentId::from_stored(existing),
-                        });
+                let payment_created_at = match self
+                    .create_payment_in(&mut tx, payment, Some(scope.key.as_str()))
+                    .await?
+                {
+                    LocalStep::Created(payment_created_at) => payment_created_at,
+                    LocalStep::InsufficientFunds => {
+                        sqlx::query($sql.bind_insufficient_funds)
+                            .bind(i32::from(insufficient_funds.status))
+                            .bind(scope.tenant_id.as_str())
+                            .bind(scope.operation)
+                            .bind(scope.key.as_str())
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query($crate::store::shared::INSERT_RESPONSE)
+                            .bind(scope.tenant_id.as_str())
+                            .bind(scope.operation)
+                            .bind(scope.key.as_str())
+                            .bind(insufficient_funds.headers_json())
+                            .bind(insufficient_funds.body.as_slice())
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                        return Ok(ClaimOutcome::InsufficientFunds { expires_at });
                     }
-                    Err(error) => return Err(error),
+                    refused => {
+                        tx.rollback().await?;
+                        return self
+                            .refusal(refused, payment)
+                            .await
+                            .map(ClaimOutcome::Refused);
+                    }
                 };
-                let event_id = $crate::payments::payment::new_event_id();
-                sqlx::query($crate::store::shared::INSERT_EVENT)
-                    .bind(event_id.as_str())
-                    .bind(payment.id.as_str())
-                    .bind("PaymentCreated")
-                    .bind(payment.created_event(&event_id))
-                    .execute(&mut *tx)
-                    .await?;
                 tx.commit().await?;
                 Ok(ClaimOutcome::Claimed {
                     lease_version,
@@ -408,9 +512,9 @@ macro_rules! impl_store {
                 completion: &$crate::idempotency::claim::PaymentCompletion,
             ) -> Result<bool, $crate::store::StoreError> {
                 use $crate::idempotency::claim::ProviderVerdict;
-                let (record_status, payment_status, event_type) = match completion.verdict {
-                    ProviderVerdict::Authorized => ("COMPLETED", "PENDING", "PaymentAuthorized"),
-                    ProviderVerdict::Declined => ("FAILED_REPLAYABLE", "DECLINED", "PaymentDeclined"),
+                let record_status = match completion.verdict {
+                    ProviderVerdict::Authorized => "COMPLETED",
+                    ProviderVerdict::Declined => "FAILED_REPLAYABLE",
                 };
                 let mut tx = self.pool.begin().await?;
                 // The fence first: an owner that lost its lease writes nothing at all.
@@ -435,34 +539,44 @@ macro_rules! impl_store {
                     .bind(completion.response.body.as_slice())
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query($sql.set_payment_outcome)
-                    .bind(payment_status)
-                    .bind(completion.provider_charge_id.as_str())
-                    .bind(completion.payment_id.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                if completion.verdict == ProviderVerdict::Declined {
-                    let (tenant_id, account_id, amount): (String, String, i64) =
-                        sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
-                            .bind(completion.payment_id.as_str())
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    sqlx::query($sql.release_hold)
-                        .bind(amount)
-                        .bind(tenant_id)
-                        .bind(account_id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                sqlx::query($crate::store::shared::INSERT_EVENT)
-                    .bind(completion.event_id.as_str())
-                    .bind(completion.payment_id.as_str())
-                    .bind(event_type)
-                    .bind(completion.event_payload.as_str())
-                    .execute(&mut *tx)
-                    .await?;
+                self.settle_payment_in(&mut tx, completion).await?;
                 tx.commit().await?;
                 Ok(true)
+            }
+
+            async fn create_payment_without_key(
+                &self,
+                payment: &$crate::payments::payment::NewPayment,
+            ) -> Result<$crate::idempotency::claim::UnkeyedOutcome, $crate::store::StoreError> {
+                use $crate::idempotency::claim::UnkeyedOutcome;
+                use $crate::store::shared::LocalStep;
+                let mut tx = self.pool.begin().await?;
+                match self.create_payment_in(&mut tx, payment, None).await? {
+                    LocalStep::Created(payment_created_at) => {
+                        tx.commit().await?;
+                        Ok(UnkeyedOutcome::Created { payment_created_at })
+                    }
+                    LocalStep::InsufficientFunds => {
+                        tx.rollback().await?;
+                        Ok(UnkeyedOutcome::InsufficientFunds)
+                    }
+                    refused => {
+                        tx.rollback().await?;
+                        self.refusal(refused, payment)
+                            .await
+                            .map(UnkeyedOutcome::Refused)
+                    }
+                }
+            }
+
+            async fn settle_payment_without_key(
+                &self,
+                completion: &$crate::idempotency::claim::PaymentCompletion,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                self.settle_payment_in(&mut tx, completion).await?;
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn mark_outcome_unknown(

@@ -129,4 +129,4 @@ impl SqliteStore {
     }
 }
 
-impl_store!(SqliteStore, super::Dialect::Sqlite, MIGRATOR, SQL);
+impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);

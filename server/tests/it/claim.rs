@@ -4,7 +4,7 @@ use crate::support::{TestDatabase, conformance};
 use idem::auth::api_key::NewApiKey;
 use idem::auth::tenant::{TenantId, TenantName};
 use idem::idempotency::claim::{
-    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Scope, StoredResponse,
+    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
 };
 use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput};
 use idem::idempotency::key::IdempotencyKey;
@@ -28,7 +28,7 @@ async fn fixture(db: &TestDatabase, balance: &str) -> Fixture {
     let store = db.migrated_store().await;
     let tenant_id = TenantId::generate();
     store
-        .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"))
+        .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
         .await
         .expect("tenant");
     let key = NewApiKey::generate();
@@ -197,11 +197,11 @@ conformance! {
     async fn a_refused_command_leaves_no_record(db) {
         let fixture = fixture(&db, "100.00").await;
         let unknown_account = r#"{"accountId":"acc_9","amount":"1.00","currency":"EUR","merchantReference":"r"}"#;
-        assert_eq!(fixture.claim("k1", unknown_account).await, ClaimOutcome::AccountNotFound);
+        assert_eq!(fixture.claim("k1", unknown_account).await, ClaimOutcome::Refused(Refusal::AccountNotFound));
         let wrong_currency = r#"{"accountId":"acc_1","amount":"1.00","currency":"USD","merchantReference":"r"}"#;
         assert_eq!(
             fixture.claim("k2", wrong_currency).await,
-            ClaimOutcome::CurrencyMismatch { account_currency: Currency::Eur }
+            ClaimOutcome::Refused(Refusal::CurrencyMismatch { account_currency: Currency::Eur })
         );
         assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 0);
         assert_eq!(balance(&db, &fixture).await, 10_000);
@@ -217,7 +217,7 @@ conformance! {
             .expect("claim");
         assert_eq!(
             fixture.claim("k2-new-random-key", &request_body("10.00", "inv-7781")).await,
-            ClaimOutcome::DuplicateMerchantReference { payment_id: first_payment.id.clone() }
+            ClaimOutcome::Refused(Refusal::DuplicateMerchantReference { payment_id: first_payment.id.clone() })
         );
         assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 1, "k2 left no record");
         assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
@@ -229,8 +229,8 @@ conformance! {
         let other = TenantId::generate();
         fixture
             .store
-            .create_tenant(&other, &TenantName::parse("globex").expect("name"))
-            .await
+            .create_tenant(&other, &TenantName::parse("globex").expect("name"), true)
+.await
             .expect("tenant");
         fixture
             .store

@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 struct Api {
     db: TestDatabase,
-    _dir: TempDir,
+    dir: TempDir,
     server: IdemProcess,
     sim: IdemProcess,
     http: reqwest::Client,
@@ -80,7 +80,7 @@ impl Api {
         let acme_key = keys.pop().expect("acme key");
         Api {
             db,
-            _dir: dir,
+            dir,
             server,
             sim,
             http: reqwest::Client::new(),
@@ -593,5 +593,63 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
         api.charges().await.charges.len(),
         1,
         "nothing executed without a durable claim"
+    );
+}
+
+#[tokio::test]
+async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference() {
+    let api = Api::start(5_000).await;
+    admin(
+        &api.dir,
+        &api.db,
+        &["tenant", "create", "keyless", "--optional-idempotency-key"],
+    )
+    .await;
+    let key = admin(&api.dir, &api.db, &["api-key", "create", "--tenant", "keyless"]).await;
+    admin(
+        &api.dir,
+        &api.db,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            "keyless",
+            "--id",
+            "acc_1",
+            "--currency",
+            "EUR",
+            "--balance",
+            "100.00",
+        ],
+    )
+    .await;
+
+    let first = api.post(&key, None, BODY).send().await.expect("POST");
+    assert_eq!(first.status(), 201);
+    assert!(
+        !first.headers().contains_key("idempotency-expires"),
+        "no key, no record, no window"
+    );
+    let first: Value = first.json().await.expect("json");
+
+    let (status, body) = error_code(api.post(&key, None, BODY).send().await.expect("POST")).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
+    );
+    assert_eq!(body["details"]["paymentId"], first["paymentId"]);
+
+    let keyed = api
+        .post(&key, Some("k-1"), &BODY.replace("invoice-7781", "inv-keyed"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(keyed.status(), 201, "a key may still be sent");
+    assert!(keyed.headers().contains_key("idempotency-expires"));
+    assert_eq!(api.charges().await.charges.len(), 2);
+    assert_eq!(
+        api.db.query_i64("select count(*) from idempotency_records").await,
+        1,
+        "only the keyed request made a record"
     );
 }

@@ -99,64 +99,69 @@ mod tenants_and_keys {
     }
 
     conformance! {
-        async fn a_tenant_name_is_taken_once(db) {
-            let store = db.migrated_store().await;
-            let id = TenantId::generate();
-            store.create_tenant(&id, &name("acme")).await.expect("create");
-            assert!(matches!(
-                store.create_tenant(&TenantId::generate(), &name("acme")).await,
-                Err(StoreError::AlreadyExists)
-            ));
-            assert_eq!(store.tenant_id_by_name(&name("acme")).await.expect("look up"), Some(id));
-            assert_eq!(store.tenant_id_by_name(&name("other")).await.expect("look up"), None);
+            async fn a_tenant_name_is_taken_once(db) {
+                let store = db.migrated_store().await;
+                let id = TenantId::generate();
+                store.create_tenant(&id, &name("acme"), true)
+    .await.expect("create");
+                assert!(matches!(
+                    store.create_tenant(&TenantId::generate(), &name("acme"), true)
+    .await,
+                    Err(StoreError::AlreadyExists)
+                ));
+                assert_eq!(store.tenant_id_by_name(&name("acme")).await.expect("look up"), Some(id));
+                assert_eq!(store.tenant_id_by_name(&name("other")).await.expect("look up"), None);
+            }
+
+            async fn an_api_key_authenticates_until_revoked(db) {
+                let store = db.migrated_store().await;
+                let tenant_id = TenantId::generate();
+                store.create_tenant(&tenant_id, &name("acme"), true)
+    .await.expect("tenant");
+                let key = NewApiKey::generate();
+                store.create_api_key(&tenant_id, &key).await.expect("key");
+
+                let principal = store
+                    .authenticate_api_key(&ApiKeyHash::of(&key.key))
+                    .await
+                    .expect("look up")
+                    .expect("authenticated");
+                assert_eq!(principal.tenant_id, tenant_id);
+                assert_eq!(principal.api_key_id, key.id);
+                assert!(principal.require_idempotency_key, "keys are required by default");
+                assert_eq!(principal.pinned_api_version, "2026-05-01");
+
+                let guess = ApiKeyHash::of(&format!("{}A", key.key));
+                assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
+
+                assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
+                assert_eq!(store.authenticate_api_key(&key.hash).await.expect("look up"), None);
+                assert!(!store.revoke_api_key(&key.id).await.expect("revoke again"), "already revoked");
+            }
+
+            async fn account_ids_are_unique_within_a_tenant(db) {
+                let store = db.migrated_store().await;
+                let (acme, globex) = (TenantId::generate(), TenantId::generate());
+                store.create_tenant(&acme, &name("acme"), true)
+    .await.expect("tenant");
+                store.create_tenant(&globex, &name("globex"), true)
+    .await.expect("tenant");
+
+                store.create_account(&account(&acme, "acc_1", "1000.00")).await.expect("create");
+                assert!(matches!(
+                    store.create_account(&account(&acme, "acc_1", "5.00")).await,
+                    Err(StoreError::AlreadyExists)
+                ));
+                store
+                    .create_account(&account(&globex, "acc_1", "0"))
+                    .await
+                    .expect("another tenant's acc_1 is another account");
+                let negative_balance = format!(
+                    "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
+                );
+                assert!(db.execute(&negative_balance).await.is_err(), "a negative balance is refused by the schema");
+            }
         }
-
-        async fn an_api_key_authenticates_until_revoked(db) {
-            let store = db.migrated_store().await;
-            let tenant_id = TenantId::generate();
-            store.create_tenant(&tenant_id, &name("acme")).await.expect("tenant");
-            let key = NewApiKey::generate();
-            store.create_api_key(&tenant_id, &key).await.expect("key");
-
-            let principal = store
-                .authenticate_api_key(&ApiKeyHash::of(&key.key))
-                .await
-                .expect("look up")
-                .expect("authenticated");
-            assert_eq!(principal.tenant_id, tenant_id);
-            assert_eq!(principal.api_key_id, key.id);
-            assert!(principal.require_idempotency_key, "keys are required by default");
-            assert_eq!(principal.pinned_api_version, "2026-05-01");
-
-            let guess = ApiKeyHash::of(&format!("{}A", key.key));
-            assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
-
-            assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
-            assert_eq!(store.authenticate_api_key(&key.hash).await.expect("look up"), None);
-            assert!(!store.revoke_api_key(&key.id).await.expect("revoke again"), "already revoked");
-        }
-
-        async fn account_ids_are_unique_within_a_tenant(db) {
-            let store = db.migrated_store().await;
-            let (acme, globex) = (TenantId::generate(), TenantId::generate());
-            store.create_tenant(&acme, &name("acme")).await.expect("tenant");
-            store.create_tenant(&globex, &name("globex")).await.expect("tenant");
-
-            store.create_account(&account(&acme, "acc_1", "1000.00")).await.expect("create");
-            assert!(matches!(
-                store.create_account(&account(&acme, "acc_1", "5.00")).await,
-                Err(StoreError::AlreadyExists)
-            ));
-            store
-                .create_account(&account(&globex, "acc_1", "0"))
-                .await
-                .expect("another tenant's acc_1 is another account");
-            let negative_balance = format!(
-                "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
-            );
-            assert!(db.execute(&negative_balance).await.is_err(), "a negative balance is refused by the schema");
-        }
-    }
 }
 
 mod account_settings {
@@ -169,53 +174,54 @@ mod account_settings {
     use std::sync::Arc;
 
     conformance! {
-        async fn setting_the_default_currency_twice_audits_one_change(db) {
-            let store = db.migrated_store().await;
-            let tenant_id = TenantId::generate();
-            store.create_tenant(&tenant_id, &TenantName::parse("acme").expect("name")).await.expect("tenant");
-            let account = AccountId::parse("acc_1").expect("id");
-            store
-                .create_account(&NewAccount {
-                    tenant_id: tenant_id.clone(),
-                    id: account.clone(),
-                    balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
-                })
-                .await
-                .expect("account");
-            let key = NewApiKey::generate();
-            store.create_api_key(&tenant_id, &key).await.expect("key");
-
-            let store: Arc<dyn idem::store::Store> = store;
-            let attempts: Vec<_> = (0..8)
-                .map(|_| {
-                    let (store, tenant_id, account, key_id) =
-                        (store.clone(), tenant_id.clone(), account.clone(), key.id.clone());
-                    tokio::spawn(async move {
-                        store.set_default_currency(&tenant_id, &account, Currency::Usd, &key_id).await
+            async fn setting_the_default_currency_twice_audits_one_change(db) {
+                let store = db.migrated_store().await;
+                let tenant_id = TenantId::generate();
+                store.create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
+    .await.expect("tenant");
+                let account = AccountId::parse("acc_1").expect("id");
+                store
+                    .create_account(&NewAccount {
+                        tenant_id: tenant_id.clone(),
+                        id: account.clone(),
+                        balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
                     })
-                })
-                .collect();
-            let mut changed = 0;
-            for attempt in attempts {
-                match attempt.await.expect("task").expect("set") {
-                    Some(true) => changed += 1,
-                    Some(false) => {}
-                    None => panic!("the account exists"),
-                }
-            }
-            assert_eq!(changed, 1, "eight equal requests, one change");
-            assert_eq!(db.query_i64("select count(*) from account_audit").await, 1);
+                    .await
+                    .expect("account");
+                let key = NewApiKey::generate();
+                store.create_api_key(&tenant_id, &key).await.expect("key");
 
-            assert_eq!(
-                store.set_default_currency(&tenant_id, &account, Currency::Eur, &key.id).await.expect("set"),
-                Some(true)
-            );
-            assert_eq!(db.query_i64("select count(*) from account_audit").await, 2);
-            let missing = AccountId::parse("acc_9").expect("id");
-            assert_eq!(
-                store.set_default_currency(&tenant_id, &missing, Currency::Eur, &key.id).await.expect("set"),
-                None
-            );
+                let store: Arc<dyn idem::store::Store> = store;
+                let attempts: Vec<_> = (0..8)
+                    .map(|_| {
+                        let (store, tenant_id, account, key_id) =
+                            (store.clone(), tenant_id.clone(), account.clone(), key.id.clone());
+                        tokio::spawn(async move {
+                            store.set_default_currency(&tenant_id, &account, Currency::Usd, &key_id).await
+                        })
+                    })
+                    .collect();
+                let mut changed = 0;
+                for attempt in attempts {
+                    match attempt.await.expect("task").expect("set") {
+                        Some(true) => changed += 1,
+                        Some(false) => {}
+                        None => panic!("the account exists"),
+                    }
+                }
+                assert_eq!(changed, 1, "eight equal requests, one change");
+                assert_eq!(db.query_i64("select count(*) from account_audit").await, 1);
+
+                assert_eq!(
+                    store.set_default_currency(&tenant_id, &account, Currency::Eur, &key.id).await.expect("set"),
+                    Some(true)
+                );
+                assert_eq!(db.query_i64("select count(*) from account_audit").await, 2);
+                let missing = AccountId::parse("acc_9").expect("id");
+                assert_eq!(
+                    store.set_default_currency(&tenant_id, &missing, Currency::Eur, &key.id).await.expect("set"),
+                    None
+                );
+            }
         }
-    }
 }

@@ -1,6 +1,10 @@
 //! The `Store` implementation both dialects share. Every method body is written once, in
 //! `impl_store!`; what differs between PostgreSQL and SQLite is the pool type, the migrator
 //! and the statements in [`DialectSql`] (time arithmetic, row locks, catalog look-ups).
+//!
+//! Every write runs in an explicit transaction, even a single statement: a connection that
+//! came back to the pool in a broken state (a cancelled `begin`, see sqlx#4385) can then never
+//! swallow an autocommit write and answer success.
 
 /// Statements that differ by dialect. Placeholders are `$1`, `$2`, … in order of first use,
 /// which both PostgreSQL and SQLite bind positionally.
@@ -317,12 +321,14 @@ macro_rules! impl_store {
                 name: &$crate::auth::tenant::TenantName,
                 require_idempotency_key: bool,
             ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
                 sqlx::query($crate::store::INSERT_TENANT)
                     .bind(id.as_str())
                     .bind(name.as_str())
                     .bind(require_idempotency_key)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(())
             }
 
@@ -342,12 +348,14 @@ macro_rules! impl_store {
                 tenant_id: &$crate::auth::tenant::TenantId,
                 key: &$crate::auth::api_key::NewApiKey,
             ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
                 sqlx::query($crate::store::INSERT_API_KEY)
                     .bind(key.id.as_str())
                     .bind(tenant_id.as_str())
                     .bind(key.hash.as_str())
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(())
             }
 
@@ -367,10 +375,12 @@ macro_rules! impl_store {
                 &self,
                 id: &$crate::auth::api_key::ApiKeyId,
             ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
                 let revoked = sqlx::query($sql.revoke_api_key)
                     .bind(id.as_str())
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(revoked.rows_affected() == 1)
             }
 
@@ -378,13 +388,15 @@ macro_rules! impl_store {
                 &self,
                 account: &$crate::payments::account::NewAccount,
             ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
                 sqlx::query($crate::store::INSERT_ACCOUNT)
                     .bind(account.tenant_id.as_str())
                     .bind(account.id.as_str())
                     .bind(account.balance.currency.code())
                     .bind(account.balance.minor_units)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(())
             }
 
@@ -584,13 +596,15 @@ macro_rules! impl_store {
                 scope: &$crate::idempotency::claim::Scope,
                 lease_version: i64,
             ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
                 let marked = sqlx::query($sql.mark_unknown)
                     .bind(scope.tenant_id.as_str())
                     .bind(scope.operation)
                     .bind(scope.key.as_str())
                     .bind(lease_version)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(marked.rows_affected() == 1)
             }
 

@@ -144,6 +144,10 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_LEASE_SECS", default_value_t = 30)]
     pub lease_secs: u64,
 
+    /// How often, in milliseconds, this instance writes its outcome counts to the database.
+    #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
+    pub metrics_flush_ms: u64,
+
     /// The idempotency window of create_payment, in seconds.
     #[arg(long, env = "IDEM_WINDOW_SECS", default_value_t = 24 * 3600)]
     pub window_secs: u64,

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod console;
 pub mod http;
 pub mod idempotency;
+pub mod metrics;
 pub mod payments;
 pub mod provider;
 pub mod serve;

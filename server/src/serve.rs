@@ -3,6 +3,7 @@
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::http::{self, AppState, HttpSettings};
+use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
 use crate::provider;
 use crate::provider::client::ProviderClient;
@@ -49,9 +50,16 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
         Duration::from_millis(args.provider_timeout_ms),
     )
     .map_err(|error| ServeError::Provider(error.to_string()))?;
+    let outcomes = Arc::new(OutcomeCounter::default());
+    metrics::spawn_flusher(
+        outcomes.clone(),
+        store.clone(),
+        Duration::from_millis(args.metrics_flush_ms.max(10)),
+    );
     let engine = PaymentsEngine::new(
         store.clone(),
         provider,
+        outcomes.clone(),
         EngineSettings {
             lease: Duration::from_secs(args.lease_secs),
             window: Duration::from_secs(args.window_secs),
@@ -70,7 +78,8 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(ServeError::Server)?;
-    tracing::info!("in-flight requests finished; closing the database pool");
+    tracing::info!("in-flight requests finished; flushing counts and closing the database pool");
+    outcomes.flush(store.as_ref()).await;
     store.close().await;
     Ok(())
 }

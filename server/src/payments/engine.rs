@@ -9,6 +9,7 @@ use super::command::CreatePayment;
 use super::payment::{NewPayment, PaymentId, new_event_id};
 use super::representation::{ApiVersion, PaymentStatus, PaymentView};
 use crate::auth::Principal;
+use crate::auth::tenant::TenantId;
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
     ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
@@ -18,6 +19,7 @@ use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use crate::idempotency::key::IdempotencyKey;
 use crate::idempotency::record::RecordAt;
+use crate::metrics::{Outcome, OutcomeCounter};
 use crate::payments::command::FieldProblem;
 use crate::provider::ChargeStatus;
 use crate::provider::client::ProviderClient;
@@ -162,16 +164,27 @@ fn refusal_answer(refusal: Refusal) -> Answer {
 pub struct PaymentsEngine {
     store: Arc<dyn Store>,
     provider: ProviderClient,
+    outcomes: Arc<OutcomeCounter>,
     settings: EngineSettings,
 }
 
 impl PaymentsEngine {
-    pub fn new(store: Arc<dyn Store>, provider: ProviderClient, settings: EngineSettings) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        provider: ProviderClient,
+        outcomes: Arc<OutcomeCounter>,
+        settings: EngineSettings,
+    ) -> Self {
         PaymentsEngine {
             store,
             provider,
+            outcomes,
             settings,
         }
+    }
+
+    fn count(&self, tenant_id: &TenantId, outcome: Outcome) {
+        self.outcomes.record(tenant_id, CreatePayment::OPERATION, outcome);
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -235,6 +248,7 @@ impl PaymentsEngine {
                     version: request.api_version,
                     created_at: payment_created_at,
                 };
+                self.count(&scope.tenant_id, Outcome::NewExecution);
                 let owner = Owner::Keyed {
                     scope: &scope,
                     lease_version,
@@ -261,6 +275,7 @@ impl PaymentsEngine {
     ) -> Answer {
         match self.store.create_payment_without_key(payment).await {
             Ok(UnkeyedOutcome::Created { payment_created_at }) => {
+                self.count(&payment.tenant_id, Outcome::NewExecution);
                 let representation = Representation {
                     version: request.api_version,
                     created_at: payment_created_at,
@@ -291,6 +306,8 @@ impl PaymentsEngine {
                 // Whatever the failure, a charge may exist or the request may need sending
                 // again with the same provider key: recovery decides by asking, never guessing.
                 tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
+                self.count(&payment.tenant_id, Outcome::ProviderError);
+                self.count(&payment.tenant_id, Outcome::OutcomeUnknown);
                 let Owner::Keyed {
                     scope, lease_version, ..
                 } = owner
@@ -382,7 +399,20 @@ impl PaymentsEngine {
 
     async fn answer_with(&self, scope: &Scope, found: &RecordAt, fingerprint_hex: &str) -> Answer {
         let expires_at = Some(found.record.expires_at);
-        match decide(&found.record, fingerprint_hex, found.now) {
+        let decision = decide(&found.record, fingerprint_hex, found.now);
+        self.count(
+            &scope.tenant_id,
+            match decision {
+                Decision::ConflictDifferentRequest => Outcome::ConflictDifferentRequest,
+                Decision::Replay => Outcome::Replay,
+                Decision::InProgress { .. } | Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                    Outcome::InProgress
+                }
+                Decision::OutcomeUnknown => Outcome::OutcomeUnknown,
+                Decision::Expired => Outcome::ExpiredRetry,
+            },
+        );
+        match decision {
             Decision::ConflictDifferentRequest => {
                 tracing::warn!(
                     tenant_id = %scope.tenant_id,

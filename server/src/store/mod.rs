@@ -197,6 +197,9 @@ pub trait Store: Send + Sync + 'static {
         changed_by: &ApiKeyId,
     ) -> Result<Option<bool>, StoreError>;
 
+    /// Adds counted outcomes to their per-minute buckets, all or nothing.
+    async fn add_outcome_counts(&self, counts: &[crate::metrics::OutcomeCount]) -> Result<(), StoreError>;
+
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }

@@ -40,6 +40,10 @@ const SQL: DialectSql = DialectSql {
          where tenant_id = $2 and id = $3",
     set_default_currency: "update accounts set default_currency = $1, updated_at = now() \
          where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)",
+    add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
+         values ($1::timestamptz, $2, $3, $4, $5) \
+         on conflict (bucket_start, tenant_id, operation_name, outcome) \
+         do update set count = outcome_buckets.count + excluded.count",
 };
 
 /// The production store: several `serve` instances share one PostgreSQL database.

@@ -35,6 +35,9 @@ pub(super) struct DialectSql {
     pub release_hold: &'static str,
     /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
     pub set_default_currency: &'static str,
+    /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome,
+    /// `$5` count to add.
+    pub add_outcome_count: &'static str,
 }
 
 /// The record columns `decide` needs, then the database's clock.
@@ -661,6 +664,30 @@ macro_rules! impl_store {
                     .await?;
                 tx.commit().await?;
                 Ok((exists > 0).then_some(false))
+            }
+
+            async fn add_outcome_counts(
+                &self,
+                counts: &[$crate::metrics::OutcomeCount],
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                for count in counts {
+                    sqlx::query($sql.add_outcome_count)
+                        .bind(
+                            count
+                                .bucket_start
+                                .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+                                .to_string(),
+                        )
+                        .bind(count.tenant_id.as_str())
+                        .bind(count.operation)
+                        .bind(count.outcome.as_str())
+                        .bind(count.count)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn close(&self) {

@@ -89,6 +89,10 @@ const SQL: DialectSql = DialectSql {
         now!(),
         " where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)"
     ),
+    add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
+         values ($1, $2, $3, $4, $5) \
+         on conflict (bucket_start, tenant_id, operation_name, outcome) \
+         do update set count = outcome_buckets.count + excluded.count",
 };
 
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy

@@ -74,6 +74,7 @@ impl Api {
             .env("DATABASE_URL", db.url())
             .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
             .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
+            .env("IDEM_METRICS_FLUSH_MS", "100")
             .stderr(Stdio::inherit());
         let server = IdemProcess::serve_with(command).await;
         let globex_key = keys.pop().expect("globex key");
@@ -652,4 +653,34 @@ async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference()
         1,
         "only the keyed request made a record"
     );
+}
+
+#[tokio::test]
+async fn every_answer_is_counted_per_outcome_in_the_database() {
+    let api = Api::start(5_000).await;
+    assert_eq!(api.pay("k-count", BODY).await.status(), 201);
+    for _ in 0..2 {
+        assert_eq!(api.pay("k-count", BODY).await.status(), 201);
+    }
+    assert_eq!(
+        api.pay("k-count", &BODY.replace("10.00", "11.00")).await.status(),
+        409
+    );
+
+    let count = |outcome: &'static str| {
+        let sql = format!("select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = '{outcome}'");
+        let db = &api.db;
+        async move { db.query_i64(&sql).await }
+    };
+    let mut replays = 0;
+    for _ in 0..50 {
+        replays = count("replay").await;
+        if replays == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(replays, 2);
+    assert_eq!(count("new_execution").await, 1);
+    assert_eq!(count("conflict_different_request").await, 1);
 }

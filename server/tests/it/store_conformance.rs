@@ -225,3 +225,27 @@ mod account_settings {
             }
         }
 }
+
+mod outcome_buckets {
+    use crate::support::conformance;
+    use chrono::{TimeZone, Utc};
+    use idem::metrics::{Outcome, OutcomeCount};
+
+    conformance! {
+        async fn counts_from_several_flushes_add_up_in_their_bucket(db) {
+            let store = db.migrated_store().await;
+            let minute = Utc.with_ymd_and_hms(2026, 11, 29, 10, 55, 0).single().expect("time");
+            let count = |outcome, count| OutcomeCount {
+                bucket_start: minute,
+                tenant_id: "ten_1".to_owned(),
+                operation: "create_payment",
+                outcome,
+                count,
+            };
+            store.add_outcome_counts(&[count(Outcome::Replay, 3), count(Outcome::NewExecution, 1)]).await.expect("flush");
+            store.add_outcome_counts(&[count(Outcome::Replay, 2)]).await.expect("flush");
+            assert_eq!(db.query_i64("select count from outcome_buckets where outcome = 'replay'").await, 5);
+            assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
+        }
+    }
+}

@@ -1,5 +1,6 @@
 use super::TestDatabase;
 use idem::http::{self, AppState, HttpSettings};
+use idem::metrics::OutcomeCounter;
 use idem::payments::engine::{EngineSettings, PaymentsEngine};
 use idem::provider::client::ProviderClient;
 use idem::provider::sim;
@@ -69,6 +70,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
     let engine = PaymentsEngine::new(
         store.clone(),
         provider,
+        Arc::new(OutcomeCounter::default()),
         EngineSettings {
             lease: Duration::from_secs(30),
             window: Duration::from_secs(24 * 3600),

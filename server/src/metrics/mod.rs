@@ -1,0 +1,113 @@
+//! Counting what the idempotency layer answers. Each instance counts in memory and flushes
+//! per-minute buckets to the database every few seconds (and on shutdown), so that counts
+//! add up across instances and survive restarts without a write per request.
+
+use crate::auth::tenant::TenantId;
+use crate::store::Store;
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// What a request with an idempotency key (or an operation without one) came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    NewExecution,
+    Replay,
+    ConflictDifferentRequest,
+    InProgress,
+    OutcomeUnknown,
+    ExpiredRetry,
+    ProviderError,
+}
+
+impl Outcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::NewExecution => "new_execution",
+            Outcome::Replay => "replay",
+            Outcome::ConflictDifferentRequest => "conflict_different_request",
+            Outcome::InProgress => "in_progress",
+            Outcome::OutcomeUnknown => "outcome_unknown",
+            Outcome::ExpiredRetry => "expired_retry",
+            Outcome::ProviderError => "provider_error",
+        }
+    }
+}
+
+/// One bucket's increment, as written to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeCount {
+    /// The minute the outcomes happened in (this instance's clock).
+    pub bucket_start: DateTime<Utc>,
+    pub tenant_id: String,
+    pub operation: &'static str,
+    pub outcome: Outcome,
+    pub count: i64,
+}
+
+type BucketKey = (DateTime<Utc>, String, &'static str, Outcome);
+
+#[derive(Default)]
+pub struct OutcomeCounter {
+    pending: Mutex<HashMap<BucketKey, i64>>,
+}
+
+impl OutcomeCounter {
+    fn pending(&self) -> MutexGuard<'_, HashMap<BucketKey, i64>> {
+        // Counts are plain integers: a panic elsewhere cannot leave them half-written.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn record(&self, tenant_id: &TenantId, operation: &'static str, outcome: Outcome) {
+        let minute = Utc::now()
+            .duration_trunc(TimeDelta::minutes(1))
+            .unwrap_or_else(|_| Utc::now());
+        *self
+            .pending()
+            .entry((minute, tenant_id.as_str().to_owned(), operation, outcome))
+            .or_default() += 1;
+    }
+
+    /// Writes what was counted since the last flush. On failure the counts are kept for the
+    /// next flush: a database hiccup delays them but loses nothing.
+    pub async fn flush(&self, store: &dyn Store) {
+        let drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
+        if drained.is_empty() {
+            return;
+        }
+        let counts: Vec<OutcomeCount> = drained
+            .iter()
+            .map(
+                |((bucket_start, tenant_id, operation, outcome), count)| OutcomeCount {
+                    bucket_start: *bucket_start,
+                    tenant_id: tenant_id.clone(),
+                    operation,
+                    outcome: *outcome,
+                    count: *count,
+                },
+            )
+            .collect();
+        if let Err(error) = store.add_outcome_counts(&counts).await {
+            tracing::warn!(%error, buckets = counts.len(), "outcome counts not flushed; kept for the next try");
+            let mut pending = self.pending();
+            for (key, count) in drained {
+                *pending.entry(key).or_default() += count;
+            }
+        }
+    }
+}
+
+/// Flushes `counter` every `interval` until the process stops.
+pub fn spawn_flusher(counter: Arc<OutcomeCounter>, store: Arc<dyn Store>, interval: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            counter.flush(store.as_ref()).await;
+        }
+    });
+}

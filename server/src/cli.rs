@@ -144,6 +144,10 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_LEASE_SECS", default_value_t = 30)]
     pub lease_secs: u64,
 
+    /// Requests per second allowed per API key on this instance (0: no limit).
+    #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
+    pub rate_limit_per_sec: u32,
+
     /// How often, in milliseconds, this instance writes its outcome counts to the database.
     #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
     pub metrics_flush_ms: u64,

@@ -2,6 +2,7 @@
 //! `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
+use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
 use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
@@ -69,6 +70,7 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
     let state = AppState {
         store: store.clone(),
         engine: Arc::new(engine),
+        rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
     };
     let router = http::router(state, &settings);
 

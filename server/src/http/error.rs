@@ -36,6 +36,8 @@ pub enum ApiError {
     InsufficientFunds,
     #[error("This idempotency key expired; use a new key.")]
     IdempotencyKeyExpired { resource_id: Option<String> },
+    #[error("Too many requests; retry after the indicated time.")]
+    RateLimited { retry_after_secs: u64 },
     #[error("The service is temporarily unavailable; retry with the same key.")]
     Unavailable,
     #[error("An internal error occurred.")]
@@ -73,6 +75,7 @@ impl ApiError {
             ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -93,6 +96,7 @@ impl ApiError {
             ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
             ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
             ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
+            ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Unavailable => "UNAVAILABLE",
             ApiError::Internal => "INTERNAL_ERROR",
         }
@@ -102,7 +106,10 @@ impl ApiError {
     pub fn retryable(&self) -> bool {
         matches!(
             self,
-            ApiError::RequestInProgress { .. } | ApiError::Unavailable | ApiError::Internal
+            ApiError::RequestInProgress { .. }
+                | ApiError::RateLimited { .. }
+                | ApiError::Unavailable
+                | ApiError::Internal
         )
     }
 
@@ -116,9 +123,12 @@ impl ApiError {
         }
     }
 
-    fn retry_after_secs(&self) -> Option<u64> {
+    /// `Retry-After`, for the errors a client should retry after a pause.
+    pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            ApiError::RequestInProgress { retry_after_secs } => Some(*retry_after_secs),
+            ApiError::RequestInProgress { retry_after_secs } | ApiError::RateLimited { retry_after_secs } => {
+                Some(*retry_after_secs)
+            }
             ApiError::Unavailable | ApiError::Internal => Some(1),
             _ => None,
         }

@@ -2,6 +2,7 @@
 
 pub mod error;
 mod health;
+pub mod rate_limit;
 
 use crate::console::StoreConsole;
 use crate::payments;
@@ -42,6 +43,7 @@ pub struct HttpSettings {
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub engine: Arc<PaymentsEngine>,
+    pub rate_limit: Arc<rate_limit::ApiRateLimit>,
 }
 
 pub fn router(state: AppState, settings: &HttpSettings) -> Router {

@@ -77,16 +77,11 @@ impl Answer {
     }
 
     fn error(error: ApiError, expires_at: Option<DateTime<Utc>>) -> Answer {
-        let retry_after_secs = match &error {
-            ApiError::RequestInProgress { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::Unavailable | ApiError::Internal => Some(1),
-            _ => None,
-        };
         Answer {
             response: error_response(&error),
             replayed: false,
             expires_at,
-            retry_after_secs,
+            retry_after_secs: error.retry_after_secs(),
         }
     }
 

@@ -150,7 +150,7 @@ fn invalid_field(field: &str, problem: impl std::fmt::Display) -> ApiError {
     }])
 }
 
-/// `Authorization: Bearer <api key>`, looked up by its hash.
+/// `Authorization: Bearer <api key>`, looked up by its hash, then held to its rate limit.
 async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -160,7 +160,12 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal
         .filter(|key| !key.is_empty())
         .ok_or(ApiError::Unauthenticated)?;
     match state.store.authenticate_api_key(&ApiKeyHash::of(presented)).await {
-        Ok(Some(principal)) => Ok(principal),
+        Ok(Some(principal)) => match state.rate_limit.check(&principal.api_key_id) {
+            Ok(()) => Ok(principal),
+            Err(wait) => Err(ApiError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            }),
+        },
         Ok(None) => Err(ApiError::Unauthenticated),
         Err(error) => Err(ApiError::from_store(&error, "authentication")),
     }

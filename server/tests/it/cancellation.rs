@@ -66,7 +66,10 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     )
     .await;
     let mut command = idem_command(dir.path());
-    command.env("DATABASE_URL", db.url()).stderr(Stdio::inherit());
+    command
+        .env("DATABASE_URL", db.url())
+        .env("IDEM_RATE_LIMIT_PER_SEC", "0")
+        .stderr(Stdio::inherit());
     let server = IdemProcess::serve_with(command).await;
     let http = reqwest::Client::new();
     let post = |index: usize| {

@@ -10,11 +10,12 @@ use std::process::Stdio;
 use std::time::Duration;
 use tempfile::TempDir;
 
+/// Fields drop in order: the processes stop before their database is dropped.
 struct Api {
-    db: TestDatabase,
-    dir: TempDir,
     server: IdemProcess,
     sim: IdemProcess,
+    db: TestDatabase,
+    dir: TempDir,
     http: reqwest::Client,
     acme_key: String,
     globex_key: String,
@@ -44,6 +45,10 @@ async fn admin(dir: &TempDir, db: &TestDatabase, args: &[&str]) -> String {
 impl Api {
     /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
     async fn start(provider_timeout_ms: u64) -> Api {
+        Self::start_with(provider_timeout_ms, 100).await
+    }
+
+    async fn start_with(provider_timeout_ms: u64, rate_limit_per_sec: u32) -> Api {
         let db = TestDatabase::create(Dialect::Postgres).await;
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut keys = Vec::new();
@@ -75,6 +80,7 @@ impl Api {
             .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
             .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
             .env("IDEM_METRICS_FLUSH_MS", "100")
+            .env("IDEM_RATE_LIMIT_PER_SEC", rate_limit_per_sec.to_string())
             .stderr(Stdio::inherit());
         let server = IdemProcess::serve_with(command).await;
         let globex_key = keys.pop().expect("globex key");
@@ -668,7 +674,9 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
     );
 
     let count = |outcome: &'static str| {
-        let sql = format!("select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = '{outcome}'");
+        let sql = format!(
+            "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = '{outcome}'"
+        );
         let db = &api.db;
         async move { db.query_i64(&sql).await }
     };
@@ -683,4 +691,41 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
     assert_eq!(replays, 2);
     assert_eq!(count("new_execution").await, 1);
     assert_eq!(count("conflict_different_request").await, 1);
+}
+
+#[tokio::test]
+async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
+    let api = Api::start_with(5_000, 2).await;
+    let mut limited = None;
+    for index in 0..6 {
+        let response = api
+            .pay(
+                &format!("k-rate-{index}"),
+                &BODY.replace("invoice-7781", &format!("inv-{index}")),
+            )
+            .await;
+        if response.status() == 429 {
+            limited = Some((index, response));
+            break;
+        }
+        assert_eq!(response.status(), 201);
+    }
+    let (index, response) = limited.expect("a burst past 2 per second is limited");
+    assert!(response.headers().contains_key("retry-after"));
+    let (_, body) = error_code(response).await;
+    assert_eq!(body["errorCode"], "RATE_LIMITED");
+    assert_eq!(body["retryable"], true);
+    let recorded = api
+        .db
+        .query_i64(&format!(
+            "select count(*) from idempotency_records where idempotency_key = 'k-rate-{index}'"
+        ))
+        .await;
+    assert_eq!(recorded, 0, "a limited request leaves no record");
+    let other_key = api
+        .post(&api.globex_key, Some("k-globex"), BODY)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(other_key.status(), 201, "limits are per API key");
 }

@@ -70,6 +70,7 @@ async fn storm(dialect: Dialect, servers: usize) {
         let mut command = idem_command(dir.path());
         command
             .env("DATABASE_URL", db.url())
+            .env("IDEM_RATE_LIMIT_PER_SEC", "0")
             .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
             .stderr(Stdio::inherit());
         instances.push(IdemProcess::serve_with(command).await);

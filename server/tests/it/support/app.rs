@@ -1,4 +1,5 @@
 use super::TestDatabase;
+use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
 use idem::metrics::OutcomeCounter;
 use idem::payments::engine::{EngineSettings, PaymentsEngine};
@@ -80,6 +81,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
     let state = AppState {
         store,
         engine: Arc::new(engine),
+        rate_limit: Arc::new(ApiRateLimit::per_second(0)),
     };
     let router = http::router(state, &settings);
     tokio::spawn(async move { axum::serve(listener, router).await });

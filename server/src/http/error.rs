@@ -34,8 +34,6 @@ pub enum ApiError {
     PaymentDeclined { payment_id: String },
     #[error("The account's balance does not cover the amount.")]
     InsufficientFunds,
-    #[error("This idempotency key expired; use a new key.")]
-    IdempotencyKeyExpired { resource_id: Option<String> },
     #[error("Too many requests; retry after the indicated time.")]
     RateLimited { retry_after_secs: u64 },
     #[error("The service is temporarily unavailable; retry with the same key.")]
@@ -72,9 +70,7 @@ impl ApiError {
             | ApiError::KeyReusedWithDifferentRequest
             | ApiError::RequestInProgress { .. } => StatusCode::CONFLICT,
             ApiError::PaymentDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
-            ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::InsufficientFunds => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -95,7 +91,6 @@ impl ApiError {
             ApiError::RequestInProgress { .. } => "IDEMPOTENCY_REQUEST_IN_PROGRESS",
             ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
             ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Unavailable => "UNAVAILABLE",
             ApiError::Internal => "INTERNAL_ERROR",
@@ -118,7 +113,6 @@ impl ApiError {
             ApiError::ValidationFailed(problems) => Some(json!({ "fields": problems })),
             ApiError::DuplicateMerchantReference { payment_id }
             | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
-            ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
             _ => None,
         }
     }

@@ -66,6 +66,9 @@ pub enum ClaimOutcome {
         lease_version: i64,
         expires_at: DateTime<Utc>,
         payment_created_at: DateTime<Utc>,
+        /// The key's earlier record was past its window and is now this operation's
+        /// (`new_operation` policy): an expired retry.
+        renewed_expired_record: bool,
     },
     /// Another request made the record first; `decide` says what this one gets.
     Existing(RecordAt),

@@ -238,7 +238,11 @@ impl PaymentsEngine {
                 lease_version,
                 expires_at,
                 payment_created_at,
+                renewed_expired_record,
             }) => {
+                if renewed_expired_record {
+                    self.count(&scope.tenant_id, Outcome::ExpiredRetry);
+                }
                 let representation = Representation {
                     version: request.api_version,
                     created_at: payment_created_at,
@@ -400,11 +404,11 @@ impl PaymentsEngine {
             match decision {
                 Decision::ConflictDifferentRequest => Outcome::ConflictDifferentRequest,
                 Decision::Replay => Outcome::Replay,
-                Decision::InProgress { .. } | Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
-                    Outcome::InProgress
-                }
+                Decision::InProgress { .. }
+                | Decision::TakeOver { .. }
+                | Decision::Reexecute { .. }
+                | Decision::Expired => Outcome::InProgress,
                 Decision::OutcomeUnknown => Outcome::OutcomeUnknown,
-                Decision::Expired => Outcome::ExpiredRetry,
             },
         );
         match decision {
@@ -443,12 +447,11 @@ impl PaymentsEngine {
                 found.record.resource_id.as_deref().unwrap_or_default(),
                 expires_at,
             ),
-            Decision::Expired => Answer::error(
-                ApiError::IdempotencyKeyExpired {
-                    resource_id: found.record.resource_id.clone(),
-                },
-                expires_at,
-            ),
+            // The record passed its window between the claim and this read: the retry's own
+            // claim renews it (the new_operation policy), so it is told to come back at once.
+            Decision::Expired => {
+                Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
+            }
         }
     }
 }

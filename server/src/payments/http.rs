@@ -225,7 +225,7 @@ pub async fn discovery(State(state): State<AppState>) -> Response {
             "path": "/payments",
             "windowSeconds": settings.window.as_secs(),
             "inProgressLeaseSeconds": settings.lease.as_secs(),
-            "afterExpiry": "reject",
+            "afterExpiry": "new_operation",
         }]
     }))
     .into_response()

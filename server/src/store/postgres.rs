@@ -1,5 +1,5 @@
 use super::StoreError;
-use super::shared::{DialectSql, impl_store, select_record};
+use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -13,13 +13,15 @@ const SQL: DialectSql = DialectSql {
     migrations_table_exists: "select count(*) from pg_catalog.pg_tables \
          where tablename = '_sqlx_migrations' and schemaname = current_schema()",
     revoke_api_key: "update api_keys set revoked_at = now() where id = $1 and revoked_at is null",
-    claim_record: "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+    claim_record: concat!(
+        "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
          fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
          resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, \
          created_by, expires_at) \
          values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', $7, $8, $9, 1, \
-         now() + make_interval(secs => $10), $11, now() + make_interval(secs => $12)) \
-         on conflict do nothing returning lease_version, expires_at",
+         now() + make_interval(secs => $10), $11, now() + make_interval(secs => $12))",
+        renew_expired_record!("now()")
+    ),
     account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 for update",
     hold_amount: "update accounts set balance_minor = balance_minor - $1, updated_at = now() \
          where tenant_id = $2 and id = $3",

@@ -40,6 +40,35 @@ pub(super) struct DialectSql {
     pub add_outcome_count: &'static str,
 }
 
+/// The claim's answer to a scoped key that already has a record: a settled record past its
+/// window is taken for the new operation (the `new_operation` expiry policy), in the same
+/// statement, with a higher lease version; any other record is left alone (nothing returned).
+macro_rules! renew_expired_record {
+    ($now:expr) => {
+        concat!(
+            " on conflict (tenant_id, operation_name, idempotency_key) do update set ",
+            "fingerprint_version = excluded.fingerprint_version, ",
+            "request_fingerprint = excluded.request_fingerprint, ",
+            "canonical_command = excluded.canonical_command, status = 'IN_PROGRESS', ",
+            "progress_step = 'PROVIDER_REQUEST_SENT', resource_type = 'payment', ",
+            "resource_id = excluded.resource_id, provider_reference = null, response_status_code = null, ",
+            "response_schema_version = excluded.response_schema_version, lease_owner = excluded.lease_owner, ",
+            "lease_version = idempotency_records.lease_version + 1, locked_until = excluded.locked_until, ",
+            "created_by = excluded.created_by, created_at = ",
+            $now,
+            ", updated_at = ",
+            $now,
+            ", completed_at = null, expires_at = excluded.expires_at ",
+            "where idempotency_records.expires_at <= ",
+            $now,
+            " and idempotency_records.status in ",
+            "('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED') ",
+            "returning lease_version, expires_at"
+        )
+    };
+}
+pub(super) use renew_expired_record;
+
 /// The record columns `decide` needs, then the database's clock.
 macro_rules! select_record {
     ($now:expr) => {
@@ -56,6 +85,8 @@ pub(super) const SELECT_RESPONSE: &str = "select r.response_status_code, s.heade
      from idempotency_records r join idempotency_responses s \
      on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = r.idempotency_key \
      where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
+pub(super) const DELETE_RESPONSE: &str = "delete from idempotency_responses \
+     where tenant_id = $1 and operation_name = $2 and idempotency_key = $3";
 pub(super) const INSERT_RESPONSE: &str = "insert into idempotency_responses \
      (tenant_id, operation_name, idempotency_key, headers, body) values ($1, $2, $3, $4, $5)";
 pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
@@ -480,6 +511,16 @@ macro_rules! impl_store {
                     };
                 };
 
+                // A renewed expired record: its old answer is not this operation's.
+                let renewed_expired_record = lease_version > 1;
+                if renewed_expired_record {
+                    sqlx::query($crate::store::shared::DELETE_RESPONSE)
+                        .bind(scope.tenant_id.as_str())
+                        .bind(scope.operation)
+                        .bind(scope.key.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 let payment_created_at = match self
                     .create_payment_in(&mut tx, payment, Some(scope.key.as_str()))
                     .await?
@@ -517,6 +558,7 @@ macro_rules! impl_store {
                     lease_version,
                     expires_at,
                     payment_created_at,
+                    renewed_expired_record,
                 })
             }
 

@@ -1,5 +1,5 @@
 use super::StoreError;
-use super::shared::{DialectSql, impl_store, select_record};
+use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -40,7 +40,8 @@ const SQL: DialectSql = DialectSql {
         now!("$10"),
         ", $11, ",
         now!("$12"),
-        ") on conflict do nothing returning lease_version, expires_at"
+        ")",
+        renew_expired_record!(now!())
     ),
     // The claim's insert already holds SQLite's single write lock for this transaction.
     account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2",

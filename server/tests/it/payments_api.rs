@@ -45,10 +45,10 @@ async fn admin(dir: &TempDir, db: &TestDatabase, args: &[&str]) -> String {
 impl Api {
     /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
     async fn start(provider_timeout_ms: u64) -> Api {
-        Self::start_with(provider_timeout_ms, 100).await
+        Self::start_with(provider_timeout_ms, 100, 24 * 3600).await
     }
 
-    async fn start_with(provider_timeout_ms: u64, rate_limit_per_sec: u32) -> Api {
+    async fn start_with(provider_timeout_ms: u64, rate_limit_per_sec: u32, window_secs: u64) -> Api {
         let db = TestDatabase::create(Dialect::Postgres).await;
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut keys = Vec::new();
@@ -81,6 +81,7 @@ impl Api {
             .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
             .env("IDEM_METRICS_FLUSH_MS", "100")
             .env("IDEM_RATE_LIMIT_PER_SEC", rate_limit_per_sec.to_string())
+            .env("IDEM_WINDOW_SECS", window_secs.to_string())
             .stderr(Stdio::inherit());
         let server = IdemProcess::serve_with(command).await;
         let globex_key = keys.pop().expect("globex key");
@@ -695,7 +696,7 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
 
 #[tokio::test]
 async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
-    let api = Api::start_with(5_000, 2).await;
+    let api = Api::start_with(5_000, 2, 24 * 3600).await;
     let mut limited = None;
     for index in 0..6 {
         let response = api
@@ -728,4 +729,70 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
         .await
         .expect("POST");
     assert_eq!(other_key.status(), 201, "limits are per API key");
+}
+
+#[tokio::test]
+async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_holds() {
+    let api = Api::start_with(5_000, 100, 1).await;
+    let first = api.pay("k-window", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_expires = first.headers()["idempotency-expires"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let first: Value = first.json().await.expect("json");
+    let within = api.pay("k-window", BODY).await;
+    assert_eq!(
+        within.headers()["idempotent-replayed"],
+        "true",
+        "inside the window: a replay"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The same payment again: the window promised nothing more, the merchant reference does.
+    let (status, body) = error_code(api.pay("k-window", BODY).await).await;
+    assert_eq!(
+        (status.as_u16(), body["errorCode"].as_str()),
+        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
+    );
+    assert_eq!(body["details"]["paymentId"], first["paymentId"]);
+
+    // Another payment under the expired key is a new operation with a new window.
+    let renewed = api
+        .pay("k-window", &BODY.replace("invoice-7781", "inv-after-window"))
+        .await;
+    assert_eq!(renewed.status(), 201);
+    assert!(!renewed.headers().contains_key("idempotent-replayed"));
+    assert_ne!(
+        renewed.headers()["idempotency-expires"].to_str().expect("ascii"),
+        first_expires
+    );
+    let renewed: Value = renewed.json().await.expect("json");
+    assert_ne!(renewed["paymentId"], first["paymentId"]);
+    assert_eq!(api.charges().await.charges.len(), 2);
+
+    let discovery: Value = api
+        .http
+        .get(format!("http://{}/idempotency", api.server.address))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(discovery["operations"][0]["windowSeconds"], 1);
+    assert_eq!(discovery["operations"][0]["afterExpiry"], "new_operation");
+
+    let mut expired_retries = 0;
+    for _ in 0..50 {
+        expired_retries = api
+            .db
+            .query_i64("select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'expired_retry'")
+            .await;
+        if expired_retries >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(expired_retries >= 1, "expired retries are counted");
 }

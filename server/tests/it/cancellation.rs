@@ -2,7 +2,7 @@
 //! acknowledged payment must exist, every operation must run to its end anyway (its retry is
 //! a replay), and no database connection may be left inside a transaction.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::process::Stdio;
@@ -10,24 +10,6 @@ use std::time::Duration;
 
 const REQUESTS: usize = 2_000;
 const CONCURRENCY: usize = 32;
-
-async fn admin(dir: &std::path::Path, db: &TestDatabase, args: &[&str]) -> String {
-    let output = idem_command(dir)
-        .args(args)
-        .env("DATABASE_URL", db.url())
-        .output()
-        .await
-        .expect("run idem");
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .trim_end()
-        .to_owned()
-}
 
 /// Odd requests are abandoned at a repeatable spread of points between 0 and twice the
 /// typical latency (so before, during and after the server's work on them, however fast this
@@ -46,25 +28,7 @@ fn abort_after(index: usize, typical_latency: Duration) -> Duration {
 async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction() {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
-    admin(dir.path(), &db, &["tenant", "create", "acme"]).await;
-    let api_key = admin(dir.path(), &db, &["api-key", "create", "--tenant", "acme"]).await;
-    admin(
-        dir.path(),
-        &db,
-        &[
-            "account",
-            "create",
-            "--tenant",
-            "acme",
-            "--id",
-            "acc_1",
-            "--currency",
-            "EUR",
-            "--balance",
-            "1000000.00",
-        ],
-    )
-    .await;
+    let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
     let mut command = idem_command(dir.path());
     command
         .env("DATABASE_URL", db.url())

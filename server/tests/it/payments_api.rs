@@ -2,7 +2,7 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use crate::support::{Dialect, IdemProcess, TestDatabase, admin, idem_command, seed_tenant};
 use idem::provider::sim::SimCharges;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -24,24 +24,6 @@ struct Api {
 const BODY: &str =
     r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-7781"}"#;
 
-async fn admin(dir: &TempDir, db: &TestDatabase, args: &[&str]) -> String {
-    let output = idem_command(dir.path())
-        .args(args)
-        .env("DATABASE_URL", db.url())
-        .output()
-        .await
-        .expect("run idem");
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .trim_end()
-        .to_owned()
-}
-
 impl Api {
     /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
     async fn start(provider_timeout_ms: u64) -> Api {
@@ -51,28 +33,8 @@ impl Api {
     async fn start_with(provider_timeout_ms: u64, rate_limit_per_sec: u32, window_secs: u64) -> Api {
         let db = TestDatabase::create(Dialect::Postgres).await;
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut keys = Vec::new();
-        for (tenant, balance) in [("acme", "100.00"), ("globex", "50.00")] {
-            admin(&dir, &db, &["tenant", "create", tenant]).await;
-            keys.push(admin(&dir, &db, &["api-key", "create", "--tenant", tenant]).await);
-            admin(
-                &dir,
-                &db,
-                &[
-                    "account",
-                    "create",
-                    "--tenant",
-                    tenant,
-                    "--id",
-                    "acc_1",
-                    "--currency",
-                    "EUR",
-                    "--balance",
-                    balance,
-                ],
-            )
-            .await;
-        }
+        let acme_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+        let globex_key = seed_tenant(dir.path(), &db, "globex", "50.00").await;
         let sim = IdemProcess::provider_sim().await;
         let mut command = idem_command(dir.path());
         command
@@ -84,8 +46,6 @@ impl Api {
             .env("IDEM_WINDOW_SECS", window_secs.to_string())
             .stderr(Stdio::inherit());
         let server = IdemProcess::serve_with(command).await;
-        let globex_key = keys.pop().expect("globex key");
-        let acme_key = keys.pop().expect("acme key");
         Api {
             db,
             dir,
@@ -608,14 +568,19 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
 async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference() {
     let api = Api::start(5_000).await;
     admin(
-        &api.dir,
+        api.dir.path(),
         &api.db,
         &["tenant", "create", "keyless", "--optional-idempotency-key"],
     )
     .await;
-    let key = admin(&api.dir, &api.db, &["api-key", "create", "--tenant", "keyless"]).await;
+    let key = admin(
+        api.dir.path(),
+        &api.db,
+        &["api-key", "create", "--tenant", "keyless"],
+    )
+    .await;
     admin(
-        &api.dir,
+        api.dir.path(),
         &api.db,
         &[
             "account",

@@ -3,7 +3,7 @@
 //! them all. Exactly one payment and one provider charge per key; every other answer is a
 //! replay or "in progress"; no 5xx.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::future::join_all;
 use idem::provider::sim::SimCharges;
 use std::collections::BTreeMap;
@@ -16,24 +16,6 @@ const REQUESTS_PER_KEY: usize = 64;
 /// Keys stormed at once (each with all its requests in flight together).
 const KEYS_IN_FLIGHT: usize = 8;
 
-async fn admin(dir: &std::path::Path, db: &TestDatabase, args: &[&str]) -> String {
-    let output = idem_command(dir)
-        .args(args)
-        .env("DATABASE_URL", db.url())
-        .output()
-        .await
-        .expect("run idem");
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .trim_end()
-        .to_owned()
-}
-
 #[derive(Debug, Default)]
 struct Tally {
     fresh: usize,
@@ -45,25 +27,7 @@ struct Tally {
 async fn storm(dialect: Dialect, servers: usize) {
     let db = TestDatabase::create(dialect).await;
     let dir = tempfile::tempdir().expect("temporary directory");
-    admin(dir.path(), &db, &["tenant", "create", "acme"]).await;
-    let api_key = admin(dir.path(), &db, &["api-key", "create", "--tenant", "acme"]).await;
-    admin(
-        dir.path(),
-        &db,
-        &[
-            "account",
-            "create",
-            "--tenant",
-            "acme",
-            "--id",
-            "acc_1",
-            "--currency",
-            "EUR",
-            "--balance",
-            "1000000.00",
-        ],
-    )
-    .await;
+    let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
     let sim = IdemProcess::provider_sim().await;
     let mut instances = Vec::new();
     for _ in 0..servers {

@@ -1,3 +1,4 @@
+use super::TestDatabase;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
@@ -82,4 +83,47 @@ impl IdemProcess {
             .expect("run kill");
         assert!(status.success(), "kill -{signal} {pid} failed");
     }
+}
+
+/// Runs an `idem` administrative command against `db`; its standard output, trimmed.
+pub async fn admin(data_dir: &Path, db: &TestDatabase, args: &[&str]) -> String {
+    let output = idem_command(data_dir)
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .await
+        .expect("run idem");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_owned()
+}
+
+/// A tenant with an API key and an EUR account `acc_1` holding `balance`; returns the key.
+pub async fn seed_tenant(data_dir: &Path, db: &TestDatabase, tenant: &str, balance: &str) -> String {
+    admin(data_dir, db, &["tenant", "create", tenant]).await;
+    let api_key = admin(data_dir, db, &["api-key", "create", "--tenant", tenant]).await;
+    admin(
+        data_dir,
+        db,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            tenant,
+            "--id",
+            "acc_1",
+            "--currency",
+            "EUR",
+            "--balance",
+            balance,
+        ],
+    )
+    .await;
+    api_key
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod console;
+pub mod crash;
 pub mod http;
 pub mod idempotency;
 pub mod metrics;

@@ -97,6 +97,7 @@ mod tests {
             locked_until: Some(now() + Duration::milliseconds(2_500)),
             expires_at: now() + Duration::hours(24),
             resource_id: Some("pay_1".to_owned()),
+            response_schema_version: Some("2026-05-01".to_owned()),
         }
     }
 

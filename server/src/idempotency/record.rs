@@ -75,6 +75,8 @@ pub struct StoredRecord {
     pub expires_at: DateTime<Utc>,
     /// The payment the record made, once it made one.
     pub resource_id: Option<String>,
+    /// The API version the answer is produced in (a taker answers in it too).
+    pub response_schema_version: Option<String>,
 }
 
 #[cfg(test)]

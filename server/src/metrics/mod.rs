@@ -19,6 +19,7 @@ pub enum Outcome {
     OutcomeUnknown,
     ExpiredRetry,
     ProviderError,
+    Takeover,
 }
 
 impl Outcome {
@@ -31,6 +32,7 @@ impl Outcome {
             Outcome::OutcomeUnknown => "outcome_unknown",
             Outcome::ExpiredRetry => "expired_retry",
             Outcome::ProviderError => "provider_error",
+            Outcome::Takeover => "takeover",
         }
     }
 }

@@ -10,6 +10,7 @@ use super::payment::{NewPayment, PaymentId, new_event_id};
 use super::representation::{ApiVersion, PaymentStatus, PaymentView};
 use crate::auth::Principal;
 use crate::auth::tenant::TenantId;
+use crate::crash::{CrashPoint, crash_point};
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
     ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
@@ -18,7 +19,7 @@ use crate::idempotency::claim::{
 use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use crate::idempotency::key::IdempotencyKey;
-use crate::idempotency::record::RecordAt;
+use crate::idempotency::record::{ProgressStep, RecordAt};
 use crate::metrics::{Outcome, OutcomeCounter};
 use crate::payments::command::FieldProblem;
 use crate::provider::ChargeStatus;
@@ -113,12 +114,14 @@ fn error_response(error: &ApiError) -> StoredResponse {
     json_response(error.status().as_u16(), error.body(), Vec::new())
 }
 
-/// How the payment is shown in the answer: the request's API version, and the row's
-/// creation time (from the database, returned by the claim).
-#[derive(Debug, Clone, Copy)]
-struct Representation {
-    version: ApiVersion,
-    created_at: DateTime<Utc>,
+/// How a payment's owner reaches the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charging {
+    /// The first owner: nothing was sent before.
+    Send,
+    /// A taker resuming at PROVIDER_REQUEST_SENT: ask by the payment's key first, and send
+    /// (with the same key) only if the provider never accepted it.
+    AskFirst,
 }
 
 /// Who settles the payment: the holder of a key's lease (every write fenced by it), or, for
@@ -225,8 +228,6 @@ impl PaymentsEngine {
             lease: self.settings.lease,
             window: self.settings.window,
         };
-        let payment =
-            NewPayment::from_command(PaymentId::generate(), scope.tenant_id.clone(), &request.command);
         let insufficient_funds = error_response(&ApiError::InsufficientFunds);
 
         match self
@@ -243,17 +244,21 @@ impl PaymentsEngine {
                 if renewed_expired_record {
                     self.count(&scope.tenant_id, Outcome::ExpiredRetry);
                 }
-                let representation = Representation {
-                    version: request.api_version,
-                    created_at: payment_created_at,
-                };
                 self.count(&scope.tenant_id, Outcome::NewExecution);
+                let view = PaymentView::of_new(&payment, PaymentStatus::Processing, payment_created_at);
                 let owner = Owner::Keyed {
                     scope: &scope,
                     lease_version,
                     expires_at,
                 };
-                self.execute(owner, &payment, representation).await
+                self.execute(
+                    owner,
+                    &scope.tenant_id,
+                    &view,
+                    request.api_version,
+                    Charging::Send,
+                )
+                .await
             }
             Ok(ClaimOutcome::Existing(found)) => self.answer_existing(&request, &scope, found).await,
             Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
@@ -275,11 +280,15 @@ impl PaymentsEngine {
         match self.store.create_payment_without_key(payment).await {
             Ok(UnkeyedOutcome::Created { payment_created_at }) => {
                 self.count(&payment.tenant_id, Outcome::NewExecution);
-                let representation = Representation {
-                    version: request.api_version,
-                    created_at: payment_created_at,
-                };
-                self.execute(Owner::Unkeyed, payment, representation).await
+                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
+                self.execute(
+                    Owner::Unkeyed,
+                    &payment.tenant_id,
+                    &view,
+                    request.api_version,
+                    Charging::Send,
+                )
+                .await
             }
             Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
             Ok(UnkeyedOutcome::Refused(refusal)) => refusal_answer(refusal),
@@ -291,37 +300,47 @@ impl PaymentsEngine {
     async fn execute(
         &self,
         owner: Owner<'_>,
-        payment: &NewPayment,
-        representation: Representation,
+        tenant_id: &TenantId,
+        payment: &PaymentView,
+        version: ApiVersion,
+        charging: Charging,
     ) -> Answer {
         let expires_at = owner.expires_at();
-        let charge = match self
-            .provider
-            .create_charge(payment.id.as_str(), payment.amount)
-            .await
-        {
+        // PROVIDER_REQUEST_SENT is durable from here on.
+        crash_point(CrashPoint::BeforeProviderCall);
+        let charge = match charging {
+            Charging::Send => self.provider.create_charge(&payment.id, payment.amount).await,
+            // A taker never sends blindly: the first owner may have been charged already.
+            Charging::AskFirst => match self.provider.find_charge(&payment.id).await {
+                Ok(Some(charge)) => Ok(charge),
+                Ok(None) => self.provider.create_charge(&payment.id, payment.amount).await,
+                Err(error) => Err(error),
+            },
+        };
+        let charge = match charge {
             Ok(charge) => charge,
             Err(error) => {
                 // Whatever the failure, a charge may exist or the request may need sending
                 // again with the same provider key: recovery decides by asking, never guessing.
                 tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
-                self.count(&payment.tenant_id, Outcome::ProviderError);
-                self.count(&payment.tenant_id, Outcome::OutcomeUnknown);
+                self.count(tenant_id, Outcome::ProviderError);
+                self.count(tenant_id, Outcome::OutcomeUnknown);
                 let Owner::Keyed {
                     scope, lease_version, ..
                 } = owner
                 else {
                     // Without a record the payment itself stays PROCESSING for recovery.
-                    return Answer::outcome_unknown(payment.id.as_str(), None);
+                    return Answer::outcome_unknown(&payment.id, None);
                 };
                 return match self.store.mark_outcome_unknown(scope, lease_version).await {
-                    Ok(_) => Answer::outcome_unknown(payment.id.as_str(), expires_at),
+                    Ok(_) => Answer::outcome_unknown(&payment.id, expires_at),
                     Err(error) => {
                         Answer::error(ApiError::from_store(&error, "mark outcome unknown"), expires_at)
                     }
                 };
             }
         };
+        crash_point(CrashPoint::ProviderAnswered);
         let verdict = match charge.status {
             ChargeStatus::Succeeded => ProviderVerdict::Authorized,
             ChargeStatus::Declined => ProviderVerdict::Declined,
@@ -329,8 +348,11 @@ impl PaymentsEngine {
         let response = match verdict {
             ProviderVerdict::Authorized => json_response(
                 201,
-                PaymentView::of_new(payment, PaymentStatus::Pending, representation.created_at)
-                    .body(representation.version),
+                PaymentView {
+                    status: PaymentStatus::Pending,
+                    ..payment.clone()
+                }
+                .body(version),
                 vec![("location".to_owned(), format!("/payments/{}", payment.id))],
             ),
             ProviderVerdict::Declined => error_response(&ApiError::PaymentDeclined {
@@ -339,13 +361,13 @@ impl PaymentsEngine {
         };
         let event_id = new_event_id();
         let completion = PaymentCompletion {
-            payment_id: payment.id.clone(),
+            payment_id: PaymentId::from_stored(payment.id.clone()),
             verdict,
             provider_charge_id: charge.charge_id.clone(),
             event_payload: json!({
                 "eventId": event_id,
                 "type": if verdict == ProviderVerdict::Authorized { "PaymentAuthorized" } else { "PaymentDeclined" },
-                "paymentId": payment.id.as_str(),
+                "paymentId": payment.id,
                 "providerChargeId": charge.charge_id,
             })
             .to_string(),
@@ -366,7 +388,10 @@ impl PaymentsEngine {
             .complete_create_payment(scope, lease_version, &completion)
             .await
         {
-            Ok(true) => Answer::fresh(completion.response, expires_at),
+            Ok(true) => {
+                crash_point(CrashPoint::AfterCompletion);
+                Answer::fresh(completion.response, expires_at)
+            }
             // Another owner took over meanwhile: its record is the truth now.
             Ok(false) => match self.store.load_record(scope).await {
                 Ok(Some(found)) => self.answer_record(scope, found).await,
@@ -377,6 +402,59 @@ impl PaymentsEngine {
             // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
             Err(error) => Answer::error(ApiError::from_store(&error, "completion"), expires_at),
         }
+    }
+
+    /// The owner died (its lease expired) after PROVIDER_REQUEST_SENT: take the record over
+    /// (exactly one taker wins) and resume with the same payment, asking the provider before
+    /// sending anything, so the payment is charged at most once.
+    async fn take_over_and_resume(
+        &self,
+        scope: &Scope,
+        found: &RecordAt,
+        stale_lease_version: i64,
+    ) -> Answer {
+        let expires_at = Some(found.record.expires_at);
+        let taken = self
+            .store
+            .take_over(
+                scope,
+                stale_lease_version,
+                &self.settings.instance_id,
+                self.settings.lease,
+            )
+            .await;
+        let (lease_version, expires_at) = match taken {
+            Ok(Some(taken)) => taken,
+            // Another retry or worker won: it owns the record now.
+            Ok(None) => {
+                return Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at);
+            }
+            Err(error) => return Answer::error(ApiError::from_store(&error, "take over"), expires_at),
+        };
+        self.count(&scope.tenant_id, Outcome::Takeover);
+        tracing::warn!(tenant_id = %scope.tenant_id, lease_version, "took over a stale owner's record");
+        let payment_id = found.record.resource_id.as_deref().unwrap_or_default();
+        let payment = match self.store.payment(&scope.tenant_id, payment_id).await {
+            Ok(Some(payment)) => payment,
+            Ok(None) => {
+                tracing::error!(payment_id, "record at PROVIDER_REQUEST_SENT without its payment");
+                return Answer::error(ApiError::Internal, Some(expires_at));
+            }
+            Err(error) => return Answer::error(ApiError::from_store(&error, "resume"), Some(expires_at)),
+        };
+        let version = found
+            .record
+            .response_schema_version
+            .as_deref()
+            .and_then(ApiVersion::parse)
+            .unwrap_or(ApiVersion::V2);
+        let owner = Owner::Keyed {
+            scope,
+            lease_version,
+            expires_at,
+        };
+        self.execute(owner, &scope.tenant_id, &payment, version, Charging::AskFirst)
+            .await
     }
 
     async fn answer_existing(
@@ -438,9 +516,15 @@ impl PaymentsEngine {
             Decision::InProgress { retry_after_secs } => {
                 Answer::error(ApiError::RequestInProgress { retry_after_secs }, expires_at)
             }
-            // Taking over a stale owner and re-executing a released key come with the
-            // recovery work; until then such a request waits like any in-progress one.
+            Decision::TakeOver {
+                lease_version,
+                resume_from: ProgressStep::ProviderRequestSent,
+            } => Box::pin(self.take_over_and_resume(scope, found, lease_version)).await,
+            // No other step is ever left durable by an owner (the local transaction moves a
+            // record to PROVIDER_REQUEST_SENT at once), and no key is released into
+            // FAILED_RETRYABLE yet: such a record waits like an in-progress one.
             Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                tracing::error!(tenant_id = %scope.tenant_id, "record in a state no owner leaves; not taken over");
                 Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
             }
             Decision::OutcomeUnknown => Answer::outcome_unknown(

@@ -175,6 +175,17 @@ pub trait Store: Send + Sync + 'static {
     /// The completion of a payment made without a key: status, hold, event.
     async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError>;
 
+    /// Takes over an IN_PROGRESS record whose lease expired: one conditional update on the
+    /// stale lease version, so exactly one taker wins. `Some((new lease version, expiry))`
+    /// for the winner, `None` for everyone else.
+    async fn take_over(
+        &self,
+        scope: &Scope,
+        stale_lease_version: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Option<(i64, chrono::DateTime<chrono::Utc>)>, StoreError>;
+
     /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost).
     /// Conditional on `lease_version`, like every owner's write.
     async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;

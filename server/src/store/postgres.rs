@@ -42,6 +42,11 @@ const SQL: DialectSql = DialectSql {
          where tenant_id = $2 and id = $3",
     set_default_currency: "update accounts set default_currency = $1, updated_at = now() \
          where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)",
+    take_over: "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
+         locked_until = now() + make_interval(secs => $2), updated_at = now() \
+         where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 \
+         and status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()) \
+         returning lease_version, expires_at",
     add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1::timestamptz, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \

@@ -35,6 +35,9 @@ pub(super) struct DialectSql {
     pub release_hold: &'static str,
     /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
     pub set_default_currency: &'static str,
+    /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
+    /// takes an expired lease, bumping its version; returns the new version and the expiry.
+    pub take_over: &'static str,
     /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome,
     /// `$5` count to add.
     pub add_outcome_count: &'static str,
@@ -74,7 +77,7 @@ macro_rules! select_record {
     ($now:expr) => {
         concat!(
             "select status, progress_step, cast(fingerprint_version as integer), request_fingerprint, ",
-            "lease_version, locked_until, expires_at, resource_id, ",
+            "lease_version, locked_until, expires_at, resource_id, response_schema_version, ",
             $now,
             " from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3"
         )
@@ -141,11 +144,23 @@ pub(super) type RecordRow = (
     Option<chrono::DateTime<chrono::Utc>>,
     chrono::DateTime<chrono::Utc>,
     Option<String>,
+    Option<String>,
     chrono::DateTime<chrono::Utc>,
 );
 
 pub(super) fn record_of(
-    (status, step, version, fingerprint, lease_version, locked_until, expires_at, resource_id, now): RecordRow,
+    (
+        status,
+        step,
+        version,
+        fingerprint,
+        lease_version,
+        locked_until,
+        expires_at,
+        resource_id,
+        response_schema_version,
+        now,
+    ): RecordRow,
 ) -> Result<crate::idempotency::record::RecordAt, super::StoreError> {
     use super::StoreError::Corrupt;
     let record = crate::idempotency::record::StoredRecord {
@@ -158,6 +173,7 @@ pub(super) fn record_of(
         locked_until,
         expires_at,
         resource_id,
+        response_schema_version,
     };
     Ok(crate::idempotency::record::RecordAt { record, now })
 }
@@ -634,6 +650,27 @@ macro_rules! impl_store {
                 self.settle_payment_in(&mut tx, completion).await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn take_over(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+                stale_lease_version: i64,
+                owner: &str,
+                lease: std::time::Duration,
+            ) -> Result<Option<(i64, chrono::DateTime<chrono::Utc>)>, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let taken: Option<(i64, chrono::DateTime<chrono::Utc>)> = sqlx::query_as($sql.take_over)
+                    .bind(owner)
+                    .bind(lease.as_secs_f64())
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(stale_lease_version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(taken)
             }
 
             async fn mark_outcome_unknown(

@@ -309,3 +309,47 @@ conformance! {
         assert_eq!(db.query_i64("select count(*) from payments where status = 'PROCESSING'").await, 1);
     }
 }
+
+conformance! {
+    async fn a_stale_owner_is_fenced_out_by_the_one_taker(db) {
+        let fixture = fixture(&db, "100.00").await;
+        let (mut claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+        claim.lease = Duration::from_millis(200);
+        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
+        assert_eq!(
+            fixture.store.take_over(&claim.scope, 1, "taker", Duration::from_secs(30)).await.expect("try"),
+            None,
+            "a live lease is not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+
+        // Many takers at once: exactly one wins.
+        let store = fixture.store.clone();
+        let takers: Vec<_> = (0..8)
+            .map(|index| {
+                let (store, scope) = (store.clone(), claim.scope.clone());
+                tokio::spawn(async move {
+                    store.take_over(&scope, 1, &format!("taker-{index}"), Duration::from_secs(30)).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for taker in takers {
+            if let Some((version, _)) = taker.await.expect("task").expect("take over") {
+                winners.push(version);
+            }
+        }
+        assert_eq!(winners, vec![2], "one taker, with the next lease version");
+
+        // The paused first owner wakes up: none of its writes land.
+        let stale = completion(&payment, ProviderVerdict::Declined);
+        assert!(!fixture.store.complete_create_payment(&claim.scope, 1, &stale).await.expect("fenced"));
+        assert!(!fixture.store.mark_outcome_unknown(&claim.scope, 1).await.expect("fenced"));
+        let done = completion(&payment, ProviderVerdict::Authorized);
+        assert!(fixture.store.complete_create_payment(&claim.scope, 2, &done).await.expect("complete"));
+        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
+        assert_eq!(record.status, RecordStatus::Completed);
+        assert_eq!(record.lease_version, 2);
+        assert_eq!(db.query_i64("select count(*) from payments where status = 'PENDING'").await, 1);
+    }
+}

@@ -10,5 +10,6 @@ mod http_api;
 mod payments_api;
 mod process;
 mod provider;
+mod recovery;
 mod store_conformance;
 mod storm;

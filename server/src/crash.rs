@@ -1,0 +1,39 @@
+//! Test-only crash points: `IDEM_CRASH_POINT=<name>` makes `idem serve` abort (no cleanup, no
+//! answer, like `kill -9`) the first time a request reaches that step boundary, so that
+//! tests can crash the real process exactly there. Only the environment sets it; no request
+//! can reach it.
+
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The local transaction committed (PROVIDER_REQUEST_SENT is durable); nothing was sent.
+    BeforeProviderCall,
+    /// The provider answered; its answer is not recorded yet.
+    ProviderAnswered,
+    /// The completion committed; the client has no answer yet.
+    AfterCompletion,
+}
+
+impl CrashPoint {
+    pub const fn name(self) -> &'static str {
+        match self {
+            CrashPoint::BeforeProviderCall => "before_provider_call",
+            CrashPoint::ProviderAnswered => "provider_answered",
+            CrashPoint::AfterCompletion => "after_completion",
+        }
+    }
+}
+
+static CONFIGURED: OnceLock<Option<String>> = OnceLock::new();
+
+pub fn crash_point(point: CrashPoint) {
+    let configured = CONFIGURED.get_or_init(|| std::env::var("IDEM_CRASH_POINT").ok());
+    if configured.as_deref() == Some(point.name()) {
+        eprintln!(
+            "idem: crash point {} reached (IDEM_CRASH_POINT); aborting",
+            point.name()
+        );
+        std::process::abort();
+    }
+}

@@ -152,6 +152,15 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
     pub metrics_flush_ms: u64,
 
+    /// How often, in milliseconds, the recovery worker looks for unknown outcomes and dead
+    /// owners' records.
+    #[arg(long, env = "IDEM_RECOVERY_INTERVAL_MS", default_value_t = 5_000)]
+    pub recovery_interval_ms: u64,
+
+    /// Provider look-ups per unknown outcome before it is left to an operator.
+    #[arg(long, env = "IDEM_RECOVERY_MAX_ATTEMPTS", default_value_t = 10)]
+    pub recovery_max_attempts: i32,
+
     /// The idempotency window of create_payment, in seconds.
     #[arg(long, env = "IDEM_WINDOW_SECS", default_value_t = 24 * 3600)]
     pub window_secs: u64,

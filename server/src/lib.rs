@@ -12,6 +12,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod payments;
 pub mod provider;
+pub mod recovery;
 pub mod serve;
 pub mod store;
 pub mod telemetry;

@@ -8,6 +8,7 @@ use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
 use crate::provider;
 use crate::provider::client::ProviderClient;
+use crate::recovery::{self, RecoverySettings};
 use crate::store::{self, DatabaseTarget, StoreError};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,9 +28,18 @@ pub enum ServeError {
     Server(#[source] std::io::Error),
     #[error("provider client: {0}")]
     Provider(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeError> {
+    // An owner still waiting for the provider must never look dead to a retry or the worker.
+    if args.lease_secs.saturating_mul(1000) <= args.provider_timeout_ms {
+        return Err(ServeError::Config(format!(
+            "the in-progress lease ({} s) must be longer than the provider timeout ({} ms)",
+            args.lease_secs, args.provider_timeout_ms
+        )));
+    }
     let store = store::open(&target).await?;
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
@@ -67,9 +77,19 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
             instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
         },
     );
+    let engine = Arc::new(engine);
+    recovery::spawn_worker(
+        engine.clone(),
+        store.clone(),
+        RecoverySettings {
+            interval: Duration::from_millis(args.recovery_interval_ms.max(10)),
+            max_attempts: args.recovery_max_attempts,
+            batch: 50,
+        },
+    );
     let state = AppState {
         store: store.clone(),
-        engine: Arc::new(engine),
+        engine,
         rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
     };
     let router = http::router(state, &settings);

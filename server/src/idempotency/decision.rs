@@ -27,8 +27,11 @@ pub enum Decision {
     /// The earlier attempt failed before any side effect and released the key: execute again,
     /// claiming the record with a conditional update on its lease version.
     Reexecute { lease_version: i64 },
-    /// `202 PAYMENT_OUTCOME_UNKNOWN`: recovery must ask the provider first.
-    OutcomeUnknown,
+    /// The outcome is unknown and due for another look: take the record (one conditional
+    /// update on its lease version) and ask the provider, as recovery does.
+    Recover { lease_version: i64 },
+    /// `202 PAYMENT_OUTCOME_UNKNOWN`: the provider was asked recently; ask again later.
+    OutcomeUnknown { retry_after_secs: u64 },
     /// Past the window: the operation's expiry policy decides (new operation, or reject).
     Expired,
 }
@@ -52,7 +55,14 @@ pub fn decide(record: &StoredRecord, retry_fingerprint_hex: &str, now: DateTime<
         RecordStatus::FailedRetryable => Decision::Reexecute {
             lease_version: record.lease_version,
         },
-        RecordStatus::UnknownRequiresRecovery => Decision::OutcomeUnknown,
+        RecordStatus::UnknownRequiresRecovery => match record.next_recovery_at {
+            Some(next) if next > now => Decision::OutcomeUnknown {
+                retry_after_secs: seconds_until(next, now),
+            },
+            _ => Decision::Recover {
+                lease_version: record.lease_version,
+            },
+        },
         RecordStatus::InProgress => match record.locked_until {
             Some(until) if until > now => Decision::InProgress {
                 retry_after_secs: seconds_until(until, now),
@@ -98,6 +108,7 @@ mod tests {
             expires_at: now() + Duration::hours(24),
             resource_id: Some("pay_1".to_owned()),
             response_schema_version: Some("2026-05-01".to_owned()),
+            next_recovery_at: None,
         }
     }
 
@@ -167,7 +178,14 @@ mod tests {
         );
         assert_eq!(
             decide(&record(RecordStatus::UnknownRequiresRecovery), SAME, now()),
-            Decision::OutcomeUnknown
+            Decision::Recover { lease_version: 3 },
+            "an unknown outcome due for a look is recovered by the retry"
+        );
+        let mut backing_off = record(RecordStatus::UnknownRequiresRecovery);
+        backing_off.next_recovery_at = Some(now() + Duration::seconds(4));
+        assert_eq!(
+            decide(&backing_off, SAME, now()),
+            Decision::OutcomeUnknown { retry_after_secs: 4 }
         );
     }
 
@@ -198,9 +216,11 @@ mod tests {
             decide(&record(RecordStatus::Expired), OTHER, now()),
             Decision::Expired
         );
-        assert_eq!(
-            decide(&past_window(RecordStatus::UnknownRequiresRecovery), SAME, now()),
-            Decision::OutcomeUnknown,
+        assert!(
+            matches!(
+                decide(&past_window(RecordStatus::UnknownRequiresRecovery), SAME, now()),
+                Decision::Recover { .. }
+            ),
             "an unknown outcome must be recovered, never forgotten"
         );
         assert!(matches!(

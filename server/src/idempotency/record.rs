@@ -77,6 +77,8 @@ pub struct StoredRecord {
     pub resource_id: Option<String>,
     /// The API version the answer is produced in (a taker answers in it too).
     pub response_schema_version: Option<String>,
+    /// When an unknown outcome may be asked about again (backoff).
+    pub next_recovery_at: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ impl Answer {
         }
     }
 
-    fn outcome_unknown(payment_id: &str, expires_at: Option<DateTime<Utc>>) -> Answer {
+    fn outcome_unknown(payment_id: &str, expires_at: Option<DateTime<Utc>>, retry_after_secs: u64) -> Answer {
         let body = json!({
             "paymentId": payment_id,
             "status": PaymentStatus::Processing.as_str(),
@@ -96,7 +96,7 @@ impl Answer {
             response: json_response(202, body.to_string().into_bytes(), Vec::new()),
             replayed: false,
             expires_at,
-            retry_after_secs: Some(2),
+            retry_after_secs: Some(retry_after_secs),
         }
     }
 }
@@ -330,10 +330,11 @@ impl PaymentsEngine {
                 } = owner
                 else {
                     // Without a record the payment itself stays PROCESSING for recovery.
-                    return Answer::outcome_unknown(&payment.id, None);
+                    return Answer::outcome_unknown(&payment.id, None, 1);
                 };
                 return match self.store.mark_outcome_unknown(scope, lease_version).await {
-                    Ok(_) => Answer::outcome_unknown(&payment.id, expires_at),
+                    Ok(true) => Answer::outcome_unknown(&payment.id, expires_at, 1),
+                    Ok(false) => self.answer_current(scope, expires_at).await,
                     Err(error) => {
                         Answer::error(ApiError::from_store(&error, "mark outcome unknown"), expires_at)
                     }
@@ -392,21 +393,41 @@ impl PaymentsEngine {
                 crash_point(CrashPoint::AfterCompletion);
                 Answer::fresh(completion.response, expires_at)
             }
-            // Another owner took over meanwhile: its record is the truth now.
-            Ok(false) => match self.store.load_record(scope).await {
-                Ok(Some(found)) => self.answer_record(scope, found).await,
-                Ok(None) => Answer::error(ApiError::Internal, expires_at),
-                Err(error) => Answer::error(ApiError::from_store(&error, "reload after fencing"), expires_at),
-            },
+            Ok(false) => self.answer_current(scope, expires_at).await,
             // The provider answered but the answer is not recorded: the record stays at
             // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
             Err(error) => Answer::error(ApiError::from_store(&error, "completion"), expires_at),
         }
     }
 
-    /// The owner died (its lease expired) after PROVIDER_REQUEST_SENT: take the record over
+    /// The recovery worker's entry: resolve one record against the provider if it still
+    /// needs it (an unknown outcome due for a look, or a dead owner's record). The same
+    /// function serves a client's retry; `None` when there was nothing to do.
+    pub async fn recover(&self, scope: &Scope) -> Option<Answer> {
+        let found = match self.store.load_record(scope).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(error) => {
+                ApiError::from_store(&error, "recovery read");
+                return None;
+            }
+        };
+        let lease_version = match decide(&found.record, &found.record.request_fingerprint, found.now) {
+            Decision::Recover { lease_version }
+            | Decision::TakeOver {
+                lease_version,
+                resume_from: ProgressStep::ProviderRequestSent,
+            } => lease_version,
+            _ => return None,
+        };
+        Some(self.take_over_and_resume(scope, &found, lease_version).await)
+    }
+
+    /// The owner died (its lease expired) after PROVIDER_REQUEST_SENT, or the provider's
+    /// answer was lost: take the record over
     /// (exactly one taker wins) and resume with the same payment, asking the provider before
-    /// sending anything, so the payment is charged at most once.
+    /// sending anything, so the payment is charged at most once. This is the reconciler: the
+    /// retry path and the recovery worker both come here.
     async fn take_over_and_resume(
         &self,
         scope: &Scope,
@@ -468,6 +489,15 @@ impl PaymentsEngine {
         self.answer_with(scope, &found, &retry.sha256_hex).await
     }
 
+    /// This owner was fenced out (another took over meanwhile): the record is the truth now.
+    async fn answer_current(&self, scope: &Scope, expires_at: Option<DateTime<Utc>>) -> Answer {
+        match self.store.load_record(scope).await {
+            Ok(Some(found)) => Box::pin(self.answer_record(scope, found)).await,
+            Ok(None) => Answer::error(ApiError::Internal, expires_at),
+            Err(error) => Answer::error(ApiError::from_store(&error, "reload after fencing"), expires_at),
+        }
+    }
+
     /// The answer for a record as it stands, to a request with the record's own fingerprint.
     async fn answer_record(&self, scope: &Scope, found: RecordAt) -> Answer {
         let fingerprint = found.record.request_fingerprint.clone();
@@ -486,7 +516,7 @@ impl PaymentsEngine {
                 | Decision::TakeOver { .. }
                 | Decision::Reexecute { .. }
                 | Decision::Expired => Outcome::InProgress,
-                Decision::OutcomeUnknown => Outcome::OutcomeUnknown,
+                Decision::OutcomeUnknown { .. } | Decision::Recover { .. } => Outcome::OutcomeUnknown,
             },
         );
         match decision {
@@ -527,10 +557,14 @@ impl PaymentsEngine {
                 tracing::error!(tenant_id = %scope.tenant_id, "record in a state no owner leaves; not taken over");
                 Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
             }
-            Decision::OutcomeUnknown => Answer::outcome_unknown(
+            Decision::OutcomeUnknown { retry_after_secs } => Answer::outcome_unknown(
                 found.record.resource_id.as_deref().unwrap_or_default(),
                 expires_at,
+                retry_after_secs,
             ),
+            Decision::Recover { lease_version } => {
+                Box::pin(self.take_over_and_resume(scope, found, lease_version)).await
+            }
             // The record passed its window between the claim and this read: the retry's own
             // claim renews it (the new_operation policy), so it is told to come back at once.
             Decision::Expired => {

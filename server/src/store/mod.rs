@@ -186,7 +186,12 @@ pub trait Store: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> Result<Option<(i64, chrono::DateTime<chrono::Utc>)>, StoreError>;
 
-    /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost).
+    /// Records the worker should try to resolve: unknown outcomes whose backoff has passed
+    /// and that have not used up `max_attempts`, and in-progress records whose lease expired.
+    async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError>;
+
+    /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost),
+    /// counting the attempt and backing off the next one (1 s, 2 s, 4 s … 256 s).
     /// Conditional on `lease_version`, like every owner's write.
     async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
 

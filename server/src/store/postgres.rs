@@ -34,7 +34,9 @@ const SQL: DialectSql = DialectSql {
          where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 \
          and status = 'IN_PROGRESS'",
     mark_unknown: "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', \
-         progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now() \
+         progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), \
+         recovery_attempts = recovery_attempts + 1, \
+         next_recovery_at = now() + make_interval(secs => 1 << least(recovery_attempts, 8)) \
          where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 \
          and status = 'IN_PROGRESS'",
     set_payment_outcome: "update payments set status = $1, provider_charge_id = $2, updated_at = now() where id = $3",
@@ -43,10 +45,17 @@ const SQL: DialectSql = DialectSql {
     set_default_currency: "update accounts set default_currency = $1, updated_at = now() \
          where tenant_id = $2 and id = $3 and (default_currency is null or default_currency <> $1)",
     take_over: "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
-         locked_until = now() + make_interval(secs => $2), updated_at = now() \
+         locked_until = now() + make_interval(secs => $2), status = 'IN_PROGRESS', \
+         progress_step = 'PROVIDER_REQUEST_SENT', updated_at = now() \
          where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 \
-         and status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()) \
+         and (status = 'UNKNOWN_REQUIRES_RECOVERY' \
+              or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()))) \
          returning lease_version, expires_at",
+    recovery_candidates: "select tenant_id, operation_name, idempotency_key from idempotency_records \
+         where (status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 \
+                and (next_recovery_at is null or next_recovery_at <= now())) \
+            or (status = 'IN_PROGRESS' and locked_until <= now()) \
+         order by updated_at limit $2",
     add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1::timestamptz, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \

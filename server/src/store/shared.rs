@@ -38,6 +38,9 @@ pub(super) struct DialectSql {
     /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
     /// takes an expired lease, bumping its version; returns the new version and the expiry.
     pub take_over: &'static str,
+    /// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
+    /// in-progress records whose owner's lease ran out.
+    pub recovery_candidates: &'static str,
     /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome,
     /// `$5` count to add.
     pub add_outcome_count: &'static str,
@@ -78,6 +81,7 @@ macro_rules! select_record {
         concat!(
             "select status, progress_step, cast(fingerprint_version as integer), request_fingerprint, ",
             "lease_version, locked_until, expires_at, resource_id, response_schema_version, ",
+            "next_recovery_at, ",
             $now,
             " from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3"
         )
@@ -145,6 +149,7 @@ pub(super) type RecordRow = (
     chrono::DateTime<chrono::Utc>,
     Option<String>,
     Option<String>,
+    Option<chrono::DateTime<chrono::Utc>>,
     chrono::DateTime<chrono::Utc>,
 );
 
@@ -159,6 +164,7 @@ pub(super) fn record_of(
         expires_at,
         resource_id,
         response_schema_version,
+        next_recovery_at,
         now,
     ): RecordRow,
 ) -> Result<crate::idempotency::record::RecordAt, super::StoreError> {
@@ -174,6 +180,7 @@ pub(super) fn record_of(
         expires_at,
         resource_id,
         response_schema_version,
+        next_recovery_at,
     };
     Ok(crate::idempotency::record::RecordAt { record, now })
 }
@@ -671,6 +678,33 @@ macro_rules! impl_store {
                     .await?;
                 tx.commit().await?;
                 Ok(taken)
+            }
+
+            async fn recovery_candidates(
+                &self,
+                max_attempts: i32,
+                limit: i64,
+            ) -> Result<Vec<$crate::idempotency::claim::Scope>, $crate::store::StoreError> {
+                let rows: Vec<(String, String, String)> = sqlx::query_as($sql.recovery_candidates)
+                    .bind(max_attempts)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|(tenant_id, operation, key)| {
+                        // Only operations this binary knows can be recovered by it.
+                        let operation = [$crate::payments::command::CreatePayment::OPERATION]
+                            .into_iter()
+                            .find(|known| *known == operation)?;
+                        let key = $crate::idempotency::key::IdempotencyKey::parse(key.as_bytes()).ok()?;
+                        Some($crate::idempotency::claim::Scope {
+                            tenant_id: $crate::auth::tenant::TenantId::from_stored(tenant_id),
+                            operation,
+                            key,
+                        })
+                    })
+                    .collect())
             }
 
             async fn mark_outcome_unknown(

@@ -72,6 +72,8 @@ const SQL: DialectSql = DialectSql {
         "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', ",
         "progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = ",
         now!(),
+        ", recovery_attempts = recovery_attempts + 1, next_recovery_at = ",
+        now!("(1 << min(recovery_attempts, 8))"),
         " where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 ",
         "and status = 'IN_PROGRESS'"
     ),
@@ -93,12 +95,21 @@ const SQL: DialectSql = DialectSql {
     take_over: concat!(
         "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, locked_until = ",
         now!("$2"),
-        ", updated_at = ",
+        ", status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', updated_at = ",
         now!(),
         " where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 ",
-        "and status = 'IN_PROGRESS' and (locked_until is null or locked_until <= ",
+        "and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= ",
         now!(),
-        ") returning lease_version, expires_at"
+        "))) returning lease_version, expires_at"
+    ),
+    recovery_candidates: concat!(
+        "select tenant_id, operation_name, idempotency_key from idempotency_records ",
+        "where (status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 ",
+        "and (next_recovery_at is null or next_recovery_at <= ",
+        now!(),
+        ")) or (status = 'IN_PROGRESS' and locked_until <= ",
+        now!(),
+        ") order by updated_at limit $2"
     ),
     add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1, $2, $3, $4, $5) \

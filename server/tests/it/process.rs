@@ -187,3 +187,21 @@ async fn json_logs_carry_the_request_id_on_every_request_line() {
         "query strings stay out of logs: {stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_lease_shorter_than_the_provider_timeout_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let output = idem_command(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("IDEM_LEASE_SECS", "2")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "5000")
+        .output()
+        .await
+        .expect("run idem serve");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("must be longer than the provider timeout"),
+        "{stderr}"
+    );
+}

@@ -4,7 +4,7 @@
 
 use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use idem::provider::sim::SimCharges;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ async fn serve(
         .env("DATABASE_URL", db.url())
         .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
         .env("IDEM_LEASE_SECS", "1")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
+        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
         .stderr(Stdio::null());
     if let Some(point) = crash_point {
         command.env("IDEM_CRASH_POINT", point);
@@ -128,4 +130,108 @@ async fn a_crash_after_the_provider_answered_is_resumed_by_asking_the_provider()
 #[tokio::test]
 async fn a_crash_after_completion_is_answered_by_the_replay() {
     crash_then_retry("after_completion").await;
+}
+
+/// A provider fault leaves the outcome unknown; without any client retry the recovery worker
+/// resolves it by asking the provider, and the client's later retry gets the resolved answer.
+async fn fault_then_worker_recovers(faults: &[Value]) {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let http = reqwest::Client::new();
+    for fault in faults {
+        let queued = http
+            .post(format!("http://{}/_sim/faults", sim.address))
+            .json(fault)
+            .send()
+            .await
+            .expect("queue fault");
+        assert_eq!(queued.status(), 201);
+    }
+    let server = serve(dir.path(), &db, &sim, None).await;
+    let pay = || {
+        http.post(format!("http://{}/payments", server.address))
+            .bearer_auth(&api_key)
+            .header("idempotency-key", "fault-key")
+            .body(BODY)
+            .send()
+    };
+
+    let first = pay().await.expect("POST");
+    assert_eq!(first.status(), 202, "{faults:?}");
+    let first: Value = first.json().await.expect("json");
+    assert_eq!(first["errorCode"], "PAYMENT_OUTCOME_UNKNOWN");
+    // Backing off for a second before anyone asks the provider again.
+    assert_eq!(db_status(&db).await, "UNKNOWN_REQUIRES_RECOVERY", "{faults:?}");
+    let waiting = pay().await.expect("retry while unknown");
+    assert_eq!(
+        waiting.status(),
+        202,
+        "{faults:?}: still unknown, told to come back"
+    );
+    assert!(waiting.headers().contains_key("retry-after"));
+
+    let mut status = String::new();
+    for _ in 0..100 {
+        status = db_status(&db).await;
+        if status == "COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "COMPLETED", "{faults:?}: the worker resolved it");
+
+    let resolved = pay().await.expect("retry");
+    assert_eq!(resolved.status(), 201, "{faults:?}");
+    assert_eq!(resolved.headers()["idempotent-replayed"], "true");
+    let resolved: Value = resolved.json().await.expect("json");
+    assert_eq!(
+        resolved["paymentId"], first["paymentId"],
+        "{faults:?}: the same payment"
+    );
+
+    let charges: SimCharges = http
+        .get(format!("http://{}/_sim/charges", sim.address))
+        .send()
+        .await
+        .expect("charges")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(charges.charges.len(), 1, "{faults:?}: one charge");
+    assert_eq!(db.query_i64("select count(*) from payments").await, 1);
+}
+
+async fn db_status(db: &TestDatabase) -> String {
+    let completed = db
+        .query_i64("select count(*) from idempotency_records where status = 'COMPLETED'")
+        .await;
+    let unknown = db
+        .query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
+        .await;
+    match (completed, unknown) {
+        (1, _) => "COMPLETED".to_owned(),
+        (_, 1) => "UNKNOWN_REQUIRES_RECOVERY".to_owned(),
+        _ => "OTHER".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_answer_with_lookups_refused_stays_unknown_until_they_work() {
+    fault_then_worker_recovers(&[
+        json!({ "mode": "drop_response_after_accept", "count": 1 }),
+        json!({ "mode": "lookups_unavailable", "count": 1 }),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn an_error_after_accepting_is_resolved_by_asking_not_by_charging_again() {
+    fault_then_worker_recovers(&[json!({ "mode": "error_after_accept", "count": 1 })]).await;
+}
+
+#[tokio::test]
+async fn a_refusal_before_accepting_is_resolved_by_sending_with_the_same_key() {
+    fault_then_worker_recovers(&[json!({ "mode": "fail_before_accept", "count": 1 })]).await;
 }

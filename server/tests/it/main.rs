@@ -11,5 +11,6 @@ mod payments_api;
 mod process;
 mod provider;
 mod recovery;
+mod soak;
 mod store_conformance;
 mod storm;

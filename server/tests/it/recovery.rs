@@ -31,7 +31,18 @@ async fn serve(
     IdemProcess::serve_with(command).await
 }
 
+/// Who recovers the crashed request: the client's retry, or the recovery worker alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recoverer {
+    Retry,
+    WorkerOnly,
+}
+
 async fn crash_then_retry(crash_point: &str) {
+    crash_then_recover(crash_point, Recoverer::Retry).await;
+}
+
+async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
@@ -57,6 +68,20 @@ async fn crash_then_retry(crash_point: &str) {
     assert!(!status.success(), "{crash_point}: aborted, not a clean exit");
 
     let server = serve(dir.path(), &db, &sim, None).await;
+    if recoverer == Recoverer::WorkerOnly {
+        let mut status = String::new();
+        for _ in 0..100 {
+            status = db_status(&db).await;
+            if status == "COMPLETED" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            status, "COMPLETED",
+            "{crash_point}: the worker alone recovered it"
+        );
+    }
     // Until the dead owner's lease runs out, a retry is told to wait; then it takes over.
     let mut answer = None;
     for _ in 0..40 {
@@ -130,6 +155,13 @@ async fn a_crash_after_the_provider_answered_is_resumed_by_asking_the_provider()
 #[tokio::test]
 async fn a_crash_after_completion_is_answered_by_the_replay() {
     crash_then_retry("after_completion").await;
+}
+
+#[tokio::test]
+async fn the_worker_alone_recovers_a_crash_at_every_step() {
+    for crash_point in ["before_provider_call", "provider_answered", "after_completion"] {
+        crash_then_recover(crash_point, Recoverer::WorkerOnly).await;
+    }
 }
 
 /// A provider fault leaves the outcome unknown; without any client retry the recovery worker

@@ -1,0 +1,144 @@
+//! Random kills during concurrent traffic: rounds of concurrent payments (some keys retried
+//! across rounds) while the real `idem serve` is killed with SIGKILL at a different moment
+//! each round. At the end every key is retried until it settles: one payment per key, one
+//! provider charge per payment, nothing left IN_PROGRESS or UNKNOWN.
+
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use futures_util::future::join_all;
+use idem::provider::sim::SimCharges;
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+const ROUNDS: u64 = 4;
+const KEYS_PER_ROUND: usize = 40;
+
+async fn serve(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) -> IdemProcess {
+    let mut command = idem_command(dir);
+    command
+        .env("DATABASE_URL", db.url())
+        .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
+        .env("IDEM_LEASE_SECS", "1")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
+        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
+        .env("IDEM_RATE_LIMIT_PER_SEC", "0")
+        .stderr(Stdio::null());
+    IdemProcess::serve_with(command).await
+}
+
+fn body(key: &str) -> String {
+    format!(r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"ref-{key}"}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100000.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let http = reqwest::Client::new();
+    let slow_provider = http
+        .post(format!("http://{}/_sim/faults", sim.address))
+        .json(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
+        .send()
+        .await
+        .expect("queue latency");
+    assert_eq!(slow_provider.status(), 201);
+    let mut keys = BTreeSet::new();
+
+    for round in 0..ROUNDS {
+        let mut server = serve(dir.path(), &db, &sim).await;
+        let address = server.address;
+        let round_keys: Vec<String> = (0..KEYS_PER_ROUND)
+            .map(|index| {
+                // Every fifth request retries a key of the previous round.
+                if round > 0 && index % 5 == 0 {
+                    format!("soak-{}-{index}", round - 1)
+                } else {
+                    format!("soak-{round}-{index}")
+                }
+            })
+            .collect();
+        keys.extend(round_keys.iter().cloned());
+        // Requests start 15 ms apart (0 to 600 ms) and the provider takes 30 ms a charge, so
+        // each round's kill (150 to 450 ms in) lands in the middle of the traffic.
+        let traffic = join_all(round_keys.iter().enumerate().map(|(index, key)| {
+            let request = http
+                .post(format!("http://{address}/payments"))
+                .bearer_auth(&api_key)
+                .header("idempotency-key", key)
+                .body(body(key))
+                .timeout(Duration::from_secs(5));
+            async move {
+                tokio::time::sleep(Duration::from_millis(15 * index as u64)).await;
+                request.send().await
+            }
+        }));
+        let kill = async {
+            tokio::time::sleep(Duration::from_millis(150 + 100 * round)).await;
+            server.signal("KILL");
+        };
+        let (answers, ()) = tokio::join!(traffic, kill);
+        for answer in answers.into_iter().flatten() {
+            let status = answer.status().as_u16();
+            assert!(
+                matches!(status, 201 | 202 | 409),
+                "round {round}: only successes, unknowns and waits, got {status}"
+            );
+        }
+        let _ = server.child.wait().await;
+    }
+
+    // A last instance: every key is retried until it settles.
+    let server = serve(dir.path(), &db, &sim).await;
+    for key in &keys {
+        let mut settled = None;
+        for _ in 0..100 {
+            let response = http
+                .post(format!("http://{}/payments", server.address))
+                .bearer_auth(&api_key)
+                .header("idempotency-key", key)
+                .body(body(key))
+                .send()
+                .await
+                .expect("retry");
+            let status = response.status().as_u16();
+            if status == 201 {
+                settled = Some(status);
+                break;
+            }
+            assert!(matches!(status, 202 | 409), "{key}: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(settled, Some(201), "{key} settled");
+    }
+
+    let charges: SimCharges = http
+        .get(format!("http://{}/_sim/charges", sim.address))
+        .send()
+        .await
+        .expect("charges")
+        .json()
+        .await
+        .expect("json");
+    let payments = db.query_i64("select count(*) from payments").await;
+    assert_eq!(payments, keys.len() as i64, "one payment per key");
+    assert_eq!(charges.charges.len() as i64, payments, "one charge per payment");
+    assert!(
+        charges.charges.iter().all(|charge| charge.create_calls == 1),
+        "no charge was sent twice"
+    );
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
+        )
+        .await,
+        0,
+        "nothing stuck"
+    );
+    assert_eq!(
+        db.query_i64("select balance_minor from accounts").await,
+        10_000_000 - 100 * payments,
+        "each payment held once"
+    );
+}

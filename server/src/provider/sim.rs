@@ -2,8 +2,19 @@
 //! a control API to make it misbehave on purpose.
 //!
 //! Test values (like a provider's test card numbers), so that demos and the console can
-//! produce outcomes by hand: an amount whose minor units end in `02` (`10.02` EUR, `1002` JPY)
-//! is declined. Everything else succeeds unless a queued fault says otherwise.
+//! produce every outcome by hand, chosen by the last two digits of the amount's minor units
+//! (`10.02` EUR, `1002` JPY):
+//!
+//! | ends in | the first charge call for that payment |
+//! |---|---|
+//! | `02` | is declined |
+//! | `03` | fails before accepting (503, nothing charged) |
+//! | `04` | is accepted, then answered 500 |
+//! | `05` | is accepted, then its answer is never sent |
+//! | `06` | is answered after 2 s |
+//!
+//! Repeating a charge (same key) returns the recorded charge, as a real provider does.
+//! Everything else succeeds unless a queued fault says otherwise.
 
 use super::{Charge, ChargeRequest, ChargeStatus};
 use crate::payments::money::{Amount, Currency};
@@ -14,7 +25,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -67,6 +78,8 @@ pub struct SimCharges {
 #[derive(Default)]
 struct Ledger {
     charges: BTreeMap<String, SimCharge>,
+    /// Every key a charge call arrived with, accepted or not (test values act on the first).
+    seen_keys: BTreeSet<String>,
     faults: Vec<FaultRequest>,
     next_charge: u64,
 }
@@ -164,14 +177,14 @@ async fn create_charge(
         ],
         Some(&request.reference),
     );
-    let mode = fault.as_ref().map(|fault| fault.mode);
-    if let Some(FaultRequest {
-        mode: FaultMode::Latency,
-        delay_ms,
-        ..
-    }) = &fault
-    {
-        tokio::time::sleep(Duration::from_millis(delay_ms.unwrap_or(1_000))).await;
+    let first_call = sim.ledger().seen_keys.insert(key.clone());
+    let mode = fault
+        .as_ref()
+        .map(|fault| fault.mode)
+        .or_else(|| first_call.then(|| test_value_fault(amount)).flatten());
+    if mode == Some(FaultMode::Latency) {
+        let delay_ms = fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000);
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     }
     if mode == Some(FaultMode::FailBeforeAccept) {
         return error(
@@ -198,7 +211,7 @@ async fn create_charge(
             existing.clone()
         } else {
             ledger.next_charge += 1;
-            let declined = mode == Some(FaultMode::Decline) || amount.minor_units() % 100 == 2;
+            let declined = mode == Some(FaultMode::Decline);
             let charge = SimCharge {
                 charge_id: format!("ch_{:06}", ledger.next_charge),
                 idempotency_key: key.clone(),
@@ -234,6 +247,18 @@ async fn create_charge(
             "Something failed after accepting.",
         ),
         _ => (StatusCode::CREATED, Json(public_charge(&charge))).into_response(),
+    }
+}
+
+/// The fault a test value asks for (see the module's table).
+fn test_value_fault(amount: Amount) -> Option<FaultMode> {
+    match amount.minor_units() % 100 {
+        2 => Some(FaultMode::Decline),
+        3 => Some(FaultMode::FailBeforeAccept),
+        4 => Some(FaultMode::ErrorAfterAccept),
+        5 => Some(FaultMode::DropResponseAfterAccept),
+        6 => Some(FaultMode::Latency),
+        _ => None,
     }
 }
 

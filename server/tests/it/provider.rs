@@ -230,3 +230,58 @@ async fn the_control_api_refuses_malformed_faults() {
         .expect("DELETE");
     assert_eq!(cleared.status(), 204);
 }
+
+#[tokio::test]
+async fn test_values_produce_every_fault_on_the_first_call_only() {
+    let sim = Sim::start().await;
+    let client = sim.client(Duration::from_millis(800));
+
+    assert!(matches!(
+        client.create_charge("pay_03", eur("1.03")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    assert_eq!(
+        client.find_charge("pay_03").await.expect("look up"),
+        None,
+        "nothing charged"
+    );
+    let again = client
+        .create_charge("pay_03", eur("1.03"))
+        .await
+        .expect("second call succeeds");
+    assert_eq!(again.status, ChargeStatus::Succeeded);
+
+    assert!(matches!(
+        client.create_charge("pay_04", eur("1.04")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    assert!(
+        client.find_charge("pay_04").await.expect("look up").is_some(),
+        "charged before the 500"
+    );
+
+    assert!(matches!(
+        client.create_charge("pay_05", eur("1.05")).await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+    assert!(
+        client.find_charge("pay_05").await.expect("look up").is_some(),
+        "charged, answer lost"
+    );
+
+    assert!(
+        matches!(
+            client.create_charge("pay_06", eur("1.06")).await,
+            Err(ProviderError::OutcomeUnknown(_))
+        ),
+        "answered after 2 s: past this client's 800 ms"
+    );
+
+    let declined = client.create_charge("pay_02", eur("1.02")).await.expect("answer");
+    assert_eq!(declined.status, ChargeStatus::Declined);
+    let declined_again = client.create_charge("pay_02", eur("1.02")).await.expect("answer");
+    assert_eq!(
+        declined_again, declined,
+        "the recorded charge, not a new decision"
+    );
+}

@@ -17,13 +17,23 @@ async fn serve(
     sim: &IdemProcess,
     crash_point: Option<&str>,
 ) -> IdemProcess {
+    serve_with_worker_interval(dir, db, sim, crash_point, "200").await
+}
+
+async fn serve_with_worker_interval(
+    dir: &std::path::Path,
+    db: &TestDatabase,
+    sim: &IdemProcess,
+    crash_point: Option<&str>,
+    worker_interval_ms: &str,
+) -> IdemProcess {
     let mut command = idem_command(dir);
     command
         .env("DATABASE_URL", db.url())
         .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
         .env("IDEM_LEASE_SECS", "1")
         .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
-        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
+        .env("IDEM_RECOVERY_INTERVAL_MS", worker_interval_ms)
         .stderr(Stdio::null());
     if let Some(point) = crash_point {
         command.env("IDEM_CRASH_POINT", point);
@@ -266,4 +276,68 @@ async fn an_error_after_accepting_is_resolved_by_asking_not_by_charging_again() 
 #[tokio::test]
 async fn a_refusal_before_accepting_is_resolved_by_sending_with_the_same_key() {
     fault_then_worker_recovers(&[json!({ "mode": "fail_before_accept", "count": 1 })]).await;
+}
+
+#[tokio::test]
+async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let http = reqwest::Client::new();
+
+    let mut doomed = serve(dir.path(), &db, &sim, Some("before_provider_call")).await;
+    let lost = http
+        .post(format!("http://{}/payments", doomed.address))
+        .bearer_auth(&api_key)
+        .header("idempotency-key", "race-key")
+        .body(BODY)
+        .send()
+        .await;
+    assert!(lost.is_err());
+    let _ = doomed.child.wait().await;
+
+    // Two instances (their workers asleep, so that the retries race each other), sixteen
+    // retries released together once the dead owner's lease is over.
+    let servers = [
+        serve_with_worker_interval(dir.path(), &db, &sim, None, "3600000").await,
+        serve_with_worker_interval(dir.path(), &db, &sim, None, "3600000").await,
+    ];
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let retries = (0..16).map(|index| {
+        http.post(format!("http://{}/payments", servers[index % 2].address))
+            .bearer_auth(&api_key)
+            .header("idempotency-key", "race-key")
+            .body(BODY)
+            .send()
+    });
+    let mut fresh = 0;
+    for answer in futures_util::future::join_all(retries).await {
+        let answer = answer.expect("answered");
+        match (
+            answer.status().as_u16(),
+            answer.headers().contains_key("idempotent-replayed"),
+        ) {
+            (201, false) => fresh += 1,
+            (201, true) | (409, false) => {}
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1, "exactly one taker completed it");
+    assert_eq!(
+        db.query_i64("select lease_version from idempotency_records")
+            .await,
+        2,
+        "one takeover"
+    );
+    let charges: SimCharges = http
+        .get(format!("http://{}/_sim/charges", sim.address))
+        .send()
+        .await
+        .expect("charges")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(charges.charges.len(), 1);
+    assert_eq!(charges.charges[0].create_calls, 1);
 }

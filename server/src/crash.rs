@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
+    /// The claim's insert ran; the local transaction has not committed (so it rolls back).
+    InsideLocalTransaction,
     /// The local transaction committed (PROVIDER_REQUEST_SENT is durable); nothing was sent.
     BeforeProviderCall,
     /// The provider answered; its answer is not recorded yet.
@@ -18,6 +20,7 @@ pub enum CrashPoint {
 impl CrashPoint {
     pub const fn name(self) -> &'static str {
         match self {
+            CrashPoint::InsideLocalTransaction => "inside_local_transaction",
             CrashPoint::BeforeProviderCall => "before_provider_call",
             CrashPoint::ProviderAnswered => "provider_answered",
             CrashPoint::AfterCompletion => "after_completion",

@@ -534,6 +534,7 @@ macro_rules! impl_store {
                     };
                 };
 
+                $crate::crash::crash_point($crate::crash::CrashPoint::InsideLocalTransaction);
                 // A renewed expired record: its old answer is not this operation's.
                 let renewed_expired_record = lease_version > 1;
                 if renewed_expired_record {

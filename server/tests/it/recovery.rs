@@ -153,6 +153,11 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
 }
 
 #[tokio::test]
+async fn a_crash_inside_the_local_transaction_leaves_nothing_and_the_retry_executes() {
+    crash_then_retry("inside_local_transaction").await;
+}
+
+#[tokio::test]
 async fn a_crash_before_the_provider_call_is_resumed_with_the_same_payment() {
     crash_then_retry("before_provider_call").await;
 }
@@ -169,6 +174,8 @@ async fn a_crash_after_completion_is_answered_by_the_replay() {
 
 #[tokio::test]
 async fn the_worker_alone_recovers_a_crash_at_every_step() {
+    // (A crash inside the local transaction leaves nothing to recover: only the client's
+    // retry, which then simply executes, can follow it.)
     for crash_point in ["before_provider_call", "provider_answered", "after_completion"] {
         crash_then_recover(crash_point, Recoverer::WorkerOnly).await;
     }

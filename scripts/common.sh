@@ -77,6 +77,7 @@ ensure_wasm_opt() {
     && [ "$(cat "$IDEM_TOOLS/npm/.binaryen-version" 2>/dev/null)" = "$BINARYEN_VERSION" ]; then
     return
   fi
+  ensure_node
   say "installing wasm-opt (npm binaryen@$BINARYEN_VERSION)"
   mkdir -p "$IDEM_TOOLS/npm"
   npm install --silent --no-audit --no-fund --prefix "$IDEM_TOOLS/npm" "binaryen@$BINARYEN_VERSION" >/dev/null
@@ -90,7 +91,17 @@ ensure_chromium() {
   apt_install chromium
 }
 
+# Node.js and npm run the browser tests (and npm installs wasm-opt); Debian's packages are a
+# fallback for machines without them.
+ensure_node() {
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    return
+  fi
+  apt_install nodejs npm
+}
+
 ensure_end2end_packages() {
+  ensure_node
   local stamp="$IDEM_ROOT/end2end/node_modules/.installed-from-lock"
   if [ -f "$stamp" ] && cmp -s "$stamp" "$IDEM_ROOT/end2end/package-lock.json"; then
     return

@@ -4,6 +4,7 @@
 use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
+use crate::metrics::prometheus::Exposition;
 use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
 use crate::provider;
@@ -91,6 +92,7 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
         store: store.clone(),
         engine,
         rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
+        metrics: Arc::new(Exposition::new(metrics::prometheus::install())),
     };
     let router = http::router(state, &settings);
 

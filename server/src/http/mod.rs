@@ -5,12 +5,14 @@ mod health;
 pub mod rate_limit;
 
 use crate::console::StoreConsole;
+use crate::metrics::prometheus::Exposition;
 use crate::payments;
 use crate::payments::engine::PaymentsEngine;
 use crate::store::Store;
 use app::backend::Backend;
 use axum::Router;
 use axum::extract::Request;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::routing::{get, post, put};
 use leptos::prelude::*;
@@ -44,6 +46,7 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub engine: Arc<PaymentsEngine>,
     pub rate_limit: Arc<rate_limit::ApiRateLimit>,
+    pub metrics: Arc<Exposition>,
 }
 
 pub fn router(state: AppState, settings: &HttpSettings) -> Router {
@@ -55,11 +58,13 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
         .route("/payments", post(payments::http::create_payment))
         .route("/payments/{id}", get(payments::http::get_payment))
         .route("/idempotency", get(payments::http::discovery))
+        .route("/metrics", get(metrics_text))
         .route(
             "/accounts/{account_id}/settings/default-currency",
             put(payments::http::set_default_currency),
         )
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn(record_latency));
 
     api.merge(console_router(console_backend, settings))
         .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
@@ -107,6 +112,46 @@ fn console_router(backend: Backend, settings: &HttpSettings) -> Router {
             app::shell,
         ))
         .with_state(options)
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+async fn metrics_text(State(state): State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match state.metrics.render(state.store.as_ref()).await {
+        Some(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            )],
+            text,
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Latency of every API request, by method, route (never the raw path: ids would explode
+/// the label set) and status.
+async fn record_latency(request: Request, next: axum::middleware::Next) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    metrics::histogram!(
+        "http_request_duration_seconds",
+        "method" => method,
+        "route" => route,
+        "status" => response.status().as_u16().to_string(),
+    )
+    .record(started.elapsed().as_secs_f64());
+    response
 }
 
 /// One span per request, carrying the request id that is also echoed to the client, so that

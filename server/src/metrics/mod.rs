@@ -2,6 +2,8 @@
 //! per-minute buckets to the database every few seconds (and on shutdown), so that counts
 //! add up across instances and survive restarts without a write per request.
 
+pub mod prometheus;
+
 use crate::auth::tenant::TenantId;
 use crate::store::Store;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
@@ -64,6 +66,12 @@ impl OutcomeCounter {
     }
 
     pub fn record(&self, tenant_id: &TenantId, operation: &'static str, outcome: Outcome) {
+        metrics::counter!(
+            format!("idempotency_{}_total", outcome.as_str()),
+            "tenant" => tenant_id.as_str().to_owned(),
+            "operation" => operation,
+        )
+        .increment(1);
         let minute = Utc::now()
             .duration_trunc(TimeDelta::minutes(1))
             .unwrap_or_else(|_| Utc::now());

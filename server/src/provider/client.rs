@@ -46,6 +46,10 @@ impl ProviderClient {
     /// Charges for a payment with the payment's provider key: repeating it with the same
     /// payment id can never charge twice.
     pub async fn create_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
+        counted("create", self.send_charge(payment_id, amount).await)
+    }
+
+    async fn send_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
         let request = ChargeRequest {
             amount: amount.to_string(),
             currency: amount.currency().code().to_owned(),
@@ -67,6 +71,10 @@ impl ProviderClient {
 
     /// What the provider knows of a payment's charge: `None` when it never accepted the key.
     pub async fn find_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
+        counted("find", self.look_up_charge(payment_id).await)
+    }
+
+    async fn look_up_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
         let response = self
             .http
             .get(format!("{}/v1/charges", self.base_url))
@@ -80,6 +88,18 @@ impl ProviderClient {
             status => Err(classify_status(status, response).await),
         }
     }
+}
+
+/// Counts provider calls by kind and by what their result proves.
+fn counted<T>(call: &'static str, result: Result<T, ProviderError>) -> Result<T, ProviderError> {
+    let outcome = match &result {
+        Ok(_) => "answered",
+        Err(ProviderError::NotSent(_)) => "not_sent",
+        Err(ProviderError::Rejected { .. }) => "rejected",
+        Err(ProviderError::OutcomeUnknown(_)) => "outcome_unknown",
+    };
+    metrics::counter!("provider_calls_total", "call" => call, "result" => outcome).increment(1);
+    result
 }
 
 async fn read_charge(response: reqwest::Response) -> Result<Charge, ProviderError> {

@@ -34,6 +34,12 @@ pub async fn run_once(engine: &PaymentsEngine, store: &dyn Store, settings: &Rec
     for scope in &candidates {
         if let Some(answer) = engine.recover(scope).await {
             attempted += 1;
+            let result = if answer.response.status == 202 {
+                "still_unknown"
+            } else {
+                "resolved"
+            };
+            metrics::counter!("recovery_attempts_total", "result" => result).increment(1);
             tracing::info!(
                 tenant_id = %scope.tenant_id,
                 status = answer.response.status,

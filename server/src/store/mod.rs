@@ -216,6 +216,10 @@ pub trait Store: Send + Sync + 'static {
     /// Adds counted outcomes to their per-minute buckets, all or nothing.
     async fn add_outcome_counts(&self, counts: &[crate::metrics::OutcomeCount]) -> Result<(), StoreError>;
 
+    /// Live state for `/metrics`: unknown outcomes and the oldest in-progress request, per
+    /// tenant and operation (only those with either).
+    async fn live_gauges(&self) -> Result<Vec<crate::metrics::prometheus::LiveGauges>, StoreError>;
+
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);
 }

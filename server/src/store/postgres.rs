@@ -56,6 +56,9 @@ const SQL: DialectSql = DialectSql {
                 and (next_recovery_at is null or next_recovery_at <= now())) \
             or (status = 'IN_PROGRESS' and locked_until <= now()) \
          order by updated_at limit $2",
+    in_progress_ages: "select tenant_id, operation_name, \
+         cast(extract(epoch from now() - min(created_at)) as double precision) \
+         from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name",
     add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1::timestamptz, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \

@@ -41,6 +41,9 @@ pub(super) struct DialectSql {
     /// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
     /// in-progress records whose owner's lease ran out.
     pub recovery_candidates: &'static str,
+    /// Per tenant and operation: IN_PROGRESS records and the age in seconds (float) of the
+    /// oldest.
+    pub in_progress_ages: &'static str,
     /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome,
     /// `$5` count to add.
     pub add_outcome_count: &'static str,
@@ -108,6 +111,8 @@ pub(super) const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, cu
 pub(super) const ACCOUNT_EXISTS: &str = "select count(*) from accounts where tenant_id = $1 and id = $2";
 pub(super) const INSERT_ACCOUNT_AUDIT: &str = "insert into account_audit \
      (id, tenant_id, account_id, setting, new_value, changed_by) values ($1, $2, $3, $4, $5, $6)";
+pub(super) const UNKNOWN_COUNTS: &str = "select tenant_id, operation_name, count(*) from idempotency_records \
+     where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
 pub(super) const INSERT_EVENT: &str =
     "insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)";
 
@@ -802,6 +807,37 @@ macro_rules! impl_store {
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn live_gauges(
+                &self,
+            ) -> Result<Vec<$crate::metrics::prometheus::LiveGauges>, $crate::store::StoreError> {
+                use std::collections::BTreeMap;
+                let unknown: Vec<(String, String, i64)> =
+                    sqlx::query_as($crate::store::shared::UNKNOWN_COUNTS)
+                        .fetch_all(&self.pool)
+                        .await?;
+                let ages: Vec<(String, String, f64)> = sqlx::query_as($sql.in_progress_ages)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut gauges: BTreeMap<(String, String), (i64, f64)> = BTreeMap::new();
+                for (tenant, operation, count) in unknown {
+                    gauges.entry((tenant, operation)).or_default().0 = count;
+                }
+                for (tenant, operation, age) in ages {
+                    gauges.entry((tenant, operation)).or_default().1 = age.max(0.0);
+                }
+                Ok(gauges
+                    .into_iter()
+                    .map(|((tenant_id, operation), (unknown_count, age))| {
+                        $crate::metrics::prometheus::LiveGauges {
+                            tenant_id,
+                            operation,
+                            unknown_count,
+                            in_progress_age_max_seconds: age,
+                        }
+                    })
+                    .collect())
             }
 
             async fn close(&self) {

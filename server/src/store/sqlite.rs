@@ -111,6 +111,9 @@ const SQL: DialectSql = DialectSql {
         now!(),
         ") order by updated_at limit $2"
     ),
+    in_progress_ages: "select tenant_id, operation_name, \
+         (julianday('now') - julianday(min(created_at))) * 86400.0 \
+         from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name",
     add_outcome_count: "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \

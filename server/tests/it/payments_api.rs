@@ -761,3 +761,58 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     }
     assert!(expired_retries >= 1, "expired retries are counted");
 }
+
+#[tokio::test]
+async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
+    let api = Api::start(800).await;
+    assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
+    assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
+    assert_eq!(
+        api.pay("k-m1", &BODY.replace("10.00", "12.00")).await.status(),
+        409
+    );
+    api.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(
+        api.pay("k-m2", &BODY.replace("invoice-7781", "inv-m2"))
+            .await
+            .status(),
+        202
+    );
+
+    let response = api
+        .http
+        .get(format!("http://{}/metrics", api.server.address))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/plain")
+    );
+    let text = response.text().await.expect("text");
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .filter(|line| line.starts_with(name) && line.contains("operation=\"create_payment\""))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(value("idempotency_replay_total"), 1.0, "{text}");
+    assert_eq!(
+        value("idempotency_conflict_different_request_total"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(value("idempotency_new_execution_total"), 2.0, "{text}");
+    assert_eq!(value("idempotency_unknown_state_count"), 1.0, "{text}");
+    assert!(text.contains("idempotency_in_progress_age_max_seconds"), "{text}");
+    assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
+    assert!(
+        text.contains("provider_calls_total{call=\"create\",result=\"outcome_unknown\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains(&api.acme_key), "no secret in the metrics");
+}

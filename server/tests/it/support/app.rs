@@ -2,6 +2,7 @@ use super::TestDatabase;
 use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
 use idem::metrics::OutcomeCounter;
+use idem::metrics::prometheus::Exposition;
 use idem::payments::engine::{EngineSettings, PaymentsEngine};
 use idem::provider::client::ProviderClient;
 use idem::provider::sim;
@@ -82,6 +83,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         store,
         engine: Arc::new(engine),
         rate_limit: Arc::new(ApiRateLimit::per_second(0)),
+        metrics: Arc::new(Exposition::new(idem::metrics::prometheus::install())),
     };
     let router = http::router(state, &settings);
     tokio::spawn(async move { axum::serve(listener, router).await });

@@ -1,0 +1,93 @@
+//! `/metrics` in the Prometheus text format. Counters and histograms are recorded where things
+//! happen (the `metrics` facade); gauges of live state (unknown outcomes, the oldest
+//! in-progress request) are read from the database at scrape time, so every instance reports
+//! the same truth.
+
+use crate::store::Store;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::collections::BTreeSet;
+use std::sync::{Mutex, OnceLock};
+
+/// Seconds; from a fast replay to a provider call near its timeout.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide recorder once; later calls share it.
+pub fn install() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = match PrometheusBuilder::new().set_buckets(&LATENCY_BUCKETS) {
+                Ok(builder) => builder,
+                Err(error) => {
+                    tracing::error!(%error, "metrics: invalid buckets");
+                    return None;
+                }
+            };
+            builder
+                .install_recorder()
+                .map_err(|error| tracing::error!(%error, "metrics: recorder not installed"))
+                .ok()
+        })
+        .clone()
+}
+
+/// Live gauges of one tenant and operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveGauges {
+    pub tenant_id: String,
+    pub operation: String,
+    pub unknown_count: i64,
+    pub in_progress_age_max_seconds: f64,
+}
+
+/// What `/metrics` renders.
+pub struct Exposition {
+    handle: Option<PrometheusHandle>,
+    /// Label sets reported last time: one that disappears is reported as 0, not left stale.
+    reported: Mutex<BTreeSet<(String, String)>>,
+}
+
+impl Exposition {
+    pub fn new(handle: Option<PrometheusHandle>) -> Exposition {
+        Exposition {
+            handle,
+            reported: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The exposition text, gauges refreshed from the store; `None` without a recorder.
+    pub async fn render(&self, store: &dyn Store) -> Option<String> {
+        let handle = self.handle.as_ref()?;
+        match store.live_gauges().await {
+            Ok(rows) => self.set_gauges(rows),
+            Err(error) => tracing::warn!(%error, "metrics: live gauges not refreshed"),
+        }
+        Some(handle.render())
+    }
+
+    fn set_gauges(&self, rows: Vec<LiveGauges>) {
+        let mut reported = self
+            .reported
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now: BTreeSet<(String, String)> = rows
+            .iter()
+            .map(|row| (row.tenant_id.clone(), row.operation.clone()))
+            .collect();
+        for (tenant, operation) in reported.difference(&now) {
+            let labels = [("tenant", tenant.clone()), ("operation", operation.clone())];
+            metrics::gauge!("idempotency_unknown_state_count", &labels).set(0.0);
+            metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels).set(0.0);
+        }
+        for row in rows {
+            let labels = [("tenant", row.tenant_id), ("operation", row.operation)];
+            metrics::gauge!("idempotency_unknown_state_count", &labels).set(row.unknown_count as f64);
+            metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels)
+                .set(row.in_progress_age_max_seconds);
+        }
+        *reported = now;
+    }
+}

@@ -39,7 +39,8 @@ const SQL: DialectSql = DialectSql {
          next_recovery_at = now() + make_interval(secs => 1 << least(recovery_attempts, 8)) \
          where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 \
          and status = 'IN_PROGRESS'",
-    set_payment_outcome: "update payments set status = $1, provider_charge_id = $2, updated_at = now() where id = $3",
+    set_payment_outcome: "update payments set status = $1, provider_charge_id = $2, updated_at = now() \
+         where id = $3 and status = 'PROCESSING'",
     release_hold: "update accounts set balance_minor = balance_minor + $1, updated_at = now() \
          where tenant_id = $2 and id = $3",
     set_default_currency: "update accounts set default_currency = $1, updated_at = now() \

@@ -312,12 +312,21 @@ macro_rules! impl_store {
                     ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
                     ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
                 };
-                sqlx::query($sql.set_payment_outcome)
+                let settled = sqlx::query($sql.set_payment_outcome)
                     .bind(payment_status)
                     .bind(completion.provider_charge_id.as_str())
                     .bind(completion.payment_id.as_str())
                     .execute(&mut **tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
+                if settled == 0 {
+                    // Settled already (by another owner of a payment without a record): its
+                    // hold and event must not be applied twice.
+                    return Err($crate::store::StoreError::Corrupt(format!(
+                        "payment {} is no longer PROCESSING",
+                        completion.payment_id
+                    )));
+                }
                 if completion.verdict == ProviderVerdict::Declined {
                     let (tenant_id, account_id, amount): (String, String, i64) =
                         sqlx::query_as($crate::store::shared::PAYMENT_HOLD)

@@ -80,7 +80,7 @@ const SQL: DialectSql = DialectSql {
     set_payment_outcome: concat!(
         "update payments set status = $1, provider_charge_id = $2, updated_at = ",
         now!(),
-        " where id = $3"
+        " where id = $3 and status = 'PROCESSING'"
     ),
     release_hold: concat!(
         "update accounts set balance_minor = balance_minor + $1, updated_at = ",

@@ -423,6 +423,23 @@ impl PaymentsEngine {
         Some(self.take_over_and_resume(scope, &found, lease_version).await)
     }
 
+    /// A payment made without a key whose provider answer was lost: ask the provider by its
+    /// key and settle it (the settlement applies only while it is still PROCESSING).
+    pub async fn recover_unkeyed(&self, tenant_id: &TenantId, payment: &PaymentView) -> Answer {
+        self.execute(
+            Owner::Unkeyed,
+            tenant_id,
+            payment,
+            ApiVersion::V2,
+            Charging::AskFirst,
+        )
+        .await
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.settings.lease
+    }
+
     /// The owner died (its lease expired) after PROVIDER_REQUEST_SENT, or the provider's
     /// answer was lost: take the record over
     /// (exactly one taker wins) and resume with the same payment, asking the provider before

@@ -31,6 +31,21 @@ pub async fn run_once(engine: &PaymentsEngine, store: &dyn Store, settings: &Rec
         }
     };
     let mut attempted = 0;
+    // Payments made without a key have no record: they are found by their own state, and
+    // left alone for a lease's length after each try.
+    match store
+        .take_stale_unkeyed_payments(engine.lease(), settings.batch)
+        .await
+    {
+        Ok(payments) => {
+            for (tenant_id, payment) in &payments {
+                let answer = engine.recover_unkeyed(tenant_id, payment).await;
+                attempted += 1;
+                tracing::info!(payment_id = %payment.id, status = answer.response.status, "recovery: payment without a key");
+            }
+        }
+        Err(error) => tracing::warn!(%error, "recovery: cannot list payments without a key"),
+    }
     for scope in &candidates {
         if let Some(answer) = engine.recover(scope).await {
             attempted += 1;

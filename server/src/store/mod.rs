@@ -216,6 +216,14 @@ pub trait Store: Send + Sync + 'static {
     /// Adds counted outcomes to their per-minute buckets, all or nothing.
     async fn add_outcome_counts(&self, counts: &[crate::metrics::OutcomeCount]) -> Result<(), StoreError>;
 
+    /// Takes payments made without a key that were left PROCESSING (their provider answer was
+    /// lost) and untouched for `stale_after`, for the recovery worker.
+    async fn take_stale_unkeyed_payments(
+        &self,
+        stale_after: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<(TenantId, crate::payments::representation::PaymentView)>, StoreError>;
+
     /// Live state for `/metrics`: unknown outcomes and the oldest in-progress request, per
     /// tenant and operation (only those with either).
     async fn live_gauges(&self) -> Result<Vec<crate::metrics::prometheus::LiveGauges>, StoreError>;

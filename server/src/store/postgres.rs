@@ -57,6 +57,11 @@ const SQL: DialectSql = DialectSql {
                 and (next_recovery_at is null or next_recovery_at <= now())) \
             or (status = 'IN_PROGRESS' and locked_until <= now()) \
          order by updated_at limit $2",
+    take_stale_unkeyed_payments: "update payments set updated_at = now() where id in ( \
+             select id from payments where status = 'PROCESSING' and idempotency_key is null \
+             and updated_at <= now() - make_interval(secs => $1) \
+             order by updated_at limit $2 for update skip locked) \
+         returning tenant_id, id, account_id, amount_minor, currency, merchant_reference, status, created_at",
     in_progress_ages: "select tenant_id, operation_name, \
          cast(extract(epoch from now() - min(created_at)) as double precision) \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name",

@@ -41,6 +41,10 @@ pub(super) struct DialectSql {
     /// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
     /// in-progress records whose owner's lease ran out.
     pub recovery_candidates: &'static str,
+    /// `$1` stale seconds, `$2` batch size: payments made without a key that are still
+    /// PROCESSING and untouched for that long, each taken (its `updated_at` bumped, which
+    /// keeps other workers off it for as long) and returned as a payment row plus tenant.
+    pub take_stale_unkeyed_payments: &'static str,
     /// Per tenant and operation: IN_PROGRESS records and the age in seconds (float) of the
     /// oldest.
     pub in_progress_ages: &'static str,
@@ -847,6 +851,48 @@ macro_rules! impl_store {
                         }
                     })
                     .collect())
+            }
+
+            async fn take_stale_unkeyed_payments(
+                &self,
+                stale_after: std::time::Duration,
+                limit: i64,
+            ) -> Result<
+                Vec<(
+                    $crate::auth::tenant::TenantId,
+                    $crate::payments::representation::PaymentView,
+                )>,
+                $crate::store::StoreError,
+            > {
+                let mut tx = self.pool.begin().await?;
+                let rows: Vec<(
+                    String,
+                    String,
+                    String,
+                    i64,
+                    String,
+                    String,
+                    String,
+                    chrono::DateTime<chrono::Utc>,
+                )> = sqlx::query_as($sql.take_stale_unkeyed_payments)
+                    .bind(stale_after.as_secs_f64())
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                rows.into_iter()
+                    .map(
+                        |(tenant_id, id, account_id, amount, currency, reference, status, created_at)| {
+                            let payment = $crate::store::shared::payment_of((
+                                id, account_id, amount, currency, reference, status, created_at,
+                            ))?;
+                            Ok((
+                                $crate::auth::tenant::TenantId::from_stored(tenant_id),
+                                payment,
+                            ))
+                        },
+                    )
+                    .collect()
             }
 
             async fn close(&self) {

@@ -111,6 +111,14 @@ const SQL: DialectSql = DialectSql {
         now!(),
         ") order by updated_at limit $2"
     ),
+    take_stale_unkeyed_payments: concat!(
+        "update payments set updated_at = ",
+        now!(),
+        " where id in (select id from payments where status = 'PROCESSING' and idempotency_key is null ",
+        "and updated_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') ",
+        "order by updated_at limit $2) ",
+        "returning tenant_id, id, account_id, amount_minor, currency, merchant_reference, status, created_at"
+    ),
     in_progress_ages: "select tenant_id, operation_name, \
          (julianday('now') - julianday(min(created_at))) * 86400.0 \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name",

@@ -348,3 +348,92 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
     assert_eq!(charges.charges.len(), 1);
     assert_eq!(charges.charges[0].create_calls, 1);
 }
+
+#[tokio::test]
+async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    crate::support::admin(
+        dir.path(),
+        &db,
+        &["tenant", "create", "keyless", "--optional-idempotency-key"],
+    )
+    .await;
+    let api_key = crate::support::admin(dir.path(), &db, &["api-key", "create", "--tenant", "keyless"]).await;
+    crate::support::admin(
+        dir.path(),
+        &db,
+        &[
+            "account",
+            "create",
+            "--tenant",
+            "keyless",
+            "--id",
+            "acc_1",
+            "--currency",
+            "EUR",
+            "--balance",
+            "100.00",
+        ],
+    )
+    .await;
+    let sim = IdemProcess::provider_sim().await;
+    let http = reqwest::Client::new();
+    let fault = http
+        .post(format!("http://{}/_sim/faults", sim.address))
+        .json(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .send()
+        .await
+        .expect("queue fault");
+    assert_eq!(fault.status(), 201);
+    let server = serve(dir.path(), &db, &sim, None).await;
+
+    let first = http
+        .post(format!("http://{}/payments", server.address))
+        .bearer_auth(&api_key)
+        .body(BODY)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.expect("json");
+    let payment_url = format!(
+        "http://{}/payments/{}",
+        server.address,
+        first["paymentId"].as_str().expect("id")
+    );
+
+    let mut state = Value::Null;
+    for _ in 0..60 {
+        let payment: Value = http
+            .get(&payment_url)
+            .bearer_auth(&api_key)
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("json");
+        state = payment["status"].clone();
+        if state == "PENDING" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "PENDING", "the worker asked the provider and settled it");
+    let charges: SimCharges = http
+        .get(format!("http://{}/_sim/charges", sim.address))
+        .send()
+        .await
+        .expect("charges")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(charges.charges.len(), 1);
+    assert_eq!(charges.charges[0].create_calls, 1, "found, not sent again");
+    assert_eq!(
+        db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'")
+            .await,
+        1
+    );
+}

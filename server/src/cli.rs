@@ -144,6 +144,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_LEASE_SECS", default_value_t = 30)]
     pub lease_secs: u64,
 
+    /// Keys that seal stored responses, `id:base64-of-32-bytes[,id:…]`; the first seals, all
+    /// open (rotation). Unset: a key generated on first run in <data dir>/response-keys
+    /// (every instance sharing a database must use the same keys).
+    #[arg(long, env = "IDEM_RESPONSE_KEYS", hide_env_values = true)]
+    pub response_keys: Option<String>,
+
     /// Requests per second allowed per API key on this instance (0: no limit).
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
     pub rate_limit_per_sec: u32,

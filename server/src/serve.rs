@@ -4,6 +4,7 @@
 use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
+use crate::idempotency::sealing::ResponseSealer;
 use crate::metrics::prometheus::Exposition;
 use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
@@ -12,6 +13,7 @@ use crate::provider::client::ProviderClient;
 use crate::recovery::{self, RecoverySettings};
 use crate::store::{self, DatabaseTarget, StoreError};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -33,7 +35,7 @@ pub enum ServeError {
     Config(String),
 }
 
-pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeError> {
+pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> Result<(), ServeError> {
     // An owner still waiting for the provider must never look dead to a retry or the worker.
     if args.lease_secs.saturating_mul(1000) <= args.provider_timeout_ms {
         return Err(ServeError::Config(format!(
@@ -68,10 +70,16 @@ pub async fn serve(target: DatabaseTarget, args: ServeArgs) -> Result<(), ServeE
         store.clone(),
         Duration::from_millis(args.metrics_flush_ms.max(10)),
     );
+    let sealer = match &args.response_keys {
+        Some(spec) => ResponseSealer::from_spec(spec),
+        None => ResponseSealer::load_or_create(data_dir),
+    }
+    .map_err(|error| ServeError::Config(error.to_string()))?;
     let engine = PaymentsEngine::new(
         store.clone(),
         provider,
         outcomes.clone(),
+        Arc::new(sealer),
         EngineSettings {
             lease: Duration::from_secs(args.lease_secs),
             window: Duration::from_secs(args.window_secs),

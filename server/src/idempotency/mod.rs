@@ -6,3 +6,4 @@ pub mod decision;
 pub mod fingerprint;
 pub mod key;
 pub mod record;
+pub mod sealing;

@@ -20,6 +20,7 @@ use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use crate::idempotency::key::IdempotencyKey;
 use crate::idempotency::record::{ProgressStep, RecordAt};
+use crate::idempotency::sealing::ResponseSealer;
 use crate::metrics::{Outcome, OutcomeCounter};
 use crate::payments::command::FieldProblem;
 use crate::provider::ChargeStatus;
@@ -145,6 +146,11 @@ impl Owner<'_> {
     }
 }
 
+/// The associated data a stored body is sealed with: its record's scope.
+fn sealing_scope(scope: &Scope) -> Vec<u8> {
+    format!("{}|{}|{}", scope.tenant_id, scope.operation, scope.key).into_bytes()
+}
+
 fn refusal_answer(refusal: Refusal) -> Answer {
     let error = match refusal {
         Refusal::AccountNotFound => ApiError::AccountNotFound,
@@ -163,6 +169,7 @@ pub struct PaymentsEngine {
     store: Arc<dyn Store>,
     provider: ProviderClient,
     outcomes: Arc<OutcomeCounter>,
+    sealer: Arc<ResponseSealer>,
     settings: EngineSettings,
 }
 
@@ -171,13 +178,23 @@ impl PaymentsEngine {
         store: Arc<dyn Store>,
         provider: ProviderClient,
         outcomes: Arc<OutcomeCounter>,
+        sealer: Arc<ResponseSealer>,
         settings: EngineSettings,
     ) -> Self {
         PaymentsEngine {
             store,
             provider,
             outcomes,
+            sealer,
             settings,
+        }
+    }
+
+    /// The response as stored: its body sealed, bound to the record's scope.
+    fn sealed(&self, scope: &Scope, response: &StoredResponse) -> StoredResponse {
+        StoredResponse {
+            body: self.sealer.seal(&sealing_scope(scope), &response.body),
+            ..response.clone()
         }
     }
 
@@ -228,7 +245,7 @@ impl PaymentsEngine {
             lease: self.settings.lease,
             window: self.settings.window,
         };
-        let insufficient_funds = error_response(&ApiError::InsufficientFunds);
+        let insufficient_funds = self.sealed(&scope, &error_response(&ApiError::InsufficientFunds));
 
         match self
             .store
@@ -384,6 +401,11 @@ impl PaymentsEngine {
                 Err(error) => Answer::error(ApiError::from_store(&error, "completion without key"), None),
             };
         };
+        let answer = completion.response.clone();
+        let completion = PaymentCompletion {
+            response: self.sealed(scope, &answer),
+            ..completion
+        };
         match self
             .store
             .complete_create_payment(scope, lease_version, &completion)
@@ -391,7 +413,7 @@ impl PaymentsEngine {
         {
             Ok(true) => {
                 crash_point(CrashPoint::AfterCompletion);
-                Answer::fresh(completion.response, expires_at)
+                Answer::fresh(answer, expires_at)
             }
             Ok(false) => self.answer_current(scope, expires_at).await,
             // The provider answered but the answer is not recorded: the record stays at
@@ -548,11 +570,17 @@ impl PaymentsEngine {
                 Answer::error(ApiError::KeyReusedWithDifferentRequest, expires_at)
             }
             Decision::Replay => match self.store.load_response(scope).await {
-                Ok(Some(response)) => Answer {
-                    response,
-                    replayed: true,
-                    expires_at,
-                    retry_after_secs: None,
+                Ok(Some(stored)) => match self.sealer.open(&sealing_scope(scope), &stored.body) {
+                    Ok(body) => Answer {
+                        response: StoredResponse { body, ..stored },
+                        replayed: true,
+                        expires_at,
+                        retry_after_secs: None,
+                    },
+                    Err(error) => {
+                        tracing::error!(%error, tenant_id = %scope.tenant_id, "stored response cannot be opened");
+                        Answer::error(ApiError::Internal, expires_at)
+                    }
                 },
                 Ok(None) => {
                     tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");

@@ -816,3 +816,34 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     );
     assert!(!text.contains(&api.acme_key), "no secret in the metrics");
 }
+
+#[tokio::test]
+async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
+    let api = Api::start(5_000).await;
+    let first = api.pay("k-sealed", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_body = first.bytes().await.expect("body");
+    assert_eq!(
+        api.db
+            .query_i64("select count(*) from idempotency_responses where substring(body from 1 for 5) = 'idem1'::bytea")
+            .await,
+        1,
+        "the stored body is sealed"
+    );
+    assert_eq!(
+        api.db
+            .query_i64(
+                "select count(*) from idempotency_responses where encode(body, 'escape') like '%PENDING%'"
+            )
+            .await,
+        0,
+        "no plaintext at rest"
+    );
+    let replay = api.pay("k-sealed", BODY).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.bytes().await.expect("body"),
+        first_body,
+        "opened for the replay"
+    );
+}

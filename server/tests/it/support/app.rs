@@ -1,6 +1,7 @@
 use super::TestDatabase;
 use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
+use idem::idempotency::sealing::ResponseSealer;
 use idem::metrics::OutcomeCounter;
 use idem::metrics::prometheus::Exposition;
 use idem::payments::engine::{EngineSettings, PaymentsEngine};
@@ -73,6 +74,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         store.clone(),
         provider,
         Arc::new(OutcomeCounter::default()),
+        Arc::new(ResponseSealer::load_or_create(&site_root.path().join("keys")).expect("sealing key")),
         EngineSettings {
             lease: Duration::from_secs(30),
             window: Duration::from_secs(24 * 3600),

@@ -1,0 +1,206 @@
+//! Stored responses are sensitive: they are sealed (ChaCha20-Poly1305, an AEAD) before they
+//! reach the database and opened on replay. The scoped key is the associated data, so a
+//! sealed body cannot be moved to another record. Every sealed body names its key id, so keys
+//! can rotate: the first configured key seals, every configured key opens.
+//!
+//! Format: `idem1` · key id length (1 byte) · key id · nonce (12 bytes) · ciphertext.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use chacha20poly1305::aead::{Aead, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const MAGIC: &[u8] = b"idem1";
+const KEY_FILE: &str = "response-keys";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SealingError {
+    #[error("response keys must look like `id:base64-of-32-bytes[,id:…]`: {0}")]
+    InvalidKeys(String),
+    #[error("cannot read or write the response key file {path}: {source}")]
+    KeyFile { path: String, source: std::io::Error },
+    #[error("a stored response cannot be opened: {0}")]
+    CannotOpen(&'static str),
+}
+
+pub struct ResponseSealer {
+    current_id: String,
+    keys: BTreeMap<String, ChaCha20Poly1305>,
+}
+
+impl ResponseSealer {
+    /// `id:base64,id:base64…`; the first key seals, all of them open.
+    pub fn from_spec(spec: &str) -> Result<ResponseSealer, SealingError> {
+        let mut current_id = None;
+        let mut keys = BTreeMap::new();
+        for entry in spec.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+            let (id, encoded) = entry
+                .split_once(':')
+                .ok_or_else(|| SealingError::InvalidKeys("an entry has no ':'".into()))?;
+            if id.is_empty()
+                || id.len() > 32
+                || !id
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+            {
+                return Err(SealingError::InvalidKeys(format!("bad key id {id:?}")));
+            }
+            let bytes = STANDARD
+                .decode(encoded)
+                .map_err(|_| SealingError::InvalidKeys(format!("key {id} is not base64")))?;
+            if bytes.len() != 32 {
+                return Err(SealingError::InvalidKeys(format!("key {id} is not 32 bytes")));
+            }
+            keys.insert(id.to_owned(), ChaCha20Poly1305::new(Key::from_slice(&bytes)));
+            current_id.get_or_insert_with(|| id.to_owned());
+        }
+        let current_id = current_id.ok_or_else(|| SealingError::InvalidKeys("no key".into()))?;
+        Ok(ResponseSealer { current_id, keys })
+    }
+
+    /// The embedded default: the key file in the data directory, created (mode 0600) with a
+    /// new random key on first run.
+    pub fn load_or_create(data_dir: &Path) -> Result<ResponseSealer, SealingError> {
+        let path = data_dir.join(KEY_FILE);
+        let file_error = |source| SealingError::KeyFile {
+            path: path.display().to_string(),
+            source,
+        };
+        if !path.exists() {
+            std::fs::create_dir_all(data_dir).map_err(file_error)?;
+            let spec = format!("k1:{}", STANDARD.encode(crate::auth::random_bytes::<32>()));
+            write_private(&path, &spec).map_err(file_error)?;
+            tracing::info!(path = %path.display(), "generated the response sealing key");
+        }
+        let spec = std::fs::read_to_string(&path).map_err(file_error)?;
+        Self::from_spec(&spec)
+    }
+
+    pub fn seal(&self, associated: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let nonce_bytes = crate::auth::random_bytes::<12>();
+        let cipher = &self.keys[&self.current_id];
+        // Encryption only fails for inputs beyond ChaCha20's 256 GiB limit; bodies are capped
+        // far below by the request limit.
+        let ciphertext = cipher
+            .encrypt(
+                Nonce::from_slice(&nonce_bytes),
+                Payload {
+                    msg: plaintext,
+                    aad: associated,
+                },
+            )
+            .unwrap_or_else(|_| panic!("sealing a response body of {} bytes failed", plaintext.len()));
+        let mut sealed = Vec::with_capacity(MAGIC.len() + 1 + self.current_id.len() + 12 + ciphertext.len());
+        sealed.extend_from_slice(MAGIC);
+        sealed.push(self.current_id.len() as u8);
+        sealed.extend_from_slice(self.current_id.as_bytes());
+        sealed.extend_from_slice(&nonce_bytes);
+        sealed.extend_from_slice(&ciphertext);
+        sealed
+    }
+
+    pub fn open(&self, associated: &[u8], sealed: &[u8]) -> Result<Vec<u8>, SealingError> {
+        let rest = sealed
+            .strip_prefix(MAGIC)
+            .ok_or(SealingError::CannotOpen("not a sealed body"))?;
+        let (&id_len, rest) = rest.split_first().ok_or(SealingError::CannotOpen("truncated"))?;
+        if rest.len() < id_len as usize + 12 {
+            return Err(SealingError::CannotOpen("truncated"));
+        }
+        let (id, rest) = rest.split_at(id_len as usize);
+        let (nonce, ciphertext) = rest.split_at(12);
+        let cipher = std::str::from_utf8(id)
+            .ok()
+            .and_then(|id| self.keys.get(id))
+            .ok_or(SealingError::CannotOpen(
+                "sealed with a key that is not configured",
+            ))?;
+        cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad: associated,
+                },
+            )
+            .map_err(|_| SealingError::CannotOpen("authentication failed"))
+    }
+}
+
+#[cfg(unix)]
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(byte: u8) -> String {
+        STANDARD.encode([byte; 32])
+    }
+
+    #[test]
+    fn a_sealed_body_opens_only_with_its_key_and_its_record() {
+        let sealer = ResponseSealer::from_spec(&format!("k2:{},k1:{}", key(2), key(1))).expect("keys");
+        let sealed = sealer.seal(b"ten_1|create_payment|abc", br#"{"paymentId":"pay_1"}"#);
+        assert!(
+            !sealed.windows(7).any(|window| window == b"pay_1\"}"),
+            "no plaintext in the stored bytes"
+        );
+        assert_eq!(
+            sealer.open(b"ten_1|create_payment|abc", &sealed).expect("opens"),
+            br#"{"paymentId":"pay_1"}"#
+        );
+        assert!(
+            sealer.open(b"ten_1|create_payment|other", &sealed).is_err(),
+            "bound to its record"
+        );
+
+        // Rotation: a sealer whose current key is k3 still opens what k2 sealed.
+        let rotated = ResponseSealer::from_spec(&format!("k3:{},k2:{}", key(3), key(2))).expect("keys");
+        assert!(rotated.open(b"ten_1|create_payment|abc", &sealed).is_ok());
+        let without_k2 = ResponseSealer::from_spec(&format!("k3:{}", key(3))).expect("keys");
+        assert!(without_k2.open(b"ten_1|create_payment|abc", &sealed).is_err());
+    }
+
+    #[test]
+    fn bad_key_specs_are_refused_with_a_reason() {
+        for spec in [
+            "",
+            "k1",
+            "k1:notbase64!",
+            &format!("k1:{}", STANDARD.encode([0_u8; 16])),
+            "bad id:AAAA",
+        ] {
+            assert!(ResponseSealer::from_spec(spec).is_err(), "{spec:?}");
+        }
+    }
+
+    #[test]
+    fn the_embedded_key_is_created_once_and_kept_private() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let first = ResponseSealer::load_or_create(dir.path()).expect("created");
+        let sealed = first.seal(b"scope", b"body");
+        let again = ResponseSealer::load_or_create(dir.path()).expect("loaded");
+        assert_eq!(again.open(b"scope", &sealed).expect("same key"), b"body");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(KEY_FILE))
+                .expect("file")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+}

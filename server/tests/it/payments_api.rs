@@ -3,7 +3,6 @@
 //! engine answers today.
 
 use crate::support::{Dialect, IdemProcess, TestDatabase, admin, idem_command, seed_tenant};
-use idem::provider::sim::SimCharges;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -77,26 +76,12 @@ impl Api {
             .expect("POST /payments")
     }
 
-    async fn charges(&self) -> SimCharges {
-        self.http
-            .get(format!("http://{}/_sim/charges", self.sim.address))
-            .send()
-            .await
-            .expect("list charges")
-            .json()
-            .await
-            .expect("charges")
+    async fn charges(&self) -> Vec<idem::provider::sim::SimCharge> {
+        self.sim.sim_charges().await
     }
 
     async fn fault(&self, fault: Value) {
-        let response = self
-            .http
-            .post(format!("http://{}/_sim/faults", self.sim.address))
-            .json(&fault)
-            .send()
-            .await
-            .expect("queue fault");
-        assert_eq!(response.status(), 201);
+        self.sim.sim_fault(&fault).await;
     }
 }
 
@@ -135,7 +120,7 @@ async fn a_completed_payment_is_replayed_byte_for_byte_and_charged_once() {
         );
     }
 
-    let charges = api.charges().await.charges;
+    let charges = api.charges().await;
     assert_eq!(charges.len(), 1, "one provider charge");
     assert_eq!(charges[0].create_calls, 1, "replays never reach the provider");
 }
@@ -153,7 +138,7 @@ async fn a_different_command_under_the_same_key_is_refused_and_not_executed() {
         "This idempotency key was already used with a different request."
     );
     assert_eq!(body["retryable"], false);
-    assert_eq!(api.charges().await.charges.len(), 1);
+    assert_eq!(api.charges().await.len(), 1);
 }
 
 #[tokio::test]
@@ -164,7 +149,7 @@ async fn duplicates_under_a_new_key_are_stopped_by_the_merchant_reference() {
     assert_eq!(status, 409);
     assert_eq!(body["errorCode"], "DUPLICATE_MERCHANT_REFERENCE");
     assert_eq!(body["details"]["paymentId"], first["paymentId"]);
-    assert_eq!(api.charges().await.charges.len(), 1);
+    assert_eq!(api.charges().await.len(), 1);
 }
 
 #[tokio::test]
@@ -245,7 +230,7 @@ async fn a_lost_provider_answer_is_an_unknown_outcome_not_a_guess() {
     assert_eq!(again.status(), 202);
     let again: Value = again.json().await.expect("json");
     assert_eq!(again["paymentId"], body["paymentId"]);
-    let charges = api.charges().await.charges;
+    let charges = api.charges().await;
     assert_eq!(charges.len(), 1, "the provider did charge; nobody charged again");
     assert_eq!(charges[0].create_calls, 1);
 }
@@ -558,7 +543,7 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
     );
     assert_eq!(body["retryable"], true);
     assert_eq!(
-        api.charges().await.charges.len(),
+        api.charges().await.len(),
         1,
         "nothing executed without a durable claim"
     );
@@ -619,7 +604,7 @@ async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference()
         .expect("POST");
     assert_eq!(keyed.status(), 201, "a key may still be sent");
     assert!(keyed.headers().contains_key("idempotency-expires"));
-    assert_eq!(api.charges().await.charges.len(), 2);
+    assert_eq!(api.charges().await.len(), 2);
     assert_eq!(
         api.db.query_i64("select count(*) from idempotency_records").await,
         1,
@@ -734,7 +719,7 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     );
     let renewed: Value = renewed.json().await.expect("json");
     assert_ne!(renewed["paymentId"], first["paymentId"]);
-    assert_eq!(api.charges().await.charges.len(), 2);
+    assert_eq!(api.charges().await.len(), 2);
 
     let discovery: Value = api
         .http

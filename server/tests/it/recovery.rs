@@ -3,7 +3,6 @@
 //! answer is what every later replay returns.
 
 use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
-use idem::provider::sim::SimCharges;
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
@@ -117,21 +116,14 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
         "{crash_point}: the final answer is the replay"
     );
 
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(charges.charges.len(), 1, "{crash_point}: one charge");
+    let charges = sim.sim_charges().await;
+    assert_eq!(charges.len(), 1, "{crash_point}: one charge");
     assert_eq!(
-        charges.charges[0].create_calls, 1,
+        charges[0].create_calls, 1,
         "{crash_point}: sent once, never blindly again"
     );
     assert_eq!(
-        charges.charges[0].reference, payment["paymentId"],
+        charges[0].reference, payment["paymentId"],
         "{crash_point}: the same payment"
     );
     assert_eq!(
@@ -190,13 +182,7 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
     let sim = IdemProcess::provider_sim().await;
     let http = reqwest::Client::new();
     for fault in faults {
-        let queued = http
-            .post(format!("http://{}/_sim/faults", sim.address))
-            .json(fault)
-            .send()
-            .await
-            .expect("queue fault");
-        assert_eq!(queued.status(), 201);
+        sim.sim_fault(fault).await;
     }
     let server = serve(dir.path(), &db, &sim, None).await;
     let pay = || {
@@ -240,15 +226,8 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
         "{faults:?}: the same payment"
     );
 
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(charges.charges.len(), 1, "{faults:?}: one charge");
+    let charges = sim.sim_charges().await;
+    assert_eq!(charges.len(), 1, "{faults:?}: one charge");
     assert_eq!(db.query_i64("select count(*) from payments").await, 1);
 }
 
@@ -337,16 +316,9 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
         2,
         "one takeover"
     );
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(charges.charges.len(), 1);
-    assert_eq!(charges.charges[0].create_calls, 1);
+    let charges = sim.sim_charges().await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0].create_calls, 1);
 }
 
 #[tokio::test]
@@ -379,13 +351,8 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
     .await;
     let sim = IdemProcess::provider_sim().await;
     let http = reqwest::Client::new();
-    let fault = http
-        .post(format!("http://{}/_sim/faults", sim.address))
-        .json(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
-        .send()
-        .await
-        .expect("queue fault");
-    assert_eq!(fault.status(), 201);
+    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
     let server = serve(dir.path(), &db, &sim, None).await;
 
     let first = http
@@ -421,16 +388,9 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(state, "PENDING", "the worker asked the provider and settled it");
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("json");
-    assert_eq!(charges.charges.len(), 1);
-    assert_eq!(charges.charges[0].create_calls, 1, "found, not sent again");
+    let charges = sim.sim_charges().await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0].create_calls, 1, "found, not sent again");
     assert_eq!(
         db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'")
             .await,

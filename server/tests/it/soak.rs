@@ -5,7 +5,6 @@
 
 use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::future::join_all;
-use idem::provider::sim::SimCharges;
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::Duration;
@@ -37,13 +36,8 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
     let api_key = seed_tenant(dir.path(), &db, "acme", "100000.00").await;
     let sim = IdemProcess::provider_sim().await;
     let http = reqwest::Client::new();
-    let slow_provider = http
-        .post(format!("http://{}/_sim/faults", sim.address))
-        .json(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
-        .send()
-        .await
-        .expect("queue latency");
-    assert_eq!(slow_provider.status(), 201);
+    sim.sim_fault(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
+        .await;
     let mut keys = BTreeSet::new();
 
     for round in 0..ROUNDS {
@@ -113,19 +107,12 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
         assert_eq!(settled, Some(201), "{key} settled");
     }
 
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("json");
+    let charges = sim.sim_charges().await;
     let payments = db.query_i64("select count(*) from payments").await;
     assert_eq!(payments, keys.len() as i64, "one payment per key");
-    assert_eq!(charges.charges.len() as i64, payments, "one charge per payment");
+    assert_eq!(charges.len() as i64, payments, "one charge per payment");
     assert!(
-        charges.charges.iter().all(|charge| charge.create_calls == 1),
+        charges.iter().all(|charge| charge.create_calls == 1),
         "no charge was sent twice"
     );
     assert_eq!(

@@ -5,7 +5,6 @@
 
 use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::future::join_all;
-use idem::provider::sim::SimCharges;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -93,17 +92,10 @@ async fn storm(dialect: Dialect, servers: usize) {
         assert_eq!(tally.fresh, 1, "key {key}: {tally:?}");
         assert_eq!(tally.fresh + tally.replayed + tally.in_progress, REQUESTS_PER_KEY);
     }
-    let charges: SimCharges = http
-        .get(format!("http://{}/_sim/charges", sim.address))
-        .send()
-        .await
-        .expect("charges")
-        .json()
-        .await
-        .expect("charges json");
-    assert_eq!(charges.charges.len(), KEYS, "one charge per key");
+    let charges = sim.sim_charges().await;
+    assert_eq!(charges.len(), KEYS, "one charge per key");
     assert!(
-        charges.charges.iter().all(|charge| charge.create_calls == 1),
+        charges.iter().all(|charge| charge.create_calls == 1),
         "each charged once"
     );
     assert_eq!(db.query_i64("select count(*) from payments").await, KEYS as i64);

@@ -127,3 +127,28 @@ pub async fn seed_tenant(data_dir: &Path, db: &TestDatabase, tenant: &str, balan
     .await;
     api_key
 }
+
+impl IdemProcess {
+    /// Every charge a `provider-sim` process recorded.
+    pub async fn sim_charges(&self) -> Vec<idem::provider::sim::SimCharge> {
+        let list: idem::provider::sim::SimCharges =
+            reqwest::get(format!("http://{}/_sim/charges", self.address))
+                .await
+                .expect("list charges")
+                .json()
+                .await
+                .expect("charges json");
+        list.charges
+    }
+
+    /// Queues a fault on a `provider-sim` process.
+    pub async fn sim_fault(&self, fault: &serde_json::Value) {
+        let queued = reqwest::Client::new()
+            .post(format!("http://{}/_sim/faults", self.address))
+            .json(fault)
+            .send()
+            .await
+            .expect("queue fault");
+        assert_eq!(queued.status(), 201, "{fault}");
+    }
+}

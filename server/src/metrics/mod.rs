@@ -84,7 +84,10 @@ impl OutcomeCounter {
     /// Writes what was counted since the last flush. On failure the counts are kept for the
     /// next flush: a database hiccup delays them but loses nothing.
     pub async fn flush(&self, store: &dyn Store) {
-        let drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
+        let mut drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
+        // Every instance upserts its buckets in the same order, so two flushes at once wait
+        // for each other instead of deadlocking.
+        drained.sort_by(|(a, _), (b, _)| a.cmp(b));
         if drained.is_empty() {
             return;
         }

@@ -2,7 +2,7 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, admin, idem_command, seed_tenant};
+use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant, seed_tenant_with};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -552,33 +552,12 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
 #[tokio::test]
 async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference() {
     let api = Api::start(5_000).await;
-    admin(
+    let key = seed_tenant_with(
         api.dir.path(),
         &api.db,
-        &["tenant", "create", "keyless", "--optional-idempotency-key"],
-    )
-    .await;
-    let key = admin(
-        api.dir.path(),
-        &api.db,
-        &["api-key", "create", "--tenant", "keyless"],
-    )
-    .await;
-    admin(
-        api.dir.path(),
-        &api.db,
-        &[
-            "account",
-            "create",
-            "--tenant",
-            "keyless",
-            "--id",
-            "acc_1",
-            "--currency",
-            "EUR",
-            "--balance",
-            "100.00",
-        ],
+        "keyless",
+        "100.00",
+        &["--optional-idempotency-key"],
     )
     .await;
 

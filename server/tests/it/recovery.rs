@@ -2,9 +2,8 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{Dialect, IdemProcess, TestDatabase, seed_tenant, seed_tenant_with, serve_recovering};
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::Duration;
 
 const BODY: &str =
@@ -16,28 +15,10 @@ async fn serve(
     sim: &IdemProcess,
     crash_point: Option<&str>,
 ) -> IdemProcess {
-    serve_with_worker_interval(dir, db, sim, crash_point, "200").await
-}
-
-async fn serve_with_worker_interval(
-    dir: &std::path::Path,
-    db: &TestDatabase,
-    sim: &IdemProcess,
-    crash_point: Option<&str>,
-    worker_interval_ms: &str,
-) -> IdemProcess {
-    let mut command = idem_command(dir);
-    command
-        .env("DATABASE_URL", db.url())
-        .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
-        .env("IDEM_LEASE_SECS", "1")
-        .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
-        .env("IDEM_RECOVERY_INTERVAL_MS", worker_interval_ms)
-        .stderr(Stdio::null());
-    if let Some(point) = crash_point {
-        command.env("IDEM_CRASH_POINT", point);
+    match crash_point {
+        Some(point) => serve_recovering(dir, db, sim, &[("IDEM_CRASH_POINT", point)]).await,
+        None => serve_recovering(dir, db, sim, &[]).await,
     }
-    IdemProcess::serve_with(command).await
 }
 
 /// Who recovers the crashed request: the client's retry, or the recovery worker alone.
@@ -286,8 +267,8 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
     // Two instances (their workers asleep, so that the retries race each other), sixteen
     // retries released together once the dead owner's lease is over.
     let servers = [
-        serve_with_worker_interval(dir.path(), &db, &sim, None, "3600000").await,
-        serve_with_worker_interval(dir.path(), &db, &sim, None, "3600000").await,
+        serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_INTERVAL_MS", "3600000")]).await,
+        serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_INTERVAL_MS", "3600000")]).await,
     ];
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     let retries = (0..16).map(|index| {
@@ -325,28 +306,12 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
 async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker() {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
-    crate::support::admin(
+    let api_key = seed_tenant_with(
         dir.path(),
         &db,
-        &["tenant", "create", "keyless", "--optional-idempotency-key"],
-    )
-    .await;
-    let api_key = crate::support::admin(dir.path(), &db, &["api-key", "create", "--tenant", "keyless"]).await;
-    crate::support::admin(
-        dir.path(),
-        &db,
-        &[
-            "account",
-            "create",
-            "--tenant",
-            "keyless",
-            "--id",
-            "acc_1",
-            "--currency",
-            "EUR",
-            "--balance",
-            "100.00",
-        ],
+        "keyless",
+        "100.00",
+        &["--optional-idempotency-key"],
     )
     .await;
     let sim = IdemProcess::provider_sim().await;

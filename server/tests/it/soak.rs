@@ -3,27 +3,13 @@
 //! each round. At the end every key is retried until it settles: one payment per key, one
 //! provider charge per payment, nothing left IN_PROGRESS or UNKNOWN.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{Dialect, IdemProcess, TestDatabase, seed_tenant, serve_recovering};
 use futures_util::future::join_all;
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 const ROUNDS: u64 = 4;
 const KEYS_PER_ROUND: usize = 40;
-
-async fn serve(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) -> IdemProcess {
-    let mut command = idem_command(dir);
-    command
-        .env("DATABASE_URL", db.url())
-        .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
-        .env("IDEM_LEASE_SECS", "1")
-        .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
-        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
-        .env("IDEM_RATE_LIMIT_PER_SEC", "0")
-        .stderr(Stdio::null());
-    IdemProcess::serve_with(command).await
-}
 
 fn body(key: &str) -> String {
     format!(r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"ref-{key}"}}"#)
@@ -41,7 +27,7 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
     let mut keys = BTreeSet::new();
 
     for round in 0..ROUNDS {
-        let mut server = serve(dir.path(), &db, &sim).await;
+        let mut server = serve_recovering(dir.path(), &db, &sim, &[]).await;
         let address = server.address;
         let round_keys: Vec<String> = (0..KEYS_PER_ROUND)
             .map(|index| {
@@ -84,7 +70,7 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
     }
 
     // A last instance: every key is retried until it settles.
-    let server = serve(dir.path(), &db, &sim).await;
+    let server = serve_recovering(dir.path(), &db, &sim, &[]).await;
     for key in &keys {
         let mut settled = None;
         for _ in 0..100 {

@@ -106,7 +106,20 @@ pub async fn admin(data_dir: &Path, db: &TestDatabase, args: &[&str]) -> String 
 
 /// A tenant with an API key and an EUR account `acc_1` holding `balance`; returns the key.
 pub async fn seed_tenant(data_dir: &Path, db: &TestDatabase, tenant: &str, balance: &str) -> String {
-    admin(data_dir, db, &["tenant", "create", tenant]).await;
+    seed_tenant_with(data_dir, db, tenant, balance, &[]).await
+}
+
+/// `seed_tenant`, with extra flags for `tenant create` (e.g. `--optional-idempotency-key`).
+pub async fn seed_tenant_with(
+    data_dir: &Path,
+    db: &TestDatabase,
+    tenant: &str,
+    balance: &str,
+    create_flags: &[&str],
+) -> String {
+    let mut create = vec!["tenant", "create", tenant];
+    create.extend_from_slice(create_flags);
+    admin(data_dir, db, &create).await;
     let api_key = admin(data_dir, db, &["api-key", "create", "--tenant", tenant]).await;
     admin(
         data_dir,
@@ -151,4 +164,27 @@ impl IdemProcess {
             .expect("queue fault");
         assert_eq!(queued.status(), 201, "{fault}");
     }
+}
+
+/// `idem serve` on `db` with a provider-sim, tuned for recovery tests: 1 s lease, 800 ms
+/// provider timeout, worker every 200 ms, no rate limit. `env` entries come last and win.
+pub async fn serve_recovering(
+    data_dir: &Path,
+    db: &TestDatabase,
+    sim: &IdemProcess,
+    env: &[(&str, &str)],
+) -> IdemProcess {
+    let mut command = idem_command(data_dir);
+    command
+        .env("DATABASE_URL", db.url())
+        .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
+        .env("IDEM_LEASE_SECS", "1")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "800")
+        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
+        .env("IDEM_RATE_LIMIT_PER_SEC", "0")
+        .stderr(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    IdemProcess::serve_with(command).await
 }

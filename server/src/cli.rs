@@ -1,5 +1,6 @@
 //! The command line of the one binary. Every flag has an environment variable; `--help` shows both.
 
+use crate::expiry::AfterExpiry;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -170,6 +171,29 @@ pub struct ServeArgs {
     /// The idempotency window of create_payment, in seconds.
     #[arg(long, env = "IDEM_WINDOW_SECS", default_value_t = 24 * 3600)]
     pub window_secs: u64,
+
+    /// What a create_payment retry gets after its key's window: a new operation (the
+    /// business key still stops a second payment) or 422 IDEMPOTENCY_KEY_EXPIRED.
+    #[arg(long, env = "IDEM_AFTER_EXPIRY", value_enum, default_value_t = AfterExpiry::NewOperation)]
+    pub after_expiry: AfterExpiry,
+
+    /// How long, in seconds, an expired record's tombstone (scope, key, fingerprint, outcome,
+    /// resource and provider reference; no body) is kept after its window.
+    #[arg(long, env = "IDEM_RETENTION_SECS", default_value_t = 30 * 24 * 3600)]
+    pub retention_secs: u64,
+
+    /// How often, in milliseconds, the cleanup worker purges expired bodies and old tombstones.
+    #[arg(long, env = "IDEM_CLEANUP_INTERVAL_MS", default_value_t = 10_000)]
+    pub cleanup_interval_ms: u64,
+
+    /// The largest cleanup batch, in records.
+    #[arg(long, env = "IDEM_CLEANUP_BATCH", default_value_t = 500)]
+    pub cleanup_batch: i64,
+
+    /// The longest, in milliseconds, a cleanup batch may hold its transaction (enforced by
+    /// PostgreSQL; an overrun rolls back and the next batch is smaller).
+    #[arg(long, env = "IDEM_CLEANUP_BATCH_BOUND_MS", default_value_t = 1_000)]
+    pub cleanup_batch_bound_ms: u64,
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
+use crate::expiry::ExpiryPolicy;
+use crate::expiry::cleanup::{self, CleanupSettings};
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
-use crate::idempotency::sealing::ResponseSealer;
+use crate::idempotency::sealing::{self, ResponseSealer};
 use crate::metrics::prometheus::Exposition;
 use crate::metrics::{self, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
@@ -34,6 +36,9 @@ pub enum ServeError {
     #[error("invalid configuration: {0}")]
     Config(String),
 }
+
+/// How often a running instance notes its response key as in use.
+const KEY_HEARTBEAT: Duration = Duration::from_secs(600);
 
 pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> Result<(), ServeError> {
     // An owner still waiting for the provider must never look dead to a retry or the worker.
@@ -70,19 +75,40 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         store.clone(),
         Duration::from_millis(args.metrics_flush_ms.max(10)),
     );
-    let sealer = match &args.response_keys {
-        Some(spec) => ResponseSealer::from_spec(spec),
-        None => ResponseSealer::load_or_create(data_dir),
+    let sealer = match (&args.response_keys, &target) {
+        (Some(spec), _) => ResponseSealer::from_spec(spec),
+        // A key generated into one instance's data directory would leave every other
+        // instance (and this one, once its disk is replaced) unable to replay.
+        (None, DatabaseTarget::Postgres { .. }) => {
+            return Err(ServeError::Config(
+                "PostgreSQL is shared by instances: pass the same --response-keys (IDEM_RESPONSE_KEYS) \
+                 to every instance; generate a key with `head -c 32 /dev/urandom | base64`"
+                    .into(),
+            ));
+        }
+        (None, _) => ResponseSealer::load_or_create(data_dir),
     }
     .map_err(|error| ServeError::Config(error.to_string()))?;
+    let sealer = Arc::new(sealer);
+    let expiry = ExpiryPolicy {
+        window: Duration::from_secs(args.window_secs),
+        after_expiry: args.after_expiry,
+        retention: Duration::from_secs(args.retention_secs),
+    };
+    let lease = Duration::from_secs(args.lease_secs);
+    sealer
+        .check_against(store.as_ref(), expiry.window + lease)
+        .await
+        .map_err(|error| ServeError::Config(error.to_string()))?;
+    sealing::spawn_key_heartbeat(sealer.clone(), store.clone(), KEY_HEARTBEAT);
     let engine = PaymentsEngine::new(
         store.clone(),
         provider,
         outcomes.clone(),
-        Arc::new(sealer),
+        sealer,
         EngineSettings {
-            lease: Duration::from_secs(args.lease_secs),
-            window: Duration::from_secs(args.window_secs),
+            lease,
+            expiry,
             instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
         },
     );
@@ -96,11 +122,21 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
             batch: 50,
         },
     );
+    cleanup::spawn_worker(
+        store.clone(),
+        CleanupSettings {
+            interval: Duration::from_millis(args.cleanup_interval_ms.max(10)),
+            retention: expiry.retention,
+            max_batch: args.cleanup_batch,
+            batch_bound: Duration::from_millis(args.cleanup_batch_bound_ms.max(1)),
+            pause: Duration::from_millis(20),
+        },
+    );
     let state = AppState {
         store: store.clone(),
         engine,
         rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
-        metrics: Arc::new(Exposition::new(metrics::prometheus::install())),
+        metrics: Arc::new(Exposition::new(metrics::prometheus::install(), expiry.retention)),
     };
     let router = http::router(state, &settings);
 

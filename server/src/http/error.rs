@@ -28,6 +28,8 @@ pub enum ApiError {
     DuplicateMerchantReference { payment_id: String },
     #[error("This idempotency key was already used with a different request.")]
     KeyReusedWithDifferentRequest,
+    #[error("This idempotency key expired; use a new key for a new request.")]
+    IdempotencyKeyExpired { resource_id: Option<String> },
     #[error("A request with this idempotency key is still being processed.")]
     RequestInProgress { retry_after_secs: u64 },
     #[error("The payment was declined.")]
@@ -70,7 +72,9 @@ impl ApiError {
             | ApiError::KeyReusedWithDifferentRequest
             | ApiError::RequestInProgress { .. } => StatusCode::CONFLICT,
             ApiError::PaymentDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
-            ApiError::InsufficientFunds => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -89,6 +93,7 @@ impl ApiError {
             ApiError::DuplicateMerchantReference { .. } => "DUPLICATE_MERCHANT_REFERENCE",
             ApiError::KeyReusedWithDifferentRequest => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
             ApiError::RequestInProgress { .. } => "IDEMPOTENCY_REQUEST_IN_PROGRESS",
+            ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
             ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
             ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
@@ -113,6 +118,7 @@ impl ApiError {
             ApiError::ValidationFailed(problems) => Some(json!({ "fields": problems })),
             ApiError::DuplicateMerchantReference { payment_id }
             | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
+            ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
             _ => None,
         }
     }

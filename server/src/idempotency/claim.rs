@@ -5,6 +5,7 @@ use super::key::IdempotencyKey;
 use super::record::RecordAt;
 use crate::auth::api_key::ApiKeyId;
 use crate::auth::tenant::TenantId;
+pub use crate::expiry::AfterExpiry;
 use crate::payments::money::Currency;
 use crate::payments::payment::PaymentId;
 use chrono::{DateTime, Utc};
@@ -30,6 +31,8 @@ pub struct NewClaim {
     pub lease_owner: String,
     pub lease: Duration,
     pub window: Duration,
+    /// Whether a settled record past its window is taken for this operation.
+    pub after_expiry: AfterExpiry,
 }
 
 /// A response as stored for replay: status, the contract headers, and the exact body bytes.

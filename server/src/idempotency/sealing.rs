@@ -5,12 +5,16 @@
 //!
 //! Format: `idem1` · key id length (1 byte) · key id · nonce (12 bytes) · ciphertext.
 
+use crate::store::Store;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
+use chrono::Utc;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 const MAGIC: &[u8] = b"idem1";
 const KEY_FILE: &str = "response-keys";
@@ -23,7 +27,24 @@ pub enum SealingError {
     KeyFile { path: String, source: std::io::Error },
     #[error("a stored response cannot be opened: {0}")]
     CannotOpen(&'static str),
+    #[error(
+        "the response key `{0}` is not the key stored responses were sealed with under that id; \
+         start every instance with the same --response-keys (or restore the original key file)"
+    )]
+    KeyDiffers(String),
+    #[error(
+        "responses sealed with the key `{key_id}` (last used {last_sealed_at}) may still be stored, \
+         and this instance does not have that key; add it to --response-keys"
+    )]
+    KeyMissing { key_id: String, last_sealed_at: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
+
+/// What a key check seals; its associated data names no record, so a probe can never be
+/// mistaken for a response.
+const KEY_CHECK_PLAINTEXT: &[u8] = b"idem response key check";
+const KEY_CHECK_SCOPE: &[u8] = b"|response_key_checks|";
 
 pub struct ResponseSealer {
     current_id: String,
@@ -78,6 +99,38 @@ impl ResponseSealer {
         Self::from_spec(&spec)
     }
 
+    /// Checks this instance's keys against every key that sealed responses which may still
+    /// be replayed (`horizon`: the longest a sealed body can be replayed after it was sealed),
+    /// then registers the sealing key. Refuses to start rather than answer replays with errors.
+    pub async fn check_against(&self, store: &dyn Store, horizon: Duration) -> Result<(), SealingError> {
+        let still_replayable_since = Utc::now() - chrono::Duration::from_std(horizon).unwrap_or_default();
+        for check in store.response_key_checks().await? {
+            let opens = self
+                .open(KEY_CHECK_SCOPE, &check.probe)
+                .is_ok_and(|plaintext| plaintext == KEY_CHECK_PLAINTEXT);
+            if opens {
+                continue;
+            }
+            if self.keys.contains_key(&check.key_id) {
+                return Err(SealingError::KeyDiffers(check.key_id));
+            }
+            if check.last_sealed_at > still_replayable_since {
+                return Err(SealingError::KeyMissing {
+                    key_id: check.key_id,
+                    last_sealed_at: check.last_sealed_at.to_rfc3339(),
+                });
+            }
+        }
+        self.note_in_use(store).await
+    }
+
+    /// Notes that this instance seals with its current key now (for other instances'
+    /// [`check_against`](Self::check_against)).
+    pub async fn note_in_use(&self, store: &dyn Store) -> Result<(), SealingError> {
+        let probe = self.seal(KEY_CHECK_SCOPE, KEY_CHECK_PLAINTEXT);
+        Ok(store.note_sealing_key(&self.current_id, &probe).await?)
+    }
+
     pub fn seal(&self, associated: &[u8], plaintext: &[u8]) -> Vec<u8> {
         let nonce_bytes = crate::auth::random_bytes::<12>();
         let cipher = &self.keys[&self.current_id];
@@ -127,6 +180,21 @@ impl ResponseSealer {
             )
             .map_err(|_| SealingError::CannotOpen("authentication failed"))
     }
+}
+
+/// Keeps this instance's sealing key marked as in use while it runs.
+pub fn spawn_key_heartbeat(sealer: Arc<ResponseSealer>, store: Arc<dyn Store>, every: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            if let Err(error) = sealer.note_in_use(store.as_ref()).await {
+                tracing::warn!(%error, "cannot note the response key as in use");
+            }
+        }
+    });
 }
 
 #[cfg(unix)]

@@ -1,12 +1,13 @@
 //! `/metrics` in the Prometheus text format. Counters and histograms are recorded where things
 //! happen (the `metrics` facade); gauges of live state (unknown outcomes, the oldest
-//! in-progress request) are read from the database at scrape time, so every instance reports
-//! the same truth.
+//! in-progress request, cleanup and outbox backlogs) are read from the database at scrape
+//! time, so every instance reports the same truth.
 
 use crate::store::Store;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 /// Seconds; from a fast replay to a provider call near its timeout.
 const LATENCY_BUCKETS: [f64; 12] = [
@@ -43,17 +44,27 @@ pub struct LiveGauges {
     pub in_progress_age_max_seconds: f64,
 }
 
+/// Work waiting on background workers, across instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OutboxBacklog {
+    pub unpublished: i64,
+    pub oldest_unpublished_age_seconds: f64,
+}
+
 /// What `/metrics` renders.
 pub struct Exposition {
     handle: Option<PrometheusHandle>,
+    /// Tombstone retention, to count the tombstones due for deletion.
+    retention: Duration,
     /// Label sets reported last time: one that disappears is reported as 0, not left stale.
     reported: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl Exposition {
-    pub fn new(handle: Option<PrometheusHandle>) -> Exposition {
+    pub fn new(handle: Option<PrometheusHandle>, retention: Duration) -> Exposition {
         Exposition {
             handle,
+            retention,
             reported: Mutex::new(BTreeSet::new()),
         }
     }
@@ -64,6 +75,23 @@ impl Exposition {
         match store.live_gauges().await {
             Ok(rows) => self.set_gauges(rows),
             Err(error) => tracing::warn!(%error, "metrics: live gauges not refreshed"),
+        }
+        match store.retention_backlog(self.retention).await {
+            Ok(backlog) => {
+                metrics::gauge!("idempotency_cleanup_backlog", "phase" => "purge")
+                    .set(backlog.to_purge as f64);
+                metrics::gauge!("idempotency_cleanup_backlog", "phase" => "delete")
+                    .set(backlog.to_delete as f64);
+            }
+            Err(error) => tracing::warn!(%error, "metrics: cleanup backlog not refreshed"),
+        }
+        match store.outbox_backlog().await {
+            Ok(backlog) => {
+                metrics::gauge!("outbox_backlog").set(backlog.unpublished as f64);
+                metrics::gauge!("outbox_oldest_unpublished_age_seconds")
+                    .set(backlog.oldest_unpublished_age_seconds.max(0.0));
+            }
+            Err(error) => tracing::warn!(%error, "metrics: outbox backlog not refreshed"),
         }
         Some(handle.render())
     }

@@ -11,6 +11,7 @@ use super::representation::{ApiVersion, PaymentStatus, PaymentView};
 use crate::auth::Principal;
 use crate::auth::tenant::TenantId;
 use crate::crash::{CrashPoint, crash_point};
+use crate::expiry::{AfterExpiry, ExpiryPolicy};
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
     ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
@@ -36,8 +37,8 @@ use std::time::Duration;
 pub struct EngineSettings {
     /// How long an owner may work before a retry may take over.
     pub lease: Duration,
-    /// The idempotency window of create_payment.
-    pub window: Duration,
+    /// create_payment's window, policy after it, and tombstone retention.
+    pub expiry: ExpiryPolicy,
     /// This instance, as lease owner.
     pub instance_id: String,
 }
@@ -243,7 +244,8 @@ impl PaymentsEngine {
             response_schema_version: request.api_version.as_str().to_owned(),
             lease_owner: self.settings.instance_id.clone(),
             lease: self.settings.lease,
-            window: self.settings.window,
+            window: self.settings.expiry.window,
+            after_expiry: self.settings.expiry.after_expiry,
         };
         let insufficient_funds = self.sealed(&scope, &error_response(&ApiError::InsufficientFunds));
 
@@ -551,10 +553,13 @@ impl PaymentsEngine {
             match decision {
                 Decision::ConflictDifferentRequest => Outcome::ConflictDifferentRequest,
                 Decision::Replay => Outcome::Replay,
-                Decision::InProgress { .. }
-                | Decision::TakeOver { .. }
-                | Decision::Reexecute { .. }
-                | Decision::Expired => Outcome::InProgress,
+                Decision::InProgress { .. } | Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                    Outcome::InProgress
+                }
+                Decision::Expired => match self.settings.expiry.after_expiry {
+                    AfterExpiry::Reject => Outcome::ExpiredRetry,
+                    AfterExpiry::NewOperation => Outcome::InProgress,
+                },
                 Decision::OutcomeUnknown { .. } | Decision::Recover { .. } => Outcome::OutcomeUnknown,
             },
         );
@@ -610,11 +615,24 @@ impl PaymentsEngine {
             Decision::Recover { lease_version } => {
                 Box::pin(self.take_over_and_resume(scope, found, lease_version)).await
             }
-            // The record passed its window between the claim and this read: the retry's own
-            // claim renews it (the new_operation policy), so it is told to come back at once.
-            Decision::Expired => {
-                Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
-            }
+            Decision::Expired => match self.settings.expiry.after_expiry {
+                AfterExpiry::Reject => {
+                    if let Err(error) = self.store.note_expired_retry(scope).await {
+                        ApiError::from_store(&error, "note expired retry");
+                    }
+                    Answer::error(
+                        ApiError::IdempotencyKeyExpired {
+                            resource_id: found.record.resource_id.clone(),
+                        },
+                        expires_at,
+                    )
+                }
+                // The record passed its window between the claim and this read: the retry's
+                // own claim renews it, so it is told to come back at once.
+                AfterExpiry::NewOperation => {
+                    Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
+                }
+            },
         }
     }
 }

@@ -223,9 +223,10 @@ pub async fn discovery(State(state): State<AppState>) -> Response {
             "operation": CreatePayment::OPERATION,
             "method": "POST",
             "path": "/payments",
-            "windowSeconds": settings.window.as_secs(),
+            "windowSeconds": settings.expiry.window.as_secs(),
             "inProgressLeaseSeconds": settings.lease.as_secs(),
-            "afterExpiry": "new_operation",
+            "afterExpiry": settings.expiry.after_expiry.as_str(),
+            "retentionSeconds": settings.expiry.retention.as_secs(),
         }]
     }))
     .into_response()

@@ -5,6 +5,7 @@
 //! instance's, so that several `serve` instances agree.
 
 mod postgres;
+pub mod retention;
 mod shared;
 mod sqlite;
 
@@ -100,8 +101,9 @@ pub enum Readiness {
     MigrationsPending { applied: usize, expected: usize },
 }
 
+/// Everything Idem keeps, one concern per supertrait.
 #[async_trait::async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: retention::RetentionStore + Send + Sync + 'static {
     fn dialect(&self) -> Dialect;
 
     /// Applies every pending migration of this dialect.
@@ -227,6 +229,9 @@ pub trait Store: Send + Sync + 'static {
     /// Live state for `/metrics`: unknown outcomes and the oldest in-progress request, per
     /// tenant and operation (only those with either).
     async fn live_gauges(&self) -> Result<Vec<crate::metrics::prometheus::LiveGauges>, StoreError>;
+
+    /// Events not yet published, and the age of the oldest.
+    async fn outbox_backlog(&self) -> Result<crate::metrics::prometheus::OutboxBacklog, StoreError>;
 
     /// Closes the pool, waiting for connections in use to be returned.
     async fn close(&self);

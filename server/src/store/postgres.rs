@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
@@ -30,8 +31,8 @@ const SQL: DialectSql = DialectSql {
          locked_until = null, completed_at = now(), updated_at = now() \
          where tenant_id = $2 and operation_name = $3 and idempotency_key = $4",
     settle_record: "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
-         response_status_code = $2, locked_until = null, completed_at = now(), updated_at = now() \
-         where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 \
+         response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = now(), updated_at = now() \
+         where tenant_id = $4 and operation_name = $5 and idempotency_key = $6 and lease_version = $7 \
          and status = 'IN_PROGRESS'",
     mark_unknown: "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', \
          progress_step = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), \
@@ -69,6 +70,30 @@ const SQL: DialectSql = DialectSql {
          values ($1::timestamptz, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \
          do update set count = outcome_buckets.count + excluded.count",
+    outbox_backlog: "select count(*), \
+         coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
+         from outbox_events where published_at is null",
+};
+
+const RETENTION_SQL: RetentionSql = RetentionSql {
+    bound_transaction: &[
+        "select set_config('statement_timeout', $1, true)",
+        "select set_config('lock_timeout', $1, true)",
+    ],
+    // Rows a request holds are skipped, never waited for: cleanup yields to traffic.
+    purge_batch: purge_batch!("now()", "ctid", " = any(array(", " for update skip locked", "))"),
+    delete_tombstones: "delete from idempotency_records where ctid = any(array( \
+             select ctid from idempotency_records \
+             where status = 'EXPIRED' and expires_at <= now() - make_interval(secs => $1) \
+             order by expires_at limit $2 for update skip locked))",
+    backlog: "select (select count(*) from idempotency_records \
+             where status in ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()), \
+         (select count(*) from idempotency_records \
+             where status = 'EXPIRED' and expires_at <= now() - make_interval(secs => $1))",
+    note_sealing_key: "insert into response_key_checks (key_id, probe) values ($1, $2) \
+         on conflict (key_id) do update set last_sealed_at = now()",
+    note_expired_retry: "update idempotency_records set expired_retries = expired_retries + 1 \
+         where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
 };
 
 /// The production store: several `serve` instances share one PostgreSQL database.
@@ -99,3 +124,4 @@ impl_store!(
     MIGRATOR,
     SQL
 );
+impl_retention_store!(PostgresStore, sqlx::Postgres, RETENTION_SQL);

@@ -16,7 +16,8 @@ pub(super) struct DialectSql {
     /// `$1` api key id.
     pub revoke_api_key: &'static str,
     /// The claim: `$1`..`$6` scope and fingerprint, `$7` payment id, `$8` response schema
-    /// version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12` window seconds.
+    /// version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12` window seconds,
+    /// `$13` whether a settled record past its window is renewed (`new_operation`).
     pub claim_record: &'static str,
     /// `$1` tenant, `$2` account: the account's currency and balance, locked for the
     /// transaction where the dialect has row locks.
@@ -25,7 +26,8 @@ pub(super) struct DialectSql {
     pub hold_amount: &'static str,
     /// `$1` response status, `$2`..`$4` scope.
     pub bind_insufficient_funds: &'static str,
-    /// `$1` status, `$2` response status, `$3`..`$5` scope, `$6` lease version.
+    /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
+    /// lease version.
     pub settle_record: &'static str,
     /// `$1`..`$3` scope, `$4` lease version.
     pub mark_unknown: &'static str,
@@ -51,11 +53,14 @@ pub(super) struct DialectSql {
     /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome,
     /// `$5` count to add.
     pub add_outcome_count: &'static str,
+    /// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
+    pub outbox_backlog: &'static str,
 }
 
-/// The claim's answer to a scoped key that already has a record: a settled record past its
-/// window is taken for the new operation (the `new_operation` expiry policy), in the same
-/// statement, with a higher lease version; any other record is left alone (nothing returned).
+/// The claim's answer to a scoped key that already has a record: under the `new_operation`
+/// expiry policy (`$13`), a settled record past its window is taken for the new operation in
+/// the same statement, with a higher lease version; any other record is left alone (nothing
+/// returned).
 macro_rules! renew_expired_record {
     ($now:expr) => {
         concat!(
@@ -71,8 +76,9 @@ macro_rules! renew_expired_record {
             $now,
             ", updated_at = ",
             $now,
-            ", completed_at = null, expires_at = excluded.expires_at ",
-            "where idempotency_records.expires_at <= ",
+            ", completed_at = null, expires_at = excluded.expires_at, settled_status = null, ",
+            "purged_at = null, expired_retries = idempotency_records.expired_retries + 1 ",
+            "where $13 and idempotency_records.expires_at <= ",
             $now,
             " and idempotency_records.status in ",
             "('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED') ",
@@ -538,6 +544,7 @@ macro_rules! impl_store {
                         .bind(claim.lease.as_secs_f64())
                         .bind(claim.created_by.as_str())
                         .bind(claim.window.as_secs_f64())
+                        .bind(claim.after_expiry == $crate::idempotency::claim::AfterExpiry::NewOperation)
                         .fetch_optional(&mut *tx)
                         .await?;
                 let Some((lease_version, expires_at)) = inserted else {
@@ -620,6 +627,7 @@ macro_rules! impl_store {
                 let settled = sqlx::query($sql.settle_record)
                     .bind(record_status)
                     .bind(i32::from(completion.response.status))
+                    .bind(completion.provider_charge_id.as_str())
                     .bind(scope.tenant_id.as_str())
                     .bind(scope.operation)
                     .bind(scope.key.as_str())
@@ -893,6 +901,19 @@ macro_rules! impl_store {
                         },
                     )
                     .collect()
+            }
+
+            async fn outbox_backlog(
+                &self,
+            ) -> Result<$crate::metrics::prometheus::OutboxBacklog, $crate::store::StoreError> {
+                let (unpublished, oldest_unpublished_age_seconds): (i64, f64) =
+                    sqlx::query_as($sql.outbox_backlog)
+                        .fetch_one(&self.pool)
+                        .await?;
+                Ok($crate::metrics::prometheus::OutboxBacklog {
+                    unpublished,
+                    oldest_unpublished_age_seconds,
+                })
             }
 
             async fn close(&self) {

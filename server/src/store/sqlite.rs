@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
@@ -61,11 +62,11 @@ const SQL: DialectSql = DialectSql {
     ),
     settle_record: concat!(
         "update idempotency_records set status = $1, progress_step = 'COMPLETED', ",
-        "response_status_code = $2, locked_until = null, completed_at = ",
+        "response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = ",
         now!(),
         ", updated_at = ",
         now!(),
-        " where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and lease_version = $6 ",
+        " where tenant_id = $4 and operation_name = $5 and idempotency_key = $6 and lease_version = $7 ",
         "and status = 'IN_PROGRESS'"
     ),
     mark_unknown: concat!(
@@ -126,6 +127,35 @@ const SQL: DialectSql = DialectSql {
          values ($1, $2, $3, $4, $5) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \
          do update set count = outcome_buckets.count + excluded.count",
+    outbox_backlog: "select count(*), \
+         coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) \
+         from outbox_events where published_at is null",
+};
+
+const RETENTION_SQL: RetentionSql = RetentionSql {
+    // SQLite has no statement timeout: a batch is bounded by its size alone.
+    bound_transaction: &[],
+    purge_batch: purge_batch!(now!(), "rowid", " in (", "", ")"),
+    delete_tombstones: concat!(
+        "delete from idempotency_records where rowid in (",
+        "select rowid from idempotency_records ",
+        "where status = 'EXPIRED' and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') ",
+        "order by expires_at limit $2)"
+    ),
+    backlog: concat!(
+        "select (select count(*) from idempotency_records ",
+        "where status in ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= ",
+        now!(),
+        "), (select count(*) from idempotency_records ",
+        "where status = 'EXPIRED' and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds'))"
+    ),
+    note_sealing_key: concat!(
+        "insert into response_key_checks (key_id, probe) values ($1, $2) ",
+        "on conflict (key_id) do update set last_sealed_at = ",
+        now!()
+    ),
+    note_expired_retry: "update idempotency_records set expired_retries = expired_retries + 1 \
+         where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
 };
 
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy
@@ -167,3 +197,4 @@ impl SqliteStore {
 }
 
 impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
+impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);

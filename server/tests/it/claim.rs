@@ -4,7 +4,7 @@ use crate::support::{TestDatabase, conformance};
 use idem::auth::api_key::NewApiKey;
 use idem::auth::tenant::{TenantId, TenantName};
 use idem::idempotency::claim::{
-    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
+    AfterExpiry, ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
 };
 use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput};
 use idem::idempotency::key::IdempotencyKey;
@@ -69,6 +69,7 @@ impl Fixture {
             lease_owner: "test-instance".to_owned(),
             lease: Duration::from_secs(30),
             window: Duration::from_secs(24 * 3600),
+            after_expiry: AfterExpiry::NewOperation,
         };
         let payment = NewPayment::from_command(PaymentId::generate(), self.tenant_id.clone(), &command);
         (claim, payment)

@@ -11,6 +11,7 @@ mod payments_api;
 mod process;
 mod provider;
 mod recovery;
+mod retention;
 mod soak;
 mod store_conformance;
 mod storm;

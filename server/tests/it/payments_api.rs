@@ -26,10 +26,11 @@ const BODY: &str =
 impl Api {
     /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
     async fn start(provider_timeout_ms: u64) -> Api {
-        Self::start_with(provider_timeout_ms, 100, 24 * 3600).await
+        Self::start_with(provider_timeout_ms, &[]).await
     }
 
-    async fn start_with(provider_timeout_ms: u64, rate_limit_per_sec: u32, window_secs: u64) -> Api {
+    /// `settings`: environment variables for `idem serve`, over the defaults below.
+    async fn start_with(provider_timeout_ms: u64, settings: &[(&str, &str)]) -> Api {
         let db = TestDatabase::create(Dialect::Postgres).await;
         let dir = tempfile::tempdir().expect("temporary directory");
         let acme_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
@@ -41,8 +42,7 @@ impl Api {
             .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
             .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
             .env("IDEM_METRICS_FLUSH_MS", "100")
-            .env("IDEM_RATE_LIMIT_PER_SEC", rate_limit_per_sec.to_string())
-            .env("IDEM_WINDOW_SECS", window_secs.to_string())
+            .envs(settings.iter().copied())
             .stderr(Stdio::inherit());
         let server = IdemProcess::serve_with(command).await;
         Api {
@@ -625,7 +625,7 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
 
 #[tokio::test]
 async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
-    let api = Api::start_with(5_000, 2, 24 * 3600).await;
+    let api = Api::start_with(5_000, &[("IDEM_RATE_LIMIT_PER_SEC", "2")]).await;
     let mut limited = None;
     for index in 0..6 {
         let response = api
@@ -662,7 +662,7 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
 
 #[tokio::test]
 async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_holds() {
-    let api = Api::start_with(5_000, 100, 1).await;
+    let api = Api::start_with(5_000, &[("IDEM_WINDOW_SECS", "1")]).await;
     let first = api.pay("k-window", BODY).await;
     assert_eq!(first.status(), 201);
     let first_expires = first.headers()["idempotency-expires"]
@@ -712,18 +712,112 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     assert_eq!(discovery["operations"][0]["windowSeconds"], 1);
     assert_eq!(discovery["operations"][0]["afterExpiry"], "new_operation");
 
-    let mut expired_retries = 0;
-    for _ in 0..50 {
-        expired_retries = api
-            .db
-            .query_i64("select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'expired_retry'")
-            .await;
-        if expired_retries >= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    api.db
+        .eventually_i64(EXPIRED_RETRIES, |count| count >= 1, "expired retries are counted")
+        .await;
+    assert_eq!(
+        api.db
+            .query_i64("select cast(expired_retries as bigint) from idempotency_records where idempotency_key = 'k-window'")
+            .await,
+        1,
+        "and noted on the record"
+    );
+}
+
+const EXPIRED_RETRIES: &str =
+    "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'expired_retry'";
+
+#[tokio::test]
+async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombstone_then_deleted() {
+    let api = Api::start_with(
+        5_000,
+        &[
+            ("IDEM_WINDOW_SECS", "1"),
+            ("IDEM_AFTER_EXPIRY", "reject"),
+            ("IDEM_RETENTION_SECS", "4"),
+            ("IDEM_CLEANUP_INTERVAL_MS", "100"),
+        ],
+    )
+    .await;
+    let first = api.pay("k-reject", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.expect("json");
+    let payment_id = first["paymentId"].as_str().expect("id").to_owned();
+    let replay = api.pay("k-reject", BODY).await;
+    assert_eq!(
+        replay.headers()["idempotent-replayed"],
+        "true",
+        "inside the window"
+    );
+
+    let record =
+        |column: &str| format!("select {column} from idempotency_records where idempotency_key = 'k-reject'");
+    // The cleanup worker turns the record into a tombstone: body gone, metadata kept.
+    api.db
+        .eventually_i64(
+            &record("count(*) filter (where status = 'EXPIRED')"),
+            |count| count == 1,
+            "the record became a tombstone",
+        )
+        .await;
+    let bodies = "select count(*) from idempotency_responses where idempotency_key = 'k-reject'";
+    assert_eq!(api.db.query_i64(bodies).await, 0, "the body is purged");
+    let kept = api
+        .db
+        .query_i64(&record(&format!(
+            "count(*) filter (where settled_status = 'COMPLETED' and resource_id = '{payment_id}' \
+             and provider_reference like 'ch_%' and length(request_fingerprint) = 64 \
+             and canonical_command = '' and purged_at is not null)"
+        )))
+        .await;
+    assert_eq!(
+        kept, 1,
+        "the tombstone keeps outcome, resource, provider reference, fingerprint"
+    );
+
+    // A retry after the window, the same request or another: refused, naming the payment.
+    for body in [BODY.to_owned(), BODY.replace("10.00", "11.00")] {
+        let (status, error) = error_code(api.pay("k-reject", &body).await).await;
+        assert_eq!(status, 422);
+        assert_eq!(error["errorCode"], "IDEMPOTENCY_KEY_EXPIRED");
+        assert_eq!(error["retryable"], false);
+        assert_eq!(error["details"]["resourceId"], payment_id.as_str());
     }
-    assert!(expired_retries >= 1, "expired retries are counted");
+    assert_eq!(
+        api.db.query_i64(&record("cast(expired_retries as bigint)")).await,
+        2,
+        "expired retries are noted on the record"
+    );
+    api.db
+        .eventually_i64(EXPIRED_RETRIES, |count| count == 2, "and counted")
+        .await;
+    assert_eq!(api.charges().await.len(), 1, "nothing was executed again");
+
+    // After retention the row itself goes; the merchant reference still stops a second payment.
+    api.db
+        .eventually_i64(
+            &record("count(*)"),
+            |count| count == 0,
+            "the tombstone is deleted",
+        )
+        .await;
+    let (status, error) = error_code(api.pay("k-reject", BODY).await).await;
+    assert_eq!(
+        (status.as_u16(), error["errorCode"].as_str()),
+        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
+    );
+
+    let discovery: Value = api
+        .http
+        .get(format!("http://{}/idempotency", api.server.address))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(discovery["operations"][0]["afterExpiry"], "reject");
+    assert_eq!(discovery["operations"][0]["retentionSeconds"], 4);
 }
 
 #[tokio::test]
@@ -778,6 +872,12 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         text.contains("provider_calls_total{call=\"create\",result=\"outcome_unknown\"} 1"),
         "{text}"
     );
+    // Two payments, each announced by PaymentCreated (the unknown one not yet by an outcome,
+    // the other by PaymentAuthorized), none published yet; nothing expired.
+    assert!(text.contains("\noutbox_backlog 3\n"), "{text}");
+    assert!(text.contains("outbox_oldest_unpublished_age_seconds"), "{text}");
+    assert!(text.contains("idempotency_cleanup_backlog{phase=\"purge\"} 0"), "{text}");
+    assert!(text.contains("idempotency_cleanup_backlog{phase=\"delete\"} 0"), "{text}");
     assert!(!text.contains(&api.acme_key), "no secret in the metrics");
 }
 

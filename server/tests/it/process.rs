@@ -1,6 +1,6 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command};
+use crate::support::{Dialect, IdemProcess, TEST_RESPONSE_KEYS, TestDatabase, idem_command, seed_tenant};
 use idem::store::Readiness;
 use sqlx::Connection;
 use std::time::Duration;
@@ -131,15 +131,9 @@ async fn an_unsupported_database_url_is_a_clear_error() {
 async fn an_unreachable_postgres_fails_the_start_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("temporary directory");
     // Port 1 on loopback: nothing listens there, the connection is refused at once.
-    let output = idem_command(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("DATABASE_URL", "postgres://idem:secret@127.0.0.1:1/idem")
-        .output()
-        .await
-        .expect("run idem serve");
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("database unavailable"), "{stderr}");
+    let mut command = idem_command(dir.path());
+    command.env("DATABASE_URL", "postgres://idem:secret@127.0.0.1:1/idem");
+    let stderr = serve_refused(command, "database unavailable").await;
     assert!(!stderr.contains("secret"), "no password in the output: {stderr}");
 }
 
@@ -191,17 +185,145 @@ async fn json_logs_carry_the_request_id_on_every_request_line() {
 #[tokio::test]
 async fn a_lease_shorter_than_the_provider_timeout_is_refused_at_start() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let output = idem_command(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0"])
+    let mut command = idem_command(dir.path());
+    command
         .env("IDEM_LEASE_SECS", "2")
-        .env("IDEM_PROVIDER_TIMEOUT_MS", "5000")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "5000");
+    serve_refused(command, "must be longer than the provider timeout").await;
+}
+
+/// Runs `idem serve` expecting it to refuse to start (exit code 1) with `reason` on stderr;
+/// returns the whole of stderr.
+async fn serve_refused(mut command: tokio::process::Command, reason: &str) -> String {
+    let output = command
+        .args(["serve", "--listen", "127.0.0.1:0"])
         .output()
         .await
         .expect("run idem serve");
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("must be longer than the provider timeout"),
-        "{stderr}"
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(reason), "expected {reason:?} in: {stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn instances_sharing_a_database_must_share_response_keys() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let other_secret = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    let with_keys = |keys: Option<String>| {
+        let mut command = idem_command(dir.path());
+        command.env("DATABASE_URL", db.url());
+        match keys {
+            Some(keys) => command.env("IDEM_RESPONSE_KEYS", keys),
+            None => command.env_remove("IDEM_RESPONSE_KEYS"),
+        };
+        command
+    };
+    serve_refused(with_keys(None), "pass the same --response-keys").await;
+
+    let first = IdemProcess::serve_with(with_keys(Some(TEST_RESPONSE_KEYS.to_owned()))).await;
+    let test_secret = TEST_RESPONSE_KEYS.split_once(':').expect("id:secret").1;
+    serve_refused(
+        with_keys(Some(format!("t1:{other_secret}"))),
+        "is not the key stored responses were sealed with",
+    )
+    .await;
+    serve_refused(
+        with_keys(Some(format!("t2:{other_secret}"))),
+        "responses sealed with the key `t1`",
+    )
+    .await;
+    // Rotation: a new sealing key, the old one kept for opening.
+    let rotated =
+        IdemProcess::serve_with(with_keys(Some(format!("t2:{other_secret},t1:{test_secret}")))).await;
+    drop((first, rotated));
+}
+
+#[tokio::test]
+async fn logs_never_carry_api_keys_bodies_or_credentials() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let db = TestDatabase::create(Dialect::Sqlite).await;
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let mut command = idem_command(dir.path());
+    command
+        .env("DATABASE_URL", db.url())
+        .env("IDEM_LOG_FORMAT", "json")
+        .env("IDEM_LOG", "trace")
+        .stderr(std::process::Stdio::piped());
+    let idem = IdemProcess::serve_with(command).await;
+
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/payments", idem.address);
+    let pay = |key: &str, body: String, api_key: String| {
+        http.post(&url)
+            .bearer_auth(api_key)
+            .header("idempotency-key", key.to_owned())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let body = |amount: &str| {
+        format!(
+            r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"canary-body-7f3a"}}"#
+        )
+    };
+    let created = pay("k-log", body("10.00"), api_key.clone()).await.expect("POST");
+    assert_eq!(created.status(), 201);
+    let payment: serde_json::Value = created.json().await.expect("json");
+    assert_eq!(
+        pay("k-log", body("10.00"), api_key.clone())
+            .await
+            .expect("POST")
+            .status(),
+        201
     );
+    assert_eq!(
+        pay("k-log", body("99.00"), api_key.clone())
+            .await
+            .expect("POST")
+            .status(),
+        409
+    );
+    let invalid = pay(
+        "k-bad",
+        r#"{"canary-invalid-9c1d": tru"#.to_owned(),
+        api_key.clone(),
+    );
+    assert_eq!(invalid.await.expect("POST").status(), 400);
+    let guessed = format!("{api_key}x");
+    assert_eq!(
+        pay("k-401", body("1.00"), guessed).await.expect("POST").status(),
+        401
+    );
+    let fetched = http
+        .get(format!(
+            "http://{}/payments/{}",
+            idem.address,
+            payment["paymentId"].as_str().expect("id")
+        ))
+        .bearer_auth(&api_key)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(fetched.status(), 200);
+
+    idem.signal("TERM");
+    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("collect output");
+    let logs = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    assert!(logs.lines().count() > 20, "trace logging was on: {logs}");
+    let secret = api_key.rsplit('_').next().expect("key secret");
+    for (leak, what) in [
+        (api_key.as_str(), "an API key"),
+        (secret, "an API key's secret"),
+        ("canary-body-7f3a", "a request or response body"),
+        ("canary-invalid-9c1d", "an invalid body"),
+        ("Bearer", "an Authorization header"),
+        (TEST_RESPONSE_KEYS, "the response key"),
+    ] {
+        assert!(!logs.contains(leak), "{what} leaked into the logs");
+    }
 }

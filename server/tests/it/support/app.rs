@@ -1,4 +1,5 @@
 use super::TestDatabase;
+use idem::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
 use idem::idempotency::sealing::ResponseSealer;
@@ -77,7 +78,11 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         Arc::new(ResponseSealer::load_or_create(&site_root.path().join("keys")).expect("sealing key")),
         EngineSettings {
             lease: Duration::from_secs(30),
-            window: Duration::from_secs(24 * 3600),
+            expiry: ExpiryPolicy {
+                window: Duration::from_secs(24 * 3600),
+                after_expiry: AfterExpiry::NewOperation,
+                retention: Duration::from_secs(7 * 24 * 3600),
+            },
             instance_id: "test-instance".to_owned(),
         },
     );
@@ -85,7 +90,10 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         store,
         engine: Arc::new(engine),
         rate_limit: Arc::new(ApiRateLimit::per_second(0)),
-        metrics: Arc::new(Exposition::new(idem::metrics::prometheus::install())),
+        metrics: Arc::new(Exposition::new(
+            idem::metrics::prometheus::install(),
+            Duration::from_secs(7 * 24 * 3600),
+        )),
     };
     let router = http::router(state, &settings);
     tokio::spawn(async move { axum::serve(listener, router).await });

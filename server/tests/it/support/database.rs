@@ -117,6 +117,20 @@ impl TestDatabase {
         }
     }
 
+    /// Polls `query_i64(sql)` until `wanted` holds (workers run on their own schedule);
+    /// panics naming `what` after 20 s.
+    pub async fn eventually_i64(&self, sql: &str, wanted: impl Fn(i64) -> bool, what: &str) -> i64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let value = self.query_i64(sql).await;
+            if wanted(value) {
+                return value;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: still {value}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Makes the database disappear under a running store (PostgreSQL only).
     pub async fn drop_now(&self) {
         let name = self

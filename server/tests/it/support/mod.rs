@@ -8,7 +8,9 @@ mod process;
 pub use app::{spawn_app, spawn_app_with_store};
 pub use database::TestDatabase;
 pub use idem::store::Dialect;
-pub use process::{IdemProcess, idem_command, seed_tenant, seed_tenant_with, serve_recovering};
+pub use process::{
+    IdemProcess, TEST_RESPONSE_KEYS, idem_command, seed_tenant, seed_tenant_with, serve_recovering,
+};
 
 /// Runs the same test body against PostgreSQL (a fresh database per test) and SQLite (a fresh
 /// file per test): `conformance! { async fn name(db) { ... } }` makes `name::postgres` and

@@ -12,6 +12,9 @@ pub struct IdemProcess {
     pub address: SocketAddr,
 }
 
+/// The response sealing key every test instance shares, as instances of one deployment do.
+pub const TEST_RESPONSE_KEYS: &str = "t1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
 /// An `idem` command with no inherited Idem configuration, so that the caller's
 /// `DATABASE_URL` or `IDEM_*` never leaks into a test.
 pub fn idem_command(data_dir: &Path) -> Command {
@@ -24,6 +27,7 @@ pub fn idem_command(data_dir: &Path) -> Command {
     command
         .env("IDEM_DATA_DIR", data_dir)
         .env("IDEM_LOG", "warn")
+        .env("IDEM_RESPONSE_KEYS", TEST_RESPONSE_KEYS)
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command

@@ -1,0 +1,148 @@
+//! The cleanup worker: purges bodies of settled records past their window and deletes
+//! tombstones past retention, in small batches, so that it never fights traffic. Each batch
+//! is one short transaction, bounded where the database allows (PostgreSQL: statement and lock
+//! timeouts; rows a request holds are skipped, not waited for). The batch size adapts: a batch
+//! that overran its bound halves the next one, a quick one doubles it up to the maximum.
+
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct CleanupSettings {
+    pub interval: Duration,
+    pub retention: Duration,
+    /// The largest batch, in records.
+    pub max_batch: i64,
+    /// The longest a batch may hold its transaction.
+    pub batch_bound: Duration,
+    /// The least pause between batches (it is at least twice the last batch's time), leaving
+    /// the database to traffic.
+    pub pause: Duration,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    pub purged: u64,
+    pub deleted: u64,
+    pub batches: u32,
+    /// Batches that failed or took longer than the bound (their work was rolled back where
+    /// the database enforced the bound, and is retried with a smaller batch).
+    pub overruns: u32,
+    pub longest_batch: Duration,
+}
+
+/// The worker's state between passes: the batch size it learned.
+#[derive(Debug, Clone)]
+pub struct Cleanup {
+    settings: CleanupSettings,
+    batch: i64,
+}
+
+const MIN_BATCH: i64 = 10;
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Purge,
+    DeleteTombstones,
+}
+
+impl Phase {
+    const fn counter(self) -> &'static str {
+        match self {
+            Phase::Purge => "idempotency_cleanup_purged_total",
+            Phase::DeleteTombstones => "idempotency_cleanup_deleted_total",
+        }
+    }
+}
+
+impl Cleanup {
+    pub fn new(settings: CleanupSettings) -> Cleanup {
+        let batch = settings.max_batch.max(MIN_BATCH);
+        Cleanup { settings, batch }
+    }
+
+    /// Purges, then deletes, until nothing is due (or a phase keeps failing).
+    pub async fn run_once(&mut self, store: &dyn Store) -> CleanupReport {
+        let mut report = CleanupReport::default();
+        report.purged = self.drain(store, Phase::Purge, &mut report).await;
+        report.deleted = self.drain(store, Phase::DeleteTombstones, &mut report).await;
+        report
+    }
+
+    async fn drain(&mut self, store: &dyn Store, phase: Phase, report: &mut CleanupReport) -> u64 {
+        let mut done = 0;
+        let mut failures_in_a_row = 0;
+        loop {
+            let size = self.batch;
+            let started = Instant::now();
+            let result = match phase {
+                Phase::Purge => store.purge_expired(size, self.settings.batch_bound).await,
+                Phase::DeleteTombstones => {
+                    store
+                        .delete_tombstones(self.settings.retention, size, self.settings.batch_bound)
+                        .await
+                }
+            };
+            let elapsed = started.elapsed();
+            report.batches += 1;
+            report.longest_batch = report.longest_batch.max(elapsed);
+            metrics::histogram!("idempotency_cleanup_batch_seconds").record(elapsed.as_secs_f64());
+            let count = match result {
+                Ok(count) => count,
+                Err(error) => {
+                    report.overruns += 1;
+                    failures_in_a_row += 1;
+                    metrics::counter!("idempotency_cleanup_batch_overruns_total").increment(1);
+                    tracing::warn!(%error, batch = size, ?phase, "cleanup batch failed; trying a smaller one");
+                    self.batch = (size / 2).max(MIN_BATCH);
+                    if failures_in_a_row >= 3 {
+                        return done;
+                    }
+                    tokio::time::sleep(self.settings.pause).await;
+                    continue;
+                }
+            };
+            failures_in_a_row = 0;
+            done += count;
+            metrics::counter!(phase.counter()).increment(count);
+            if elapsed > self.settings.batch_bound {
+                report.overruns += 1;
+                metrics::counter!("idempotency_cleanup_batch_overruns_total").increment(1);
+                self.batch = (size / 2).max(MIN_BATCH);
+            } else if elapsed < self.settings.batch_bound / 4 {
+                self.batch = (size * 2).min(self.settings.max_batch.max(MIN_BATCH));
+            }
+            if count < u64::try_from(size).unwrap_or(0) {
+                return done;
+            }
+            // At least twice the batch's own time: on SQLite, whose writers poll for the one
+            // write lock, requests always find it free most of the time.
+            tokio::time::sleep(self.settings.pause.max(elapsed * 2)).await;
+        }
+    }
+}
+
+pub fn spawn_worker(store: Arc<dyn Store>, settings: CleanupSettings) {
+    tokio::spawn(async move {
+        // The first pass waits one interval: a starting instance has enough to do.
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + settings.interval, settings.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut cleanup = Cleanup::new(settings);
+        loop {
+            ticks.tick().await;
+            let report = cleanup.run_once(store.as_ref()).await;
+            if report.purged + report.deleted > 0 {
+                tracing::info!(
+                    purged = report.purged,
+                    deleted = report.deleted,
+                    batches = report.batches,
+                    longest_batch_ms = report.longest_batch.as_millis(),
+                    "cleanup pass"
+                );
+            }
+        }
+    });
+}

@@ -1,0 +1,198 @@
+//! Cleanup under load: 10^5 settled records past their window and 10^3 tombstones past
+//! retention, purged and deleted in batches by the cleanup worker while a real `idem serve`
+//! takes payments and replays on the same database. No request fails, no batch overruns its
+//! bound, every body is gone, every tombstone keeps its metadata, nothing in flight is touched.
+
+use crate::support::{IdemProcess, conformance, idem_command, seed_tenant};
+use idem::expiry::cleanup::{Cleanup, CleanupSettings};
+use idem::store::Dialect;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+const EXPIRED: i64 = 100_000;
+const OLD_TOMBSTONES: i64 = 1_000;
+const RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Seeds `EXPIRED` completed records (window ended a day ago) with their bodies,
+/// `OLD_TOMBSTONES` tombstones from 40 days ago, and 3 unknown outcomes past their window,
+/// which cleanup must leave alone.
+fn seed_sql(dialect: Dialect) -> String {
+    let tenant = "(select id from tenants where name = 'acme')";
+    let columns = "tenant_id, operation_name, idempotency_key, fingerprint_version, request_fingerprint, \
+         canonical_command, status, progress_step, resource_type, resource_id, provider_reference, \
+         response_status_code, response_schema_version, lease_version, created_by, expires_at";
+    match dialect {
+        Dialect::Postgres => format!(
+            "insert into idempotency_records ({columns}) \
+             select {tenant}, 'create_payment', 'old-' || g, 1, md5(g::text) || md5(g::text), '{{}}', \
+             'COMPLETED', 'COMPLETED', 'payment', 'pay_old_' || g, 'ch_old_' || g, 201, '2026-05-01', 1, \
+             'key_seed', now() - interval '1 day' - make_interval(secs => g) \
+             from generate_series(1, {EXPIRED}) g; \
+             insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+             select tenant_id, operation_name, idempotency_key, '[]', decode('00ff', 'hex') \
+             from idempotency_records where idempotency_key like 'old-%'; \
+             insert into idempotency_records ({columns}, settled_status) \
+             select {tenant}, 'create_payment', 'tomb-' || g, 1, md5(g::text) || md5(g::text), '', \
+             'EXPIRED', 'COMPLETED', 'payment', 'pay_tomb_' || g, 'ch_tomb_' || g, 201, '2026-05-01', 1, \
+             'key_seed', now() - interval '40 days', 'COMPLETED' \
+             from generate_series(1, {OLD_TOMBSTONES}) g; \
+             insert into idempotency_records ({columns}) \
+             select {tenant}, 'create_payment', 'unknown-' || g, 1, md5(g::text) || md5(g::text), '{{}}', \
+             'UNKNOWN_REQUIRES_RECOVERY', 'UNKNOWN_REQUIRES_RECOVERY', 'payment', 'pay_unknown_' || g, null, \
+             null, '2026-05-01', 1, 'key_seed', now() - interval '1 day' \
+             from generate_series(1, 3) g;"
+        ),
+        Dialect::Sqlite => {
+            let ago = |modifier: &str| format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {modifier})");
+            let series = |count: i64| {
+                format!("with recursive g(n) as (select 1 union all select n + 1 from g where n < {count})")
+            };
+            format!(
+                "{} insert into idempotency_records ({columns}) \
+                 select {tenant}, 'create_payment', 'old-' || n, 1, printf('%064d', n), '{{}}', \
+                 'COMPLETED', 'COMPLETED', 'payment', 'pay_old_' || n, 'ch_old_' || n, 201, '2026-05-01', 1, \
+                 'key_seed', {} from g; \
+                 insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+                 select tenant_id, operation_name, idempotency_key, '[]', x'00ff' \
+                 from idempotency_records where idempotency_key like 'old-%'; \
+                 {} insert into idempotency_records ({columns}, settled_status) \
+                 select {tenant}, 'create_payment', 'tomb-' || n, 1, printf('%064d', n), '', \
+                 'EXPIRED', 'COMPLETED', 'payment', 'pay_tomb_' || n, 'ch_tomb_' || n, 201, '2026-05-01', 1, \
+                 'key_seed', {}, 'COMPLETED' from g; \
+                 {} insert into idempotency_records ({columns}) \
+                 select {tenant}, 'create_payment', 'unknown-' || n, 1, printf('%064d', n), '{{}}', \
+                 'UNKNOWN_REQUIRES_RECOVERY', 'UNKNOWN_REQUIRES_RECOVERY', 'payment', 'pay_unknown_' || n, \
+                 null, null, '2026-05-01', 1, 'key_seed', {} from g;",
+                series(EXPIRED),
+                ago("'-1 day', '-' || n || ' seconds'"),
+                series(OLD_TOMBSTONES),
+                ago("'-40 days'"),
+                series(3),
+                ago("'-1 day'"),
+            )
+        }
+    }
+}
+
+conformance! {
+    async fn expired_records_are_purged_in_bounded_batches_under_traffic(db) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
+        let dialect = db.target.dialect();
+        db.execute(&seed_sql(dialect)).await.expect("seed expired records");
+        let sim = IdemProcess::provider_sim().await;
+        let mut command = idem_command(dir.path());
+        command
+            .env("DATABASE_URL", db.url())
+            .env("IDEM_RATE_LIMIT_PER_SEC", "0")
+            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
+            // This test's own cleanup does the work, so that every batch is measured here.
+            .env("IDEM_CLEANUP_INTERVAL_MS", "3600000")
+            // The seeded unknown outcomes have no payment behind them: not for recovery.
+            .env("IDEM_RECOVERY_MAX_ATTEMPTS", "0")
+            .stderr(Stdio::inherit());
+        let server = IdemProcess::serve_with(command).await;
+
+        // Traffic for as long as the cleanup runs: new payments, each replayed once.
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicUsize::new(0));
+        let clients: Vec<_> = (0..4)
+            .map(|client| {
+                let (stop, served, api_key) = (stop.clone(), served.clone(), api_key.clone());
+                let url = format!("http://{}/payments", server.address);
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut failures = Vec::new();
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let body = format!(
+                            r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"live-{client}-{n}"}}"#
+                        );
+                        for attempt in ["first", "replay"] {
+                            let response = http
+                                .post(&url)
+                                .bearer_auth(&api_key)
+                                .header("idempotency-key", format!("live-{client}-{n}"))
+                                .header("content-type", "application/json")
+                                .body(body.clone())
+                                .send()
+                                .await;
+                            match response {
+                                Ok(response) if response.status() == 201 => {
+                                    served.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(response) => failures.push(format!("{attempt} {n}: {}", response.status())),
+                                Err(error) => failures.push(format!("{attempt} {n}: {error}")),
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+
+        let store = db.store().await;
+        let bound = Duration::from_secs(2);
+        let mut cleanup = Cleanup::new(CleanupSettings {
+            interval: Duration::from_secs(1),
+            retention: RETENTION,
+            max_batch: 1_000,
+            batch_bound: bound,
+            pause: Duration::from_millis(5),
+        });
+        let report = cleanup.run_once(store.as_ref()).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut failures = Vec::new();
+        for client in clients {
+            failures.extend(client.await.expect("client task"));
+        }
+
+        assert!(failures.is_empty(), "no request failed: {failures:?} {report:?}");
+        assert!(served.load(Ordering::Relaxed) > 0, "traffic ran during the cleanup");
+        assert_eq!(report.purged, u64::try_from(EXPIRED).expect("count"), "{report:?}");
+        assert_eq!(report.deleted, u64::try_from(OLD_TOMBSTONES).expect("count"), "{report:?}");
+        assert_eq!(report.overruns, 0, "no batch failed or overran its bound: {report:?}");
+        assert!(report.longest_batch <= bound, "{report:?}");
+        assert!(report.batches >= 100, "in batches of at most 1000: {report:?}");
+
+        let backlog = store.retention_backlog(RETENTION).await.expect("backlog");
+        assert_eq!((backlog.to_purge, backlog.to_delete), (0, 0));
+        let count = |sql: &'static str| db.query_i64(sql);
+        assert_eq!(
+            count("select count(*) from idempotency_responses where idempotency_key like 'old-%'").await,
+            0,
+            "every expired body is gone"
+        );
+        assert_eq!(
+            count(
+                "select count(*) from idempotency_records where idempotency_key like 'old-%' \
+                 and status = 'EXPIRED' and settled_status = 'COMPLETED' and resource_id like 'pay_old_%' \
+                 and provider_reference like 'ch_old_%' and length(request_fingerprint) = 64 \
+                 and canonical_command = ''"
+            )
+            .await,
+            EXPIRED,
+            "every tombstone keeps its metadata"
+        );
+        assert_eq!(count("select count(*) from idempotency_records where idempotency_key like 'tomb-%'").await, 0);
+        assert_eq!(
+            count("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'").await,
+            3,
+            "unknown outcomes never expire"
+        );
+        assert_eq!(
+            count(
+                "select count(*) from idempotency_records r join idempotency_responses s \
+                 on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name \
+                 and s.idempotency_key = r.idempotency_key where r.idempotency_key like 'live-%'"
+            )
+            .await,
+            count("select count(*) from idempotency_records where idempotency_key like 'live-%'").await,
+            "records inside their window keep their bodies"
+        );
+        drop(server);
+    }
+}

@@ -81,6 +81,68 @@ impl Overview {
     }
 }
 
+/// What an operator may do. Ordered: each role may do everything the ones before it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperatorRole {
+    /// Reads dashboards, records and the audit log.
+    Viewer,
+    /// Also reconciles records against the provider.
+    Operator,
+    /// Also overrides without provider evidence (with a second admin) and manages operators.
+    Admin,
+}
+
+impl OperatorRole {
+    pub const ALL: [OperatorRole; 3] = [OperatorRole::Viewer, OperatorRole::Operator, OperatorRole::Admin];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OperatorRole::Viewer => "viewer",
+            OperatorRole::Operator => "operator",
+            OperatorRole::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for OperatorRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OperatorRole {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OperatorRole::ALL
+            .into_iter()
+            .find(|role| role.as_str() == s)
+            .ok_or_else(|| format!("unknown role {s:?} (viewer, operator or admin)"))
+    }
+}
+
+/// The signed-in operator of a console request, as the server established it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentOperator {
+    pub username: String,
+    pub role: OperatorRole,
+}
+
+/// One line of the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntryView {
+    pub id: String,
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    pub reason: Option<String>,
+    pub result: String,
+    pub details: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,8 @@
 
 pub mod api;
 #[cfg(feature = "ssr")]
+pub mod auth;
+#[cfg(feature = "ssr")]
 pub mod backend;
 pub mod dto;
 pub mod pages;

@@ -1,11 +1,13 @@
-//! The CLI's administrative commands: tenants, API keys, accounts.
+//! The CLI's administrative commands: tenants, API keys, accounts, console operators.
 
 use crate::auth::api_key::{ApiKeyId, NewApiKey};
+use crate::auth::operator::{OperatorUsername, Password};
 use crate::auth::tenant::{TenantId, TenantName};
-use crate::cli::{AccountCommand, ApiKeyCommand, TenantCommand};
+use crate::cli::{AccountCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
 use crate::payments::account::NewAccount;
 use crate::payments::command::AccountId;
 use crate::payments::money::{Balance, Currency};
+use crate::store::operators::StoredOperator;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +20,10 @@ pub enum AdminError {
     TenantExists(String),
     #[error("tenant {tenant:?} already has an account {account:?}")]
     AccountExists { tenant: String, account: String },
+    #[error("an operator named {0:?} already exists")]
+    OperatorExists(String),
+    #[error("no operator is named {0:?}")]
+    UnknownOperator(String),
     #[error("no active API key has the id {0:?}")]
     UnknownApiKey(String),
     #[error(transparent)]
@@ -104,6 +110,39 @@ pub async fn account(store: &dyn Store, command: AccountCommand) -> Result<Strin
             }?;
             tracing::info!(%tenant, account = %id, "account created");
             Ok(format!("created account {id}"))
+        }
+    }
+}
+
+/// Runs an operator command; prints the generated password (and only that) on success.
+pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<String, AdminError> {
+    match command {
+        OperatorCommand::Create { username, role } => {
+            let parsed =
+                OperatorUsername::parse(&username).map_err(|problem| invalid("--username", problem))?;
+            let password = Password::generate();
+            let operator = StoredOperator {
+                id: format!("op_{}", crate::auth::random_hex(8)),
+                username: parsed.to_string(),
+                password_hash: password.hash(),
+                role,
+                disabled: false,
+            };
+            match store.create_operator(&operator).await {
+                Err(StoreError::AlreadyExists) => Err(AdminError::OperatorExists(username)),
+                other => other.map_err(AdminError::from),
+            }?;
+            tracing::info!(operator = %parsed, %role, "operator created; the password is shown once");
+            Ok(password.expose().to_owned())
+        }
+        OperatorCommand::ResetPassword { username } => {
+            let password = Password::generate();
+            if store.set_operator_password(&username, &password.hash()).await? {
+                tracing::info!(operator = %username, "operator password reset; their sessions end");
+                Ok(password.expose().to_owned())
+            } else {
+                Err(AdminError::UnknownOperator(username))
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The command line of the one binary. Every flag has an environment variable; `--help` shows both.
 
 use crate::expiry::AfterExpiry;
+use app::dto::OperatorRole;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,6 +62,29 @@ pub enum Command {
     /// Manage a tenant's accounts.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Manage console operators.
+    #[command(subcommand)]
+    Operator(OperatorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Create an operator; prints the generated password alone on standard output (shown
+    /// this once, stored only as an Argon2id hash).
+    Create {
+        /// Lower-case username: a-z, 0-9, '.', '_' or '-'.
+        #[arg(long)]
+        username: String,
+        /// viewer (reads), operator (also reconciles) or admin (also overrides).
+        #[arg(long, value_parser = parse_role)]
+        role: OperatorRole,
+    },
+    /// Give an operator a new generated password (printed once); their sessions end.
+    ResetPassword { username: String },
+}
+
+fn parse_role(text: &str) -> Result<OperatorRole, String> {
+    text.parse()
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +174,10 @@ pub struct ServeArgs {
     /// (every instance sharing a database must use the same keys).
     #[arg(long, env = "IDEM_RESPONSE_KEYS", hide_env_values = true)]
     pub response_keys: Option<String>,
+
+    /// Mark the console's session cookie Secure (set it when Idem is served over HTTPS).
+    #[arg(long, env = "IDEM_SECURE_COOKIES")]
+    pub secure_cookies: bool,
 
     /// Requests per second allowed per API key on this instance (0: no limit).
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]

@@ -64,6 +64,12 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
             })
             .await
         }
+        Command::Operator(command) => {
+            with_store(&database()?, |store| async move {
+                admin::operator(store.as_ref(), command).await
+            })
+            .await
+        }
     }
 }
 

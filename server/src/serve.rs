@@ -58,6 +58,7 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         site_addr: address,
         request_timeout: Duration::from_secs(args.request_timeout_secs),
         body_limit_bytes: args.body_limit_bytes,
+        secure_cookies: args.secure_cookies,
     };
     let provider_url = match args.provider_url {
         Some(url) => url,

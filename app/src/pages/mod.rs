@@ -48,9 +48,7 @@ pub fn App() -> impl IntoView {
                 <nav>
                     <A href="/">"Overview"</A>
                 </nav>
-                <A href="/sign-in" attr:class="signin-link">
-                    "Sign in"
-                </A>
+                <SignedInAs />
             </header>
             <main>
                 <Routes fallback=NotFound>
@@ -59,6 +57,45 @@ pub fn App() -> impl IntoView {
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// The operator this console is signed in as, and the way out; a sign-in link otherwise.
+#[component]
+fn SignedInAs() -> impl IntoView {
+    let operator = Resource::new(|| (), |_| crate::api::whoami());
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match operator.await {
+                    Ok(operator) => {
+                        view! {
+                            <div class="who">
+                                <span data-operator=operator.username.clone()>
+                                    {operator.username.clone()}
+                                    " "
+                                    <span class="role">{operator.role.as_str()}</span>
+                                </span>
+                                <form method="post" action="/sign-out">
+                                    <button type="submit" class="button link">
+                                        "Sign out"
+                                    </button>
+                                </form>
+                            </div>
+                        }
+                            .into_any()
+                    }
+                    Err(_) => {
+                        view! {
+                            <A href="/sign-in" attr:class="signin-link">
+                                "Sign in"
+                            </A>
+                        }
+                            .into_any()
+                    }
+                }
+            })}
+        </Transition>
     }
 }
 

@@ -1,6 +1,7 @@
-//! Who is calling: tenants and their API keys (operators, sessions and roles join later).
+//! Who is calling: tenants and their API keys (the payments API), operators (the console).
 
 pub mod api_key;
+pub mod operator;
 pub mod tenant;
 
 pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {

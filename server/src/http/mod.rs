@@ -4,7 +4,9 @@ pub mod error;
 mod health;
 pub mod rate_limit;
 
+use crate::console;
 use crate::console::StoreConsole;
+use crate::console::access::{AccessState, SignInLimits};
 use crate::metrics::prometheus::Exposition;
 use crate::payments;
 use crate::payments::engine::PaymentsEngine;
@@ -38,6 +40,8 @@ pub struct HttpSettings {
     pub site_addr: SocketAddr,
     pub request_timeout: Duration,
     pub body_limit_bytes: usize,
+    /// Mark the console's session cookie `Secure` (serve behind TLS).
+    pub secure_cookies: bool,
 }
 
 /// Shared by every handler.
@@ -51,6 +55,10 @@ pub struct AppState {
 
 pub fn router(state: AppState, settings: &HttpSettings) -> Router {
     let console_backend = Backend(Arc::new(StoreConsole::new(state.store.clone())));
+    let access = AccessState {
+        store: state.store.clone(),
+        limits: Arc::new(SignInLimits::default()),
+    };
 
     let api = Router::new()
         .route("/healthz", get(health::healthz))
@@ -66,7 +74,7 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));
 
-    api.merge(console_router(console_backend, settings))
+    api.merge(console_router(console_backend, access, settings))
         .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -83,7 +91,7 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
 }
 
 /// The console: server-rendered pages, their server functions, and the built assets.
-fn console_router(backend: Backend, settings: &HttpSettings) -> Router {
+fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings) -> Router {
     let options = LeptosOptions::builder()
         .output_name("idem")
         .site_root(settings.site_root.to_string_lossy().into_owned())
@@ -101,6 +109,12 @@ fn console_router(backend: Backend, settings: &HttpSettings) -> Router {
         HeaderValue::from_static("no-cache"),
     );
 
+    let sign_in = Router::new()
+        .route("/sign-in", post(console::access::sign_in))
+        .route("/sign-out", post(console::access::sign_out))
+        .with_state(access.clone());
+    let session_layer = console::access::session_layer(access.store.clone(), settings.secure_cookies);
+
     Router::new()
         .leptos_routes_with_context(&options, routes, provide_backend.clone(), {
             let options = options.clone();
@@ -112,6 +126,9 @@ fn console_router(backend: Backend, settings: &HttpSettings) -> Router {
             app::shell,
         ))
         .with_state(options)
+        .merge(sign_in)
+        .layer(axum::middleware::from_fn(console::access::gate))
+        .layer(session_layer)
 }
 
 /// `GET /metrics`: Prometheus text exposition.

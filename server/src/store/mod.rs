@@ -4,6 +4,7 @@
 //! Time comparisons that matter (leases, windows) use the database's clock, never an
 //! instance's, so that several `serve` instances agree.
 
+pub mod operators;
 mod postgres;
 pub mod retention;
 mod shared;
@@ -103,7 +104,7 @@ pub enum Readiness {
 
 /// Everything Idem keeps, one concern per supertrait.
 #[async_trait::async_trait]
-pub trait Store: retention::RetentionStore + Send + Sync + 'static {
+pub trait Store: retention::RetentionStore + operators::OperatorStore + Send + Sync + 'static {
     fn dialect(&self) -> Dialect;
 
     /// Applies every pending migration of this dialect.
@@ -302,6 +303,12 @@ fn is_unavailability(error: &sqlx::Error) -> bool {
         }),
         _ => false,
     }
+}
+
+/// A timestamp in the one text form both dialects compare correctly (SQLite stores this text;
+/// PostgreSQL casts it).
+pub fn rfc3339_millis(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// Compares what the database says it applied with what this binary carries.

@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::PgPool;
@@ -96,6 +97,16 @@ const RETENTION_SQL: RetentionSql = RetentionSql {
          where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
 };
 
+const OPERATOR_SQL: OperatorSql = OperatorSql {
+    create_session: "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
+         on conflict (id_hash) do nothing",
+    save_session: "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
+         on conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at",
+    load_session: "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > now()",
+    audit_page: "select id, at, actor, action, target, reason, result, details from audit_log \
+         where (at, id) < ($1::timestamptz, $2) order by at desc, id desc limit $3",
+};
+
 /// The production store: several `serve` instances share one PostgreSQL database.
 pub struct PostgresStore {
     pool: PgPool,
@@ -125,3 +136,4 @@ impl_store!(
     SQL
 );
 impl_retention_store!(PostgresStore, sqlx::Postgres, RETENTION_SQL);
+impl_operator_store!(PostgresStore, sqlx::Postgres, OPERATOR_SQL);

@@ -813,12 +813,7 @@ macro_rules! impl_store {
                 let mut tx = self.pool.begin().await?;
                 for count in counts {
                     sqlx::query($sql.add_outcome_count)
-                        .bind(
-                            count
-                                .bucket_start
-                                .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-                                .to_string(),
-                        )
+                        .bind($crate::store::rfc3339_millis(count.bucket_start))
                         .bind(count.tenant_id.as_str())
                         .bind(count.operation)
                         .bind(count.outcome.as_str())

@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
 use sqlx::SqlitePool;
@@ -158,6 +159,19 @@ const RETENTION_SQL: RetentionSql = RetentionSql {
          where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
 };
 
+const OPERATOR_SQL: OperatorSql = OperatorSql {
+    create_session: "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3) \
+         on conflict (id_hash) do nothing",
+    save_session: "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3) \
+         on conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at",
+    load_session: concat!(
+        "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > ",
+        now!()
+    ),
+    audit_page: "select id, at, actor, action, target, reason, result, details from audit_log \
+         where (at, id) < ($1, $2) order by at desc, id desc limit $3",
+};
+
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy
 /// timeout so that writers queue instead of failing, foreign keys enforced.
 pub struct SqliteStore {
@@ -198,3 +212,4 @@ impl SqliteStore {
 
 impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
 impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);
+impl_operator_store!(SqliteStore, sqlx::Sqlite, OPERATOR_SQL);

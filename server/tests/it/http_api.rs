@@ -1,7 +1,7 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
 use crate::support::{Dialect, TestDatabase, conformance, spawn_app, spawn_app_with_store};
-use app::dto::Overview;
+use app::dto::{OperatorRole, Overview};
 use serde_json::Value;
 
 conformance! {
@@ -29,7 +29,8 @@ conformance! {
     }
 
     async fn the_overview_server_function_reads_real_counts(db) {
-        let app = spawn_app(db).await;
+        let mut app = spawn_app(db).await;
+        app.sign_in("vera", OperatorRole::Viewer).await;
         let overview: Overview = app.server_fn("console/overview").await.json().await.expect("overview json");
         assert_eq!(overview.total(), 0);
         assert_eq!(overview.counts.len(), 6);
@@ -50,7 +51,8 @@ conformance! {
     }
 
     async fn the_console_is_rendered_on_the_server_with_the_data(db) {
-        let app = spawn_app(db).await;
+        let mut app = spawn_app(db).await;
+        app.sign_in("vera", OperatorRole::Viewer).await;
         let page = app.get("/").await;
         assert_eq!(page.status(), 200);
         assert!(page.headers()["content-type"].to_str().expect("ascii").starts_with("text/html"));
@@ -114,7 +116,7 @@ async fn responses_are_compressed_when_the_client_accepts_gzip() {
     let app = spawn_app(TestDatabase::create(Dialect::Sqlite).await).await;
     let page = app
         .client
-        .get(app.url("/"))
+        .get(app.url("/sign-in"))
         .header("accept-encoding", "gzip")
         .send()
         .await
@@ -139,7 +141,8 @@ async fn request_bodies_over_the_limit_are_refused() {
 
 #[tokio::test]
 async fn readiness_fails_when_the_database_goes_away() {
-    let app = spawn_app(TestDatabase::create(Dialect::Postgres).await).await;
+    let mut app = spawn_app(TestDatabase::create(Dialect::Postgres).await).await;
+    app.sign_in("vera", OperatorRole::Viewer).await;
     assert_eq!(app.get("/readyz").await.status(), 200);
 
     app.db.drop_now().await;

@@ -5,6 +5,7 @@ mod support;
 mod cancellation;
 mod claim;
 mod cli;
+mod console_access;
 mod fingerprint;
 mod http_api;
 mod payments_api;

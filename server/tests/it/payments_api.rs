@@ -876,8 +876,14 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     // the other by PaymentAuthorized), none published yet; nothing expired.
     assert!(text.contains("\noutbox_backlog 3\n"), "{text}");
     assert!(text.contains("outbox_oldest_unpublished_age_seconds"), "{text}");
-    assert!(text.contains("idempotency_cleanup_backlog{phase=\"purge\"} 0"), "{text}");
-    assert!(text.contains("idempotency_cleanup_backlog{phase=\"delete\"} 0"), "{text}");
+    assert!(
+        text.contains("idempotency_cleanup_backlog{phase=\"purge\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idempotency_cleanup_backlog{phase=\"delete\"} 0"),
+        "{text}"
+    );
     assert!(!text.contains(&api.acme_key), "no secret in the metrics");
 }
 

@@ -1,4 +1,6 @@
 use super::TestDatabase;
+use app::dto::OperatorRole;
+use idem::auth::operator::Password;
 use idem::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
@@ -9,6 +11,7 @@ use idem::payments::engine::{EngineSettings, PaymentsEngine};
 use idem::provider::client::ProviderClient;
 use idem::provider::sim;
 use idem::store::Store;
+use idem::store::operators::StoredOperator;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,26 +24,98 @@ pub struct TestApp {
     pub db: TestDatabase,
     /// A console build stand-in: `pkg/idem.css` only.
     pub site_root: TempDir,
+    /// The console session cookie (`name=value`) once signed in.
+    pub session: Option<String>,
 }
+
+/// The password of every operator `TestApp::sign_in` creates.
+pub const OPERATOR_PASSWORD: &str = "correct horse battery staple";
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
 
-    pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(self.url(path)).send().await.expect("GET")
+    /// The console's own origin, as a browser names it on every POST.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.address)
     }
 
-    /// Calls a console server function the way the browser does.
+    fn with_session(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.session {
+            Some(cookie) => request.header("cookie", cookie),
+            None => request,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.with_session(self.client.get(self.url(path)))
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    /// Calls a console server function the way the browser does (same origin, session cookie).
     pub async fn server_fn(&self, endpoint: &str) -> reqwest::Response {
-        self.client
-            .post(self.url(&format!("/api/{endpoint}")))
+        self.server_fn_with(endpoint, "").await
+    }
+
+    /// A server function with form-encoded arguments.
+    pub async fn server_fn_with(&self, endpoint: &str, form: &str) -> reqwest::Response {
+        self.with_session(self.client.post(self.url(&format!("/api/{endpoint}"))))
+            .header("origin", self.origin())
             .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.to_owned())
             .send()
             .await
             .expect("server function call")
     }
+
+    /// Creates an operator with this role (once per name) and signs in as them.
+    pub async fn sign_in(&mut self, username: &str, role: OperatorRole) {
+        let store = self.db.store().await;
+        let created = store
+            .create_operator(&StoredOperator {
+                id: format!("op_{username}"),
+                username: username.to_owned(),
+                password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
+                role,
+                disabled: false,
+            })
+            .await;
+        assert!(
+            matches!(created, Ok(()) | Err(idem::store::StoreError::AlreadyExists)),
+            "{created:?}"
+        );
+        store.close().await;
+        let response = self.post_sign_in(username, OPERATOR_PASSWORD).await;
+        assert_eq!(response.status(), 303);
+        assert_eq!(response.headers()["location"], "/");
+        self.session = Some(session_cookie(&response).expect("a session cookie"));
+    }
+
+    /// The sign-in form, posted as a browser posts it.
+    pub async fn post_sign_in(&self, username: &str, password: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/sign-in"))
+            .header("origin", self.origin())
+            .form(&[("username", username), ("password", password), ("next", "/")])
+            .send()
+            .await
+            .expect("POST /sign-in")
+    }
+}
+
+/// The `name=value` of the session cookie a response sets, if any.
+pub fn session_cookie(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find(|value| value.starts_with("idem_session="))
+        .and_then(|value| value.split(';').next())
+        .map(str::to_owned)
 }
 
 pub async fn spawn_app(db: TestDatabase) -> TestApp {
@@ -60,6 +135,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         site_addr: address,
         request_timeout: Duration::from_secs(10),
         body_limit_bytes: 16 * 1024,
+        secure_cookies: false,
     };
     // The provider simulator, in-process as `idem serve` runs it by default.
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -107,5 +183,6 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         client,
         db,
         site_root,
+        session: None,
     }
 }

@@ -1,4 +1,8 @@
-//! The server's side of the console backend port (`app::backend::ConsoleBackend`).
+//! The server's side of the console: access (operators, sessions, the gate), and the console
+//! backend port (`app::backend::ConsoleBackend`) implemented over the store.
+
+pub mod access;
+pub mod sessions;
 
 use crate::store::Store;
 use app::backend::{ConsoleBackend, ConsoleError};

@@ -1,0 +1,34 @@
+import { execFileSync } from "node:child_process";
+import { expect, type Page } from "@playwright/test";
+
+const binary = process.env.IDEM_E2E_BINARY ?? "../target/debug/idem";
+const dataDir = process.env.IDEM_E2E_DATA_DIR ?? "";
+export const simUrl = process.env.IDEM_E2E_SIM_URL ?? "";
+
+/** Runs an administrative `idem` command on the suite's database; its standard output. */
+export function idem(...args: string[]): string {
+  return execFileSync(binary, ["--data-dir", dataDir, ...args], {
+    env: { ...process.env, DATABASE_URL: "", IDEM_LOG: "warn" },
+    encoding: "utf8",
+  }).trim();
+}
+
+export type Role = "viewer" | "operator" | "admin";
+
+/** Creates an operator with a unique name; returns the name and the generated password. */
+export function createOperator(role: Role, prefix: string = role): { username: string; password: string } {
+  const username = `${prefix}-${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+  const password = idem("operator", "create", "--username", username, "--role", role);
+  return { username, password };
+}
+
+/** Signs in through the form, as a person does, and waits for the console. */
+export async function signIn(page: Page, role: Role): Promise<string> {
+  const { username, password } = createOperator(role);
+  await page.goto("/sign-in");
+  await page.getByLabel("Username").fill(username);
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.locator(`[data-operator="${username}"]`)).toBeVisible();
+  return username;
+}

@@ -1,0 +1,339 @@
+//! Who may use the console, and how: operators sign in with a password (Argon2id) into a
+//! server-side session (axum-login over tower-sessions, kept in Idem's database); the session
+//! cookie is HttpOnly and SameSite=Strict; every state-changing request must come from the
+//! console's own origin; everything but the sign-in page and its assets needs a session (deny
+//! by default), and each server function checks the operator's role again on the server.
+
+use super::sessions::StoreSessions;
+use crate::auth::operator::{OperatorUsername, decoy_hash, verify_password};
+use crate::store::Store;
+use crate::store::operators::AuditEntry;
+use app::dto::{CurrentOperator, OperatorRole};
+use axum::extract::{Form, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum_login::{AuthManagerLayer, AuthManagerLayerBuilder, AuthSession, AuthUser, AuthnBackend, UserId};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+/// A signed-in operator, as the session layer keeps it.
+#[derive(Clone)]
+pub struct SignedIn {
+    id: String,
+    username: String,
+    role: OperatorRole,
+    /// The session is bound to the password: changing it signs every session out.
+    password_hash: String,
+}
+
+impl std::fmt::Debug for SignedIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedIn")
+            .field("username", &self.username)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuthUser for SignedIn {
+    type Id = String;
+
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn session_auth_hash(&self) -> &[u8] {
+        self.password_hash.as_bytes()
+    }
+}
+
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Clone)]
+pub struct Operators {
+    store: Arc<dyn Store>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("password check did not finish: {0}")]
+    Verifier(#[from] tokio::task::JoinError),
+}
+
+impl AuthnBackend for Operators {
+    type User = SignedIn;
+    type Credentials = Credentials;
+    type Error = AccessError;
+
+    async fn authenticate(&self, credentials: Credentials) -> Result<Option<SignedIn>, AccessError> {
+        let operator = match OperatorUsername::parse(&credentials.username) {
+            Ok(username) => self.store.operator_by_username(username.as_str()).await?,
+            Err(_) => None,
+        }
+        .filter(|operator| !operator.disabled);
+        let hash = operator.as_ref().map_or_else(
+            || decoy_hash().to_owned(),
+            |operator| operator.password_hash.clone(),
+        );
+        // Argon2 takes tens of milliseconds of CPU: off the async workers. An unknown user is
+        // checked against a decoy, so both answers take as long.
+        let matches =
+            tokio::task::spawn_blocking(move || verify_password(&credentials.password, &hash)).await?;
+        Ok(operator.filter(|_| matches).map(|operator| SignedIn {
+            id: operator.id,
+            username: operator.username,
+            role: operator.role,
+            password_hash: operator.password_hash,
+        }))
+    }
+
+    async fn get_user(&self, id: &UserId<Self>) -> Result<Option<SignedIn>, AccessError> {
+        Ok(self
+            .store
+            .operator_by_id(id)
+            .await?
+            .filter(|operator| !operator.disabled)
+            .map(|operator| SignedIn {
+                id: operator.id,
+                username: operator.username,
+                role: operator.role,
+                password_hash: operator.password_hash,
+            }))
+    }
+}
+
+pub type OperatorSession = AuthSession<Operators>;
+
+/// How long a session lasts without use.
+const SESSION_IDLE: time::Duration = time::Duration::hours(8);
+
+pub fn session_layer(
+    store: Arc<dyn Store>,
+    secure_cookies: bool,
+) -> AuthManagerLayer<Operators, StoreSessions> {
+    let sessions = SessionManagerLayer::new(StoreSessions::new(store.clone()))
+        .with_name("idem_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Strict)
+        .with_secure(secure_cookies)
+        .with_expiry(Expiry::OnInactivity(SESSION_IDLE));
+    AuthManagerLayerBuilder::new(Operators { store }, sessions).build()
+}
+
+/// Sign-in attempts: per username, and for the whole instance (a spray over many names).
+pub struct SignInLimits {
+    per_username: DefaultKeyedRateLimiter<String>,
+    overall: governor::DefaultDirectRateLimiter,
+}
+
+impl Default for SignInLimits {
+    fn default() -> SignInLimits {
+        const FIVE: NonZeroU32 = NonZeroU32::new(5).expect("non-zero");
+        const TEN: NonZeroU32 = NonZeroU32::new(10).expect("non-zero");
+        SignInLimits {
+            per_username: RateLimiter::keyed(Quota::per_minute(FIVE)),
+            overall: RateLimiter::direct(Quota::per_second(TEN)),
+        }
+    }
+}
+
+impl SignInLimits {
+    fn allow(&self, username: &str) -> bool {
+        self.overall.check().is_ok() && self.per_username.check_key(&username.to_owned()).is_ok()
+    }
+}
+
+#[derive(Clone)]
+pub struct AccessState {
+    pub store: Arc<dyn Store>,
+    pub limits: Arc<SignInLimits>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct SignInForm {
+    username: String,
+    password: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// Where to go after signing in: a console path, never another site (`//host`, `/\host`).
+fn safe_next(next: &str) -> &str {
+    let local = next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\");
+    if local { next } else { "/" }
+}
+
+/// What the audit log may say about a typed username: a valid one, or nothing (a password
+/// typed into the wrong field must not be written down).
+fn audited_username(typed: &str) -> String {
+    OperatorUsername::parse(typed).map_or_else(|_| "(invalid username)".to_owned(), |name| name.to_string())
+}
+
+/// `POST /sign-in` (an HTML form; works without JavaScript).
+pub async fn sign_in(
+    State(access): State<AccessState>,
+    mut session: OperatorSession,
+    Form(form): Form<SignInForm>,
+) -> Response {
+    let actor = audited_username(&form.username);
+    let audit = |result: &str| AuditEntry {
+        actor: actor.clone(),
+        action: "sign_in".to_owned(),
+        target: None,
+        reason: None,
+        result: result.to_owned(),
+        details: None,
+    };
+    if !access.limits.allow(&form.username.to_lowercase()) {
+        record(&access, audit("rate_limited")).await;
+        return Redirect::to("/sign-in?error=limited").into_response();
+    }
+    let credentials = Credentials {
+        username: form.username.clone(),
+        password: form.password,
+    };
+    match session.authenticate(credentials).await {
+        Ok(Some(operator)) => {
+            if let Err(error) = session.login(&operator).await {
+                tracing::error!(%error, "console: session not started");
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            record(&access, audit("ok")).await;
+            Redirect::to(safe_next(&form.next)).into_response()
+        }
+        Ok(None) => {
+            record(&access, audit("denied")).await;
+            Redirect::to("/sign-in?error=invalid").into_response()
+        }
+        Err(error) => {
+            tracing::error!(%error, "console: sign-in failed");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
+}
+
+/// `POST /sign-out`.
+pub async fn sign_out(State(access): State<AccessState>, mut session: OperatorSession) -> Response {
+    if let Ok(Some(operator)) = session.logout().await {
+        record(
+            &access,
+            AuditEntry {
+                actor: operator.username,
+                action: "sign_out".to_owned(),
+                target: None,
+                reason: None,
+                result: "ok".to_owned(),
+                details: None,
+            },
+        )
+        .await;
+    }
+    Redirect::to("/sign-in").into_response()
+}
+
+async fn record(access: &AccessState, entry: AuditEntry) {
+    if let Err(error) = access.store.append_audit(&entry).await {
+        tracing::error!(%error, action = %entry.action, "console: audit entry not written");
+    }
+}
+
+/// Paths anyone may fetch: the sign-in page and form, and the assets it needs.
+fn is_public(path: &str) -> bool {
+    path == "/sign-in" || path.starts_with("/pkg/") || path == "/favicon.svg"
+}
+
+/// The console's gate, after the session layer: same-origin check on every state-changing
+/// request, the signed-in operator put where server functions find it, and everything else
+/// refused without a session (pages redirect to sign-in; server functions get 401).
+pub async fn gate(session: OperatorSession, mut request: Request, next: Next) -> Response {
+    if !matches!(*request.method(), Method::GET | Method::HEAD) && !same_origin(request.headers()) {
+        return (StatusCode::FORBIDDEN, "cross-origin request refused\n").into_response();
+    }
+    let path = request.uri().path().to_owned();
+    match session.user {
+        Some(operator) => {
+            request.extensions_mut().insert(CurrentOperator {
+                username: operator.username,
+                role: operator.role,
+            });
+            next.run(request).await
+        }
+        None if is_public(&path) => next.run(request).await,
+        None if path.starts_with("/api/") => (StatusCode::UNAUTHORIZED, "sign in first\n").into_response(),
+        None => {
+            let target = format!("/sign-in?next={}", urlencode(request.uri().path()));
+            Redirect::to(&target).into_response()
+        }
+    }
+}
+
+/// A browser names the page's origin on every POST; it must be this console's own (the `Host`
+/// the request was sent to). A missing `Origin` is refused too: only non-browser clients omit
+/// it, and they have no business posting to the console.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let origin = headers.get(header::ORIGIN).and_then(|value| value.to_str().ok());
+    let host = headers.get(header::HOST).and_then(|value| value.to_str().ok());
+    match (origin, host) {
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(scheme, authority)| matches!(scheme, "http" | "https") && authority == host),
+        _ => false,
+    }
+}
+
+fn urlencode(path: &str) -> String {
+    path.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn only_local_paths_are_followed_after_sign_in() {
+        assert_eq!(safe_next("/records?status=UNKNOWN"), "/records?status=UNKNOWN");
+        for outside in ["https://evil.example/", "//evil.example", "/\\evil.example", ""] {
+            assert_eq!(safe_next(outside), "/", "{outside}");
+        }
+    }
+
+    #[test]
+    fn a_post_must_name_this_console_as_its_origin() {
+        let headers = |origin: Option<&'static str>| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:3000"));
+            if let Some(origin) = origin {
+                headers.insert(header::ORIGIN, HeaderValue::from_static(origin));
+            }
+            headers
+        };
+        assert!(same_origin(&headers(Some("http://127.0.0.1:3000"))));
+        assert!(!same_origin(&headers(Some("http://evil.example"))));
+        assert!(!same_origin(&headers(Some("http://127.0.0.1:3001"))));
+        assert!(!same_origin(&headers(Some("null"))));
+        assert!(!same_origin(&headers(None)));
+    }
+
+    #[test]
+    fn typed_passwords_never_reach_the_audit_log() {
+        assert_eq!(audited_username("alice"), "alice");
+        assert_eq!(audited_username("hunter2 hunter2"), "(invalid username)");
+    }
+}

@@ -1,0 +1,316 @@
+//! Console operators, their server-side sessions, and the audit log. One body for both
+//! dialects, like `impl_store!`; the statements that differ are in [`OperatorSql`].
+
+use crate::store::StoreError;
+use app::dto::{AuditEntryView, OperatorRole};
+use chrono::{DateTime, Utc};
+
+/// An operator as stored (the password only as its Argon2 hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOperator {
+    pub id: String,
+    pub username: String,
+    pub password_hash: String,
+    pub role: OperatorRole,
+    pub disabled: bool,
+}
+
+/// One line of the audit log, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    pub reason: Option<String>,
+    pub result: String,
+    pub details: Option<String>,
+}
+
+/// Where an audit page starts: strictly older than this entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditCursor {
+    pub at: DateTime<Utc>,
+    pub id: String,
+}
+
+#[async_trait::async_trait]
+pub trait OperatorStore {
+    /// `Err(AlreadyExists)` when the username is taken.
+    async fn create_operator(&self, operator: &StoredOperator) -> Result<(), StoreError>;
+
+    /// `false` when there is no such operator.
+    async fn set_operator_password(&self, username: &str, password_hash: &str) -> Result<bool, StoreError>;
+
+    async fn operator_by_username(&self, username: &str) -> Result<Option<StoredOperator>, StoreError>;
+
+    async fn operator_by_id(&self, id: &str) -> Result<Option<StoredOperator>, StoreError>;
+
+    /// `false` when a session with this id already exists (nothing written).
+    async fn create_session(
+        &self,
+        id_hash: &str,
+        data: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    async fn save_session(
+        &self,
+        id_hash: &str,
+        data: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The data and expiry of a session that has not expired.
+    async fn load_session(&self, id_hash: &str) -> Result<Option<(String, DateTime<Utc>)>, StoreError>;
+
+    async fn delete_session(&self, id_hash: &str) -> Result<(), StoreError>;
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+
+    /// Newest first, older than `before` when given.
+    async fn audit_page(
+        &self,
+        before: Option<&AuditCursor>,
+        limit: i64,
+    ) -> Result<Vec<AuditEntryView>, StoreError>;
+}
+
+/// Operator statements that differ by dialect.
+pub(super) struct OperatorSql {
+    /// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): insert, or nothing on a collision.
+    pub create_session: &'static str,
+    /// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): upsert.
+    pub save_session: &'static str,
+    /// `$1` id hash: data and expiry of an unexpired session.
+    pub load_session: &'static str,
+    /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit.
+    pub audit_page: &'static str,
+}
+
+pub(super) const INSERT_OPERATOR: &str =
+    "insert into operators (id, username, password_hash, role) values ($1, $2, $3, $4)";
+pub(super) const SET_OPERATOR_PASSWORD: &str = "update operators set password_hash = $1 where username = $2";
+pub(super) const OPERATOR_BY_USERNAME: &str = "select id, username, password_hash, role, \
+     case when disabled_at is null then 0 else 1 end from operators where username = $1";
+pub(super) const OPERATOR_BY_ID: &str = "select id, username, password_hash, role, \
+     case when disabled_at is null then 0 else 1 end from operators where id = $1";
+pub(super) const DELETE_SESSION: &str = "delete from operator_sessions where id_hash = $1";
+pub(super) const INSERT_AUDIT: &str = "insert into audit_log (id, actor, action, target, reason, result, details) \
+     values ($1, $2, $3, $4, $5, $6, $7)";
+
+pub(super) type OperatorRow = (String, String, String, String, i32);
+
+pub(super) fn operator_of(
+    (id, username, password_hash, role, disabled): OperatorRow,
+) -> Result<StoredOperator, StoreError> {
+    Ok(StoredOperator {
+        id,
+        username,
+        password_hash,
+        role: role
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("operator role {role}")))?,
+        disabled: disabled != 0,
+    })
+}
+
+pub(super) type AuditRow = (
+    String,
+    DateTime<Utc>,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+);
+
+pub(super) fn audit_of((id, at, actor, action, target, reason, result, details): AuditRow) -> AuditEntryView {
+    AuditEntryView {
+        id,
+        at: crate::store::rfc3339_millis(at),
+        actor,
+        action,
+        target,
+        reason,
+        result,
+        details,
+    }
+}
+
+/// A new audit entry's id: time-ordered within a millisecond is not needed (pages order by
+/// time first), unique is.
+pub(super) fn new_audit_id() -> String {
+    format!("aud_{}", crate::auth::random_hex(12))
+}
+
+macro_rules! impl_operator_store {
+    ($store:ty, $db:ty, $sql:expr) => {
+        impl $store {
+            /// Writes an audit entry inside `tx`, so that it commits or rolls back with the
+            /// action it records.
+            pub(super) async fn audit_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                entry: &$crate::store::operators::AuditEntry,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query($crate::store::operators::INSERT_AUDIT)
+                    .bind($crate::store::operators::new_audit_id())
+                    .bind(entry.actor.as_str())
+                    .bind(entry.action.as_str())
+                    .bind(entry.target.as_deref())
+                    .bind(entry.reason.as_deref())
+                    .bind(entry.result.as_str())
+                    .bind(entry.details.as_deref())
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::operators::OperatorStore for $store {
+            async fn create_operator(
+                &self,
+                operator: &$crate::store::operators::StoredOperator,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query($crate::store::operators::INSERT_OPERATOR)
+                    .bind(operator.id.as_str())
+                    .bind(operator.username.as_str())
+                    .bind(operator.password_hash.as_str())
+                    .bind(operator.role.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn set_operator_password(
+                &self,
+                username: &str,
+                password_hash: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let changed = sqlx::query($crate::store::operators::SET_OPERATOR_PASSWORD)
+                    .bind(password_hash)
+                    .bind(username)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(changed == 1)
+            }
+
+            async fn operator_by_username(
+                &self,
+                username: &str,
+            ) -> Result<Option<$crate::store::operators::StoredOperator>, $crate::store::StoreError> {
+                let row: Option<$crate::store::operators::OperatorRow> =
+                    sqlx::query_as($crate::store::operators::OPERATOR_BY_USERNAME)
+                        .bind(username)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map($crate::store::operators::operator_of).transpose()
+            }
+
+            async fn operator_by_id(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::store::operators::StoredOperator>, $crate::store::StoreError> {
+                let row: Option<$crate::store::operators::OperatorRow> =
+                    sqlx::query_as($crate::store::operators::OPERATOR_BY_ID)
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map($crate::store::operators::operator_of).transpose()
+            }
+
+            async fn create_session(
+                &self,
+                id_hash: &str,
+                data: &str,
+                expires_at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let created = sqlx::query($sql.create_session)
+                    .bind(id_hash)
+                    .bind(data)
+                    .bind($crate::store::rfc3339_millis(expires_at))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(created == 1)
+            }
+
+            async fn save_session(
+                &self,
+                id_hash: &str,
+                data: &str,
+                expires_at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query($sql.save_session)
+                    .bind(id_hash)
+                    .bind(data)
+                    .bind($crate::store::rfc3339_millis(expires_at))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn load_session(
+                &self,
+                id_hash: &str,
+            ) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>, $crate::store::StoreError> {
+                Ok(sqlx::query_as($sql.load_session)
+                    .bind(id_hash)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn delete_session(&self, id_hash: &str) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query($crate::store::operators::DELETE_SESSION)
+                    .bind(id_hash)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn append_audit(
+                &self,
+                entry: &$crate::store::operators::AuditEntry,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                Self::audit_in(&mut tx, entry).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn audit_page(
+                &self,
+                before: Option<&$crate::store::operators::AuditCursor>,
+                limit: i64,
+            ) -> Result<Vec<app::dto::AuditEntryView>, $crate::store::StoreError> {
+                let (at, id) = match before {
+                    Some(cursor) => ($crate::store::rfc3339_millis(cursor.at), cursor.id.clone()),
+                    None => ("9999-12-31T23:59:59.999Z".to_owned(), String::new()),
+                };
+                let rows: Vec<$crate::store::operators::AuditRow> = sqlx::query_as($sql.audit_page)
+                    .bind(at)
+                    .bind(id)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .map($crate::store::operators::audit_of)
+                    .collect())
+            }
+        }
+    };
+}
+pub(super) use impl_operator_store;

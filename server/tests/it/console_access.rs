@@ -1,0 +1,154 @@
+//! Console access: deny by default, sessions in the database, roles checked on the server,
+//! same-origin mutations, rate-limited and audited sign-in.
+
+use crate::support::{OPERATOR_PASSWORD, conformance, session_cookie, spawn_app, spawn_app_with_store};
+use app::dto::OperatorRole;
+use idem::auth::operator::Password;
+use idem::store::operators::StoredOperator;
+
+conformance! {
+    async fn without_a_session_nothing_but_the_sign_in_page_is_served(db) {
+        let app = spawn_app(db).await;
+        let page = app.get("/").await;
+        assert_eq!(page.status(), 303);
+        assert_eq!(page.headers()["location"], "/sign-in?next=/");
+        let deep = app.get("/records/abc").await;
+        assert_eq!(deep.headers()["location"], "/sign-in?next=/records/abc");
+        assert_eq!(app.server_fn("console/overview").await.status(), 401);
+        assert_eq!(app.server_fn("console/whoami").await.status(), 401);
+        assert_eq!(app.get("/sign-in").await.status(), 200);
+        assert_eq!(app.get("/pkg/idem.css").await.status(), 200);
+        assert_eq!(app.get("/healthz").await.status(), 200, "the API is not behind the console's gate");
+    }
+
+    async fn signing_in_starts_a_strict_http_only_session_and_is_audited(db) {
+        let mut app = spawn_app(db).await;
+        app.sign_in("vera", OperatorRole::Viewer).await;
+        let wrong = app.post_sign_in("vera", "not the password at all").await;
+        assert_eq!(wrong.headers()["location"], "/sign-in?error=invalid");
+        assert!(session_cookie(&wrong).is_none());
+        let unknown = app.post_sign_in("nobody", OPERATOR_PASSWORD).await;
+        assert_eq!(unknown.headers()["location"], "/sign-in?error=invalid");
+
+        let fresh = app.post_sign_in("vera", OPERATOR_PASSWORD).await;
+        let set_cookie = fresh.headers()["set-cookie"].to_str().expect("ascii").to_owned();
+        assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+        assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+
+        let page = app.get("/").await;
+        assert_eq!(page.status(), 200);
+        assert!(page.text().await.expect("html").contains(r#"data-operator="vera""#));
+        let whoami: serde_json::Value = app.server_fn("console/whoami").await.json().await.expect("json");
+        assert_eq!(whoami["username"], "vera");
+        assert_eq!(whoami["role"], "viewer");
+
+        let audit = |result: &str| {
+            format!("select count(*) from audit_log where action = 'sign_in' and result = '{result}'")
+        };
+        assert_eq!(app.db.query_i64(&audit("ok")).await, 2);
+        assert_eq!(app.db.query_i64(&audit("denied")).await, 2);
+        assert_eq!(
+            app.db.query_i64("select count(*) from audit_log where actor = 'nobody'").await,
+            1,
+            "a valid but unknown username is named"
+        );
+        let stored = app.db.query_i64("select count(*) from operator_sessions where length(id_hash) = 64").await;
+        assert!(stored >= 1, "sessions are kept in the database, by hash");
+    }
+
+    async fn state_changing_requests_must_come_from_the_console_itself(db) {
+        let mut app = spawn_app(db).await;
+        app.sign_in("vera", OperatorRole::Viewer).await;
+        let cookie = app.session.clone().expect("signed in");
+        for origin in [None, Some("http://evil.example"), Some("null")] {
+            let mut request = app
+                .client
+                .post(app.url("/api/console/overview"))
+                .header("cookie", &cookie)
+                .header("content-type", "application/x-www-form-urlencoded");
+            if let Some(origin) = origin {
+                request = request.header("origin", origin);
+            }
+            assert_eq!(request.send().await.expect("POST").status(), 403, "{origin:?}");
+        }
+        let forged_sign_out = app
+            .client
+            .post(app.url("/sign-out"))
+            .header("cookie", &cookie)
+            .header("origin", "http://evil.example")
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(forged_sign_out.status(), 403);
+        assert_eq!(app.server_fn("console/overview").await.status(), 200, "still signed in");
+    }
+
+    async fn signing_out_or_a_new_password_ends_the_session(db) {
+        let mut app = spawn_app(db).await;
+        app.sign_in("opal", OperatorRole::Operator).await;
+        let first = app.session.clone();
+        let sign_out = app
+            .client
+            .post(app.url("/sign-out"))
+            .header("cookie", first.clone().expect("cookie"))
+            .header("origin", app.origin())
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(sign_out.headers()["location"], "/sign-in");
+        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "the old cookie is dead");
+
+        app.sign_in("opal", OperatorRole::Operator).await;
+        assert_eq!(app.server_fn("console/whoami").await.status(), 200);
+        let store = app.db.store().await;
+        let new_hash = Password::parse("another long password").expect("password").hash();
+        assert!(store.set_operator_password("opal", &new_hash).await.expect("reset"));
+        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "a new password ends sessions");
+    }
+
+    async fn sign_in_is_rate_limited_per_username(db) {
+        let mut app = spawn_app(db).await;
+        app.sign_in("rita", OperatorRole::Viewer).await;
+        let mut limited = false;
+        for _ in 0..6 {
+            let attempt = app.post_sign_in("rita", "wrong password, again").await;
+            limited |= attempt.headers()["location"] == "/sign-in?error=limited";
+        }
+        assert!(limited, "six attempts in a minute are too many");
+        let right = app.post_sign_in("rita", OPERATOR_PASSWORD).await;
+        assert_eq!(right.headers()["location"], "/sign-in?error=limited", "even the right password waits");
+        assert!(
+            app.db
+                .query_i64("select count(*) from audit_log where action = 'sign_in' and result = 'rate_limited'")
+                .await
+                >= 2
+        );
+    }
+
+    async fn a_session_started_on_one_instance_is_honoured_by_another(db) {
+        let store = db.migrated_store().await;
+        store
+            .create_operator(&StoredOperator {
+                id: "op_ada".into(),
+                username: "ada".into(),
+                password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
+                role: OperatorRole::Admin,
+                disabled: false,
+            })
+            .await
+            .expect("operator");
+        let first = spawn_app_with_store(db, store.clone()).await;
+        let signed_in = first.post_sign_in("ada", OPERATOR_PASSWORD).await;
+        let cookie = session_cookie(&signed_in).expect("cookie");
+        let second = spawn_app_with_store(crate::support::TestDatabase::create(idem::store::Dialect::Sqlite).await, store).await;
+        let whoami = second
+            .client
+            .post(second.url("/api/console/whoami"))
+            .header("cookie", cookie)
+            .header("origin", second.origin())
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(whoami.status(), 200);
+    }
+}

@@ -1,10 +1,20 @@
 //! Server functions: the console's only way to reach the server. Each one runs on the server
-//! (under `ssr`) and is a typed HTTP call from the browser (under `hydrate`).
+//! (under `ssr`) and is a typed HTTP call from the browser (under `hydrate`). Each starts by
+//! checking the caller's role on the server: deny by default.
 
 #[cfg(feature = "ssr")]
 use crate::dto::OperatorRole;
-use crate::dto::{CurrentOperator, Overview};
+use crate::dto::{
+    AuditEntryView, CurrentOperator, Dashboard, ReconcileAction, ReconcilePreview, ReconcileResult,
+    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+};
 use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+
+#[cfg(feature = "ssr")]
+fn failed(error: crate::backend::ConsoleError) -> ServerFnError {
+    ServerFnError::new(error.to_string())
+}
 
 /// The signed-in operator (the server refuses this call without a session).
 #[server(endpoint = "console/whoami")]
@@ -12,12 +22,107 @@ pub async fn whoami() -> Result<CurrentOperator, ServerFnError> {
     crate::auth::require(OperatorRole::Viewer)
 }
 
-/// Record counts per status for the overview page.
-#[server(endpoint = "console/overview")]
-pub async fn get_overview() -> Result<Overview, ServerFnError> {
+/// Outcome series over `range` (`15m`, `1h`, `24h`, `7d`) and the live gauges.
+#[server(endpoint = "console/dashboard")]
+pub async fn get_dashboard(
+    range: String,
+    tenant: String,
+    operation: String,
+) -> Result<Dashboard, ServerFnError> {
     crate::auth::require(OperatorRole::Viewer)?;
+    let range = crate::dto::DashboardRange::parse(&range).unwrap_or_default();
     crate::backend::backend()?
-        .overview()
+        .dashboard(range, tenant, operation)
         .await
-        .map_err(|error| ServerFnError::new(error.to_string()))
+        .map_err(failed)
+}
+
+/// One page of the records browser.
+#[server(endpoint = "console/records")]
+pub async fn list_records(filter: RecordFilter) -> Result<RecordPage, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.records(filter).await.map_err(failed)
+}
+
+/// Exact look-up by idempotency key, payment id or provider charge id.
+#[server(endpoint = "console/find")]
+pub async fn find_records(needle: String) -> Result<Vec<RecordSummary>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.find(needle).await.map_err(failed)
+}
+
+#[server(endpoint = "console/record")]
+pub async fn get_record(record: RecordRef) -> Result<Option<RecordDetail>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.record(record).await.map_err(failed)
+}
+
+#[server(endpoint = "console/recovery-queue")]
+pub async fn get_recovery_queue() -> Result<Vec<RecordSummary>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.recovery_queue().await.map_err(failed)
+}
+
+/// The read-only first step of a reconciliation: asks the provider, changes nothing.
+#[server(endpoint = "console/reconcile/preview")]
+pub async fn preview_reconcile(record: RecordRef) -> Result<ReconcilePreview, ServerFnError> {
+    crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .preview_reconcile(record)
+        .await
+        .map_err(failed)
+}
+
+/// Applies a previewed reconciliation with the operator's reason.
+#[server(endpoint = "console/reconcile/apply")]
+pub async fn apply_reconcile(
+    record: RecordRef,
+    version: i64,
+    action: ReconcileAction,
+    reason: String,
+) -> Result<ReconcileResult, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .apply_reconcile(&operator, record, version, action, reason)
+        .await
+        .map_err(failed)
+}
+
+/// Reconciles exactly the records the operator saw in the preview (never "whatever matches
+/// now"), each guarded by the version it had then; one result per record.
+#[server(endpoint = "console/reconcile/bulk", input = Json)]
+pub async fn bulk_reconcile(
+    previews: Vec<(RecordRef, i64, ReconcileAction)>,
+    reason: String,
+) -> Result<Vec<ReconcileResult>, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    let backend = crate::backend::backend()?;
+    let mut results = Vec::with_capacity(previews.len());
+    for (record, version, action) in previews {
+        results.push(
+            backend
+                .apply_reconcile(&operator, record, version, action, reason.clone())
+                .await
+                .map_err(failed)?,
+        );
+    }
+    Ok(results)
+}
+
+/// Previews several records at once, for a bulk reconciliation.
+#[server(endpoint = "console/reconcile/bulk-preview", input = Json)]
+pub async fn bulk_preview(records: Vec<RecordRef>) -> Result<Vec<ReconcilePreview>, ServerFnError> {
+    crate::auth::require(OperatorRole::Operator)?;
+    let backend = crate::backend::backend()?;
+    let mut previews = Vec::with_capacity(records.len());
+    for record in records {
+        previews.push(backend.preview_reconcile(record).await.map_err(failed)?);
+    }
+    Ok(previews)
+}
+
+#[server(endpoint = "console/audit")]
+pub async fn get_audit(before: String) -> Result<Vec<AuditEntryView>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.audit(before).await.map_err(failed)
 }

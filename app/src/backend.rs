@@ -2,7 +2,10 @@
 //! crate implements and hands to Leptos through context. Keeping it here is what lets `app`
 //! render on the server without ever depending on sqlx or on `server`.
 
-use crate::dto::Overview;
+use crate::dto::{
+    AuditEntryView, CurrentOperator, Dashboard, DashboardRange, ReconcileAction, ReconcilePreview,
+    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+};
 use leptos::prelude::*;
 use std::sync::Arc;
 
@@ -11,12 +14,44 @@ use std::sync::Arc;
 pub enum ConsoleError {
     #[error("the idempotency store is unavailable; try again shortly")]
     StoreUnavailable,
+    #[error("{0}")]
+    Invalid(String),
 }
 
 #[async_trait::async_trait]
 pub trait ConsoleBackend: Send + Sync + 'static {
-    /// Counts of idempotency records per status, every status present.
-    async fn overview(&self) -> Result<Overview, ConsoleError>;
+    async fn dashboard(
+        &self,
+        range: DashboardRange,
+        tenant: String,
+        operation: String,
+    ) -> Result<Dashboard, ConsoleError>;
+
+    async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError>;
+
+    /// Records whose key, payment id or provider charge id is exactly `needle`.
+    async fn find(&self, needle: String) -> Result<Vec<RecordSummary>, ConsoleError>;
+
+    async fn record(&self, record: RecordRef) -> Result<Option<RecordDetail>, ConsoleError>;
+
+    async fn recovery_queue(&self) -> Result<Vec<RecordSummary>, ConsoleError>;
+
+    /// Asks the provider, changes nothing.
+    async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError>;
+
+    /// Applies what the preview proposed, if the record and the provider still say the same;
+    /// audited in the same transaction.
+    async fn apply_reconcile(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        version: i64,
+        action: ReconcileAction,
+        reason: String,
+    ) -> Result<ReconcileResult, ConsoleError>;
+
+    /// Newest first; `before` is the id of the last entry of the previous page (or empty).
+    async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError>;
 }
 
 /// The handle the server provides as Leptos context for every request.

@@ -60,27 +60,6 @@ impl FromStr for RecordStatus {
     }
 }
 
-/// How many idempotency records are in one status.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusCount {
-    pub status: RecordStatus,
-    pub count: u64,
-}
-
-/// What the overview page shows: a count for every status (zeros included) and when the
-/// server read them, so that an operator can tell a fresh number from a stale one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Overview {
-    pub counts: Vec<StatusCount>,
-    pub read_at: String,
-}
-
-impl Overview {
-    pub fn total(&self) -> u64 {
-        self.counts.iter().map(|c| c.count).sum()
-    }
-}
-
 /// What an operator may do. Ordered: each role may do everything the ones before it may.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,6 +120,286 @@ pub struct AuditEntryView {
     pub reason: Option<String>,
     pub result: String,
     pub details: Option<String>,
+}
+
+/// The dashboard's time ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum DashboardRange {
+    #[serde(rename = "15m")]
+    FifteenMinutes,
+    #[default]
+    #[serde(rename = "1h")]
+    OneHour,
+    #[serde(rename = "24h")]
+    OneDay,
+    #[serde(rename = "7d")]
+    SevenDays,
+}
+
+impl DashboardRange {
+    pub const ALL: [DashboardRange; 4] = [
+        DashboardRange::FifteenMinutes,
+        DashboardRange::OneHour,
+        DashboardRange::OneDay,
+        DashboardRange::SevenDays,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DashboardRange::FifteenMinutes => "15m",
+            DashboardRange::OneHour => "1h",
+            DashboardRange::OneDay => "24h",
+            DashboardRange::SevenDays => "7d",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<DashboardRange> {
+        DashboardRange::ALL
+            .into_iter()
+            .find(|range| range.as_str() == text)
+    }
+
+    pub const fn seconds(self) -> i64 {
+        match self {
+            DashboardRange::FifteenMinutes => 15 * 60,
+            DashboardRange::OneHour => 3600,
+            DashboardRange::OneDay => 24 * 3600,
+            DashboardRange::SevenDays => 7 * 24 * 3600,
+        }
+    }
+
+    /// One chart point per step: 15 to 96 points whatever the range.
+    pub const fn step_seconds(self) -> i64 {
+        match self {
+            DashboardRange::FifteenMinutes | DashboardRange::OneHour => 60,
+            DashboardRange::OneDay => 15 * 60,
+            DashboardRange::SevenDays => 2 * 3600,
+        }
+    }
+}
+
+/// One outcome over the range, a count per step (zeros included).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Series {
+    /// The stored outcome name (`replay`, `conflict_different_request`, …).
+    pub outcome: String,
+    pub points: Vec<u64>,
+    pub total: u64,
+}
+
+/// Live state across every instance, from indexed counts (never a scan of all records).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveGauges {
+    pub in_progress: u64,
+    /// IN_PROGRESS whose owner's lease ran out (a dead owner, not yet taken over).
+    pub stale_in_progress: u64,
+    pub oldest_stale_in_progress_secs: f64,
+    pub unknown: u64,
+    pub oldest_unknown_secs: f64,
+    /// Unknown outcomes the recovery worker gave up on.
+    pub needs_operator: u64,
+    pub outbox_backlog: u64,
+    pub outbox_oldest_secs: f64,
+    pub cleanup_to_purge: u64,
+    pub cleanup_to_delete: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantOption {
+    pub id: String,
+    pub name: String,
+}
+
+/// Everything the dashboard shows, read at `read_at`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dashboard {
+    pub range: DashboardRange,
+    /// The first step's start, RFC 3339 UTC.
+    pub from: String,
+    pub step_seconds: i64,
+    pub series: Vec<Series>,
+    pub live: LiveGauges,
+    pub tenants: Vec<TenantOption>,
+    pub read_at: String,
+}
+
+/// The records browser's filter; empty strings mean "any".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordFilter {
+    pub status: String,
+    pub step: String,
+    pub tenant: String,
+    pub operation: String,
+    pub key_prefix: String,
+    /// RFC 3339 bounds on the creation time (empty: open).
+    pub from: String,
+    pub to: String,
+    /// The last row of the previous page (`RecordSummary::cursor`), empty for the first page.
+    pub after: String,
+}
+
+/// A scoped key, as the console names a record in links: `tenant/operation/key`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RecordRef {
+    pub tenant_id: String,
+    pub operation: String,
+    pub key: String,
+}
+
+impl RecordRef {
+    /// The record page's path; each part percent-encoded.
+    pub fn href(&self) -> String {
+        format!(
+            "/records/{}/{}/{}",
+            encode_segment(&self.tenant_id),
+            encode_segment(&self.operation),
+            encode_segment(&self.key)
+        )
+    }
+}
+
+/// Percent-encodes everything but unreserved characters, for one path segment.
+pub fn encode_segment(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+/// A row of the records browser.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordSummary {
+    pub record: RecordRef,
+    pub status: RecordStatus,
+    pub step: String,
+    pub resource_id: Option<String>,
+    pub provider_reference: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub recovery_attempts: i32,
+    /// Opaque keyset cursor for the next page.
+    pub cursor: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordPage {
+    pub rows: Vec<RecordSummary>,
+    /// Set when there may be more rows after these.
+    pub next: Option<String>,
+}
+
+/// One field that a conflicting retry changed, e.g. `amount 10.00 -> 100.00`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldChange {
+    pub field: String,
+    pub before: String,
+    pub after: String,
+}
+
+/// A request that arrived with the record's key, and its answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestView {
+    pub at: String,
+    pub status_code: u16,
+    pub error_code: Option<String>,
+    pub replayed: bool,
+    pub same_request: bool,
+    /// Against the record's command, for a different request.
+    pub changes: Vec<FieldChange>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventView {
+    pub id: String,
+    pub event_type: String,
+    pub created_at: String,
+    pub published_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentSummary {
+    pub id: String,
+    pub account_id: String,
+    pub amount: String,
+    pub currency: String,
+    pub merchant_reference: String,
+    pub status: String,
+    pub provider_charge_id: Option<String>,
+}
+
+/// Everything the record page shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordDetail {
+    pub record: RecordRef,
+    pub status: RecordStatus,
+    pub step: String,
+    pub settled_status: Option<String>,
+    pub fingerprint_version: i32,
+    pub fingerprint: String,
+    /// Empty once the record expired (purged with the body).
+    pub canonical_command: String,
+    pub resource_id: Option<String>,
+    pub provider_reference: Option<String>,
+    pub response_status_code: Option<i32>,
+    pub lease_owner: Option<String>,
+    pub lease_version: i64,
+    pub locked_until: Option<String>,
+    pub recovery_attempts: i32,
+    pub next_recovery_at: Option<String>,
+    pub expired_retries: i32,
+    pub created_by: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub completed_at: Option<String>,
+    pub expires_at: String,
+    pub payment: Option<PaymentSummary>,
+    pub events: Vec<EventView>,
+    pub requests: Vec<RequestView>,
+    pub audit: Vec<AuditEntryView>,
+}
+
+/// What the provider says about a record's payment, asked live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProviderEvidence {
+    Charged { charge_id: String, status: String },
+    NoCharge,
+    Unreachable { problem: String },
+}
+
+/// What an operator may do with a record after a look at the provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReconcileAction {
+    /// Settle the record and payment as the provider's charge says.
+    ApplyProviderResult,
+    /// The provider has no charge: send it now, with the payment's own provider key.
+    RetryCharge,
+}
+
+/// The read-only first step of a reconciliation: what the provider says, and exactly what
+/// applying would change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcilePreview {
+    pub record: RecordRef,
+    pub status: RecordStatus,
+    /// The record's version when previewed: applying refuses if it changed.
+    pub version: i64,
+    pub evidence: ProviderEvidence,
+    /// `None` when nothing can be applied (the provider cannot be reached).
+    pub action: Option<ReconcileAction>,
+    pub changes: Vec<String>,
+}
+
+/// How an applied reconciliation ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileResult {
+    pub record: RecordRef,
+    pub ok: bool,
+    pub status: Option<RecordStatus>,
+    pub message: String,
 }
 
 #[cfg(test)]

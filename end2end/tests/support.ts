@@ -32,3 +32,8 @@ export async function signIn(page: Page, role: Role): Promise<string> {
   await expect(page.locator(`[data-operator="${username}"]`)).toBeVisible();
   return username;
 }
+
+/** Waits until the wasm app has taken over the server-rendered page (clicks work). */
+export async function hydrated(page: Page) {
+  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+}

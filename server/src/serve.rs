@@ -6,9 +6,10 @@ use crate::expiry::ExpiryPolicy;
 use crate::expiry::cleanup::{self, CleanupSettings};
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
+use crate::idempotency::journal::RequestJournal;
 use crate::idempotency::sealing::{self, ResponseSealer};
 use crate::metrics::prometheus::Exposition;
-use crate::metrics::{self, OutcomeCounter};
+use crate::metrics::{self, Buffered, OutcomeCounter};
 use crate::payments::engine::{EngineSettings, PaymentsEngine};
 use crate::provider;
 use crate::provider::client::ProviderClient;
@@ -59,6 +60,7 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         request_timeout: Duration::from_secs(args.request_timeout_secs),
         body_limit_bytes: args.body_limit_bytes,
         secure_cookies: args.secure_cookies,
+        recovery_max_attempts: args.recovery_max_attempts,
     };
     let provider_url = match args.provider_url {
         Some(url) => url,
@@ -71,11 +73,10 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
     )
     .map_err(|error| ServeError::Provider(error.to_string()))?;
     let outcomes = Arc::new(OutcomeCounter::default());
-    metrics::spawn_flusher(
-        outcomes.clone(),
-        store.clone(),
-        Duration::from_millis(args.metrics_flush_ms.max(10)),
-    );
+    let journal = Arc::new(RequestJournal::default());
+    let flush_every = Duration::from_millis(args.metrics_flush_ms.max(10));
+    metrics::spawn_flusher(outcomes.clone(), store.clone(), flush_every);
+    metrics::spawn_flusher(journal.clone(), store.clone(), flush_every);
     let sealer = match (&args.response_keys, &target) {
         (Some(spec), _) => ResponseSealer::from_spec(spec),
         // A key generated into one instance's data directory would leave every other
@@ -106,6 +107,7 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         store.clone(),
         provider,
         outcomes.clone(),
+        journal.clone(),
         sealer,
         EngineSettings {
             lease,
@@ -149,6 +151,7 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         .map_err(ServeError::Server)?;
     tracing::info!("in-flight requests finished; flushing counts and closing the database pool");
     outcomes.flush(store.as_ref()).await;
+    journal.flush(store.as_ref()).await;
     store.close().await;
     Ok(())
 }

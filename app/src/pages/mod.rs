@@ -1,16 +1,24 @@
 //! The console's pages and the document shell around them.
 
-mod overview;
+mod audit;
+mod dashboard;
+mod reconcile;
+mod records;
+mod recovery;
 mod sign_in;
+mod widgets;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::{
-    StaticSegment,
+    ParamSegment, StaticSegment,
     components::{A, Route, Router, Routes},
 };
 
-pub use overview::OverviewPage;
+pub use audit::AuditPage;
+pub use dashboard::DashboardPage;
+pub use records::{RecordPage, RecordsPage};
+pub use recovery::RecoveryPage;
 pub use sign_in::SignInPage;
 
 /// The HTML document the server renders around the app.
@@ -36,27 +44,77 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    focus_search_on_slash();
+    // Effects run only in the browser: this marks the moment the wasm app took over.
+    let (hydrated, set_hydrated) = signal(false);
+    Effect::new(move |_| set_hydrated.set(true));
 
     view! {
         <Stylesheet id="idem-style" href="/pkg/idem.css" />
         <Title formatter=|page: String| format!("{page} · Idem") />
         <Router>
-            <header class="topbar">
+            <header class="topbar" data-hydrated=move || hydrated.get().to_string()>
                 <A href="/" attr:class="brand">
                     "Idem"
                 </A>
                 <nav>
-                    <A href="/">"Overview"</A>
+                    <A href="/" exact=true>"Dashboard"</A>
+                    <A href="/records">"Records"</A>
+                    <A href="/recovery">"Recovery"</A>
+                    <A href="/audit">"Audit"</A>
                 </nav>
                 <SignedInAs />
             </header>
             <main>
                 <Routes fallback=NotFound>
-                    <Route path=StaticSegment("") view=OverviewPage />
+                    <Route path=StaticSegment("") view=DashboardPage />
+                    <Route path=StaticSegment("records") view=RecordsPage />
+                    <Route
+                        path=(
+                            StaticSegment("records"),
+                            ParamSegment("tenant"),
+                            ParamSegment("operation"),
+                            ParamSegment("key"),
+                        )
+                        view=RecordPage
+                    />
+                    <Route path=StaticSegment("recovery") view=RecoveryPage />
+                    <Route path=StaticSegment("audit") view=AuditPage />
                     <Route path=StaticSegment("sign-in") view=SignInPage />
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// `/` anywhere outside a text field jumps to the record look-up.
+fn focus_search_on_slash() {
+    #[cfg(feature = "hydrate")]
+    {
+        use leptos::wasm_bindgen::JsCast;
+        let handle = window_event_listener(leptos::ev::keydown, |event| {
+            let typing = event
+                .target()
+                .and_then(|target| target.dyn_into::<leptos::web_sys::Element>().ok())
+                .is_some_and(|element| {
+                    matches!(element.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT")
+                });
+            if event.key() != "/" || typing {
+                return;
+            }
+            event.prevent_default();
+            match document().get_element_by_id("search") {
+                Some(search) => {
+                    if let Ok(search) = search.dyn_into::<leptos::web_sys::HtmlElement>() {
+                        let _ = search.focus();
+                    }
+                }
+                None => {
+                    let _ = window().location().set_href("/records");
+                }
+            }
+        });
+        on_cleanup(move || handle.remove());
     }
 }
 
@@ -107,7 +165,7 @@ fn NotFound() -> impl IntoView {
         <section class="panel">
             <h1>"Not found"</h1>
             <p>"There is no console page at this address."</p>
-            <A href="/">"Back to the overview"</A>
+            <A href="/">"Back to the dashboard"</A>
         </section>
     }
 }

@@ -42,6 +42,8 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// Mark the console's session cookie `Secure` (serve behind TLS).
     pub secure_cookies: bool,
+    /// The recovery worker's attempt limit, for the console's "needs an operator".
+    pub recovery_max_attempts: i32,
 }
 
 /// Shared by every handler.
@@ -54,7 +56,11 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState, settings: &HttpSettings) -> Router {
-    let console_backend = Backend(Arc::new(StoreConsole::new(state.store.clone())));
+    let console_backend = Backend(Arc::new(StoreConsole::new(
+        state.store.clone(),
+        state.engine.clone(),
+        settings.recovery_max_attempts,
+    )));
     let access = AccessState {
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),

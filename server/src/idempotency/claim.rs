@@ -111,6 +111,9 @@ pub enum ProviderVerdict {
 /// The completion transaction's content: fenced by the owner's lease version.
 #[derive(Debug, Clone)]
 pub struct PaymentCompletion {
+    /// The operator's audit entry, written in the same transaction, when an operator's
+    /// reconciliation completes the payment.
+    pub audit: Option<crate::store::operators::AuditEntry>,
     pub payment_id: PaymentId,
     pub verdict: ProviderVerdict,
     pub provider_charge_id: String,

@@ -4,6 +4,7 @@
 pub mod claim;
 pub mod decision;
 pub mod fingerprint;
+pub mod journal;
 pub mod key;
 pub mod record;
 pub mod sealing;

@@ -25,6 +25,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// In the order dashboards show them.
+    pub const ALL: [Outcome; 8] = [
+        Outcome::NewExecution,
+        Outcome::Replay,
+        Outcome::ConflictDifferentRequest,
+        Outcome::InProgress,
+        Outcome::ExpiredRetry,
+        Outcome::OutcomeUnknown,
+        Outcome::ProviderError,
+        Outcome::Takeover,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::NewExecution => "new_execution",
@@ -80,10 +92,19 @@ impl OutcomeCounter {
             .entry((minute, tenant_id.as_str().to_owned(), operation, outcome))
             .or_default() += 1;
     }
+}
 
-    /// Writes what was counted since the last flush. On failure the counts are kept for the
-    /// next flush: a database hiccup delays them but loses nothing.
-    pub async fn flush(&self, store: &dyn Store) {
+/// Something kept in memory and written to the store in batches.
+#[async_trait::async_trait]
+pub trait Buffered: Send + Sync + 'static {
+    /// Writes what was buffered since the last flush; on failure keeps it for the next one.
+    async fn flush(&self, store: &dyn Store);
+}
+
+#[async_trait::async_trait]
+impl Buffered for OutcomeCounter {
+    /// A database hiccup delays counts but loses none.
+    async fn flush(&self, store: &dyn Store) {
         let mut drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
         // Every instance upserts its buckets in the same order, so two flushes at once wait
         // for each other instead of deadlocking.
@@ -114,7 +135,7 @@ impl OutcomeCounter {
 }
 
 /// Flushes `counter` every `interval` until the process stops.
-pub fn spawn_flusher(counter: Arc<OutcomeCounter>, store: Arc<dyn Store>, interval: Duration) {
+pub fn spawn_flusher(counter: Arc<dyn Buffered>, store: Arc<dyn Store>, interval: Duration) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -19,7 +19,9 @@ use crate::idempotency::claim::{
 };
 use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use crate::idempotency::journal::RequestJournal;
 use crate::idempotency::key::IdempotencyKey;
+use crate::idempotency::record::RecordStatus;
 use crate::idempotency::record::{ProgressStep, RecordAt};
 use crate::idempotency::sealing::ResponseSealer;
 use crate::metrics::{Outcome, OutcomeCounter};
@@ -27,6 +29,10 @@ use crate::payments::command::FieldProblem;
 use crate::provider::ChargeStatus;
 use crate::provider::client::ProviderClient;
 use crate::store::Store;
+use crate::store::console::JournalEntry;
+use crate::store::operators::AuditEntry;
+use app::dto::RecordRef;
+use app::dto::{ProviderEvidence, ReconcileAction};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -56,6 +62,19 @@ pub struct CreatePaymentRequest {
     /// changes the default, and is replayed in the version its answer was produced in.
     pub api_version_requested: bool,
     pub command: CreatePayment,
+}
+
+/// Why an operator's reconciliation was not applied (nothing was written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconcileRefusal {
+    #[error("the record changed since the preview (or no longer needs reconciling); preview it again")]
+    Changed,
+    #[error("the provider's answer changed since the preview; preview it again")]
+    EvidenceChanged,
+    #[error("the provider cannot be reached: {0}")]
+    ProviderUnreachable(String),
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// What the client is answered.
@@ -134,6 +153,8 @@ enum Owner<'a> {
         scope: &'a Scope,
         lease_version: i64,
         expires_at: DateTime<Utc>,
+        /// An operator's reconciliation: written with the completion.
+        audit: Option<&'a AuditEntry>,
     },
     Unkeyed,
 }
@@ -170,6 +191,7 @@ pub struct PaymentsEngine {
     store: Arc<dyn Store>,
     provider: ProviderClient,
     outcomes: Arc<OutcomeCounter>,
+    journal: Arc<RequestJournal>,
     sealer: Arc<ResponseSealer>,
     settings: EngineSettings,
 }
@@ -179,6 +201,7 @@ impl PaymentsEngine {
         store: Arc<dyn Store>,
         provider: ProviderClient,
         outcomes: Arc<OutcomeCounter>,
+        journal: Arc<RequestJournal>,
         sealer: Arc<ResponseSealer>,
         settings: EngineSettings,
     ) -> Self {
@@ -186,6 +209,7 @@ impl PaymentsEngine {
             store,
             provider,
             outcomes,
+            journal,
             sealer,
             settings,
         }
@@ -248,10 +272,47 @@ impl PaymentsEngine {
             after_expiry: self.settings.expiry.after_expiry,
         };
         let insufficient_funds = self.sealed(&scope, &error_response(&ApiError::InsufficientFunds));
+        let answer = self
+            .claim_and_answer(&request, &scope, &claim, &payment, &insufficient_funds)
+            .await;
+        self.journal_answer(&scope, &claim.fingerprint, &answer);
+        answer
+    }
 
+    /// Notes the request and its answer in the request journal (a conflicting retry with its
+    /// command, for the console's diff).
+    fn journal_answer(&self, scope: &Scope, fingerprint: &Fingerprint, answer: &Answer) {
+        let error_code = (answer.response.status >= 400)
+            .then(|| serde_json::from_slice::<serde_json::Value>(&answer.response.body).ok())
+            .flatten()
+            .and_then(|body| body["errorCode"].as_str().map(str::to_owned));
+        let conflicting = error_code.as_deref() == Some(ApiError::KeyReusedWithDifferentRequest.code());
+        self.journal.record(JournalEntry {
+            record: RecordRef {
+                tenant_id: scope.tenant_id.to_string(),
+                operation: scope.operation.to_owned(),
+                key: scope.key.as_str().to_owned(),
+            },
+            at: Utc::now(),
+            fingerprint: fingerprint.sha256_hex.clone(),
+            canonical_command: conflicting.then(|| fingerprint.canonical.clone()),
+            status_code: answer.response.status,
+            error_code,
+            replayed: answer.replayed,
+        });
+    }
+
+    async fn claim_and_answer(
+        &self,
+        request: &CreatePaymentRequest,
+        scope: &Scope,
+        claim: &NewClaim,
+        payment: &NewPayment,
+        insufficient_funds: &StoredResponse,
+    ) -> Answer {
         match self
             .store
-            .claim_create_payment(&claim, &payment, &insufficient_funds)
+            .claim_create_payment(claim, payment, insufficient_funds)
             .await
         {
             Ok(ClaimOutcome::Claimed {
@@ -264,11 +325,12 @@ impl PaymentsEngine {
                     self.count(&scope.tenant_id, Outcome::ExpiredRetry);
                 }
                 self.count(&scope.tenant_id, Outcome::NewExecution);
-                let view = PaymentView::of_new(&payment, PaymentStatus::Processing, payment_created_at);
+                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
                 let owner = Owner::Keyed {
-                    scope: &scope,
+                    scope,
                     lease_version,
                     expires_at,
+                    audit: None,
                 };
                 self.execute(
                     owner,
@@ -279,7 +341,7 @@ impl PaymentsEngine {
                 )
                 .await
             }
-            Ok(ClaimOutcome::Existing(found)) => self.answer_existing(&request, &scope, found).await,
+            Ok(ClaimOutcome::Existing(found)) => self.answer_existing(request, scope, found).await,
             Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
                 Answer::error(ApiError::InsufficientFunds, Some(expires_at))
             }
@@ -381,6 +443,10 @@ impl PaymentsEngine {
         };
         let event_id = new_event_id();
         let completion = PaymentCompletion {
+            audit: match owner {
+                Owner::Keyed { audit, .. } => audit.cloned(),
+                Owner::Unkeyed => None,
+            },
             payment_id: PaymentId::from_stored(payment.id.clone()),
             verdict,
             provider_charge_id: charge.charge_id.clone(),
@@ -444,7 +510,66 @@ impl PaymentsEngine {
             } => lease_version,
             _ => return None,
         };
-        Some(self.take_over_and_resume(scope, &found, lease_version).await)
+        Some(
+            self.take_over_and_resume(scope, &found, lease_version, None)
+                .await,
+        )
+    }
+
+    /// What the provider says about a payment right now.
+    pub async fn provider_evidence(&self, payment_id: &str) -> ProviderEvidence {
+        match self.provider.find_charge(payment_id).await {
+            Ok(Some(charge)) => ProviderEvidence::Charged {
+                charge_id: charge.charge_id,
+                status: match charge.status {
+                    ChargeStatus::Succeeded => "succeeded".to_owned(),
+                    ChargeStatus::Declined => "declined".to_owned(),
+                },
+            },
+            Ok(None) => ProviderEvidence::NoCharge,
+            Err(error) => ProviderEvidence::Unreachable {
+                problem: error.to_string(),
+            },
+        }
+    }
+
+    /// An operator's reconciliation of a record that needs one (an unknown outcome, or a dead
+    /// owner's record): guarded by the version the operator previewed and by the provider's
+    /// answer, asked again now, which must still call for `action`. The completion and the
+    /// audit entry commit together.
+    pub async fn reconcile(
+        &self,
+        scope: &Scope,
+        previewed_version: i64,
+        action: ReconcileAction,
+        audit: &AuditEntry,
+    ) -> Result<Answer, ReconcileRefusal> {
+        let found = self
+            .store
+            .load_record(scope)
+            .await
+            .map_err(|error| ReconcileRefusal::Unavailable(error.to_string()))?
+            .ok_or(ReconcileRefusal::Changed)?;
+        let needs_operator = match found.record.status {
+            RecordStatus::UnknownRequiresRecovery => true,
+            RecordStatus::InProgress => found.record.locked_until.is_none_or(|until| until <= found.now),
+            _ => false,
+        };
+        if !needs_operator || found.record.lease_version != previewed_version {
+            return Err(ReconcileRefusal::Changed);
+        }
+        let payment_id = found.record.resource_id.clone().unwrap_or_default();
+        match (self.provider_evidence(&payment_id).await, action) {
+            (ProviderEvidence::Charged { .. }, ReconcileAction::ApplyProviderResult)
+            | (ProviderEvidence::NoCharge, ReconcileAction::RetryCharge) => {}
+            (ProviderEvidence::Unreachable { problem }, _) => {
+                return Err(ReconcileRefusal::ProviderUnreachable(problem));
+            }
+            _ => return Err(ReconcileRefusal::EvidenceChanged),
+        }
+        Ok(self
+            .take_over_and_resume(scope, &found, previewed_version, Some(audit))
+            .await)
     }
 
     /// A payment made without a key whose provider answer was lost: ask the provider by its
@@ -474,6 +599,7 @@ impl PaymentsEngine {
         scope: &Scope,
         found: &RecordAt,
         stale_lease_version: i64,
+        audit: Option<&AuditEntry>,
     ) -> Answer {
         let expires_at = Some(found.record.expires_at);
         let taken = self
@@ -514,6 +640,7 @@ impl PaymentsEngine {
             scope,
             lease_version,
             expires_at,
+            audit,
         };
         self.execute(owner, &scope.tenant_id, &payment, version, Charging::AskFirst)
             .await
@@ -599,7 +726,7 @@ impl PaymentsEngine {
             Decision::TakeOver {
                 lease_version,
                 resume_from: ProgressStep::ProviderRequestSent,
-            } => Box::pin(self.take_over_and_resume(scope, found, lease_version)).await,
+            } => Box::pin(self.take_over_and_resume(scope, found, lease_version, None)).await,
             // No other step is ever left durable by an owner (the local transaction moves a
             // record to PROVIDER_REQUEST_SENT at once), and no key is released into
             // FAILED_RETRYABLE yet: such a record waits like an in-progress one.
@@ -613,7 +740,7 @@ impl PaymentsEngine {
                 retry_after_secs,
             ),
             Decision::Recover { lease_version } => {
-                Box::pin(self.take_over_and_resume(scope, found, lease_version)).await
+                Box::pin(self.take_over_and_resume(scope, found, lease_version, None)).await
             }
             Decision::Expired => match self.settings.expiry.after_expiry {
                 AfterExpiry::Reject => {

@@ -4,6 +4,7 @@
 //! Time comparisons that matter (leases, windows) use the database's clock, never an
 //! instance's, so that several `serve` instances agree.
 
+pub mod console;
 pub mod operators;
 mod postgres;
 pub mod retention;
@@ -20,9 +21,7 @@ use crate::idempotency::claim::{ClaimOutcome, NewClaim, PaymentCompletion, Scope
 use crate::idempotency::record::RecordAt;
 use crate::payments::account::NewAccount;
 use crate::payments::payment::NewPayment;
-use app::dto::{RecordStatus, StatusCount};
 use sqlx::migrate::Migrator;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -104,7 +103,9 @@ pub enum Readiness {
 
 /// Everything Idem keeps, one concern per supertrait.
 #[async_trait::async_trait]
-pub trait Store: retention::RetentionStore + operators::OperatorStore + Send + Sync + 'static {
+pub trait Store:
+    retention::RetentionStore + operators::OperatorStore + console::ConsoleStore + Send + Sync + 'static
+{
     fn dialect(&self) -> Dialect;
 
     /// Applies every pending migration of this dialect.
@@ -112,9 +113,6 @@ pub trait Store: retention::RetentionStore + operators::OperatorStore + Send + S
 
     /// `Err(Unavailable)` when the database cannot be reached.
     async fn readiness(&self) -> Result<Readiness, StoreError>;
-
-    /// A count for every record status, zeros included, in `RecordStatus::ALL` order.
-    async fn count_records_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
 
     /// `Err(AlreadyExists)` when a tenant has this name.
     async fn create_tenant(
@@ -328,26 +326,6 @@ fn readiness_of(applied_versions: &[i64], migrator: &Migrator) -> Readiness {
     }
 }
 
-fn zero_filled_counts(rows: Vec<(String, i64)>) -> Result<Vec<StatusCount>, StoreError> {
-    let mut counts: BTreeMap<RecordStatus, u64> =
-        RecordStatus::ALL.into_iter().map(|status| (status, 0)).collect();
-    for (status, count) in rows {
-        let status: RecordStatus = status
-            .parse()
-            .map_err(|error| StoreError::Corrupt(format!("{error}")))?;
-        let count =
-            u64::try_from(count).map_err(|_| StoreError::Corrupt(format!("negative count for {status}")))?;
-        counts.insert(status, count);
-    }
-    Ok(RecordStatus::ALL
-        .into_iter()
-        .map(|status| StatusCount {
-            status,
-            count: counts.get(&status).copied().unwrap_or_default(),
-        })
-        .collect())
-}
-
 /// Principal rows: (api key id, tenant id, require_idempotency_key, pinned_api_version).
 type PrincipalRow = (String, String, bool, String);
 
@@ -372,7 +350,6 @@ const AUTHENTICATE_API_KEY: &str = "select k.id, k.tenant_id, t.require_idempote
      where k.key_hash = $1 and k.revoked_at is null";
 const INSERT_ACCOUNT: &str =
     "insert into accounts (tenant_id, id, currency, balance_minor) values ($1, $2, $3, $4)";
-const COUNT_RECORDS_BY_STATUS: &str = "select status, count(*) from idempotency_records group by status";
 const APPLIED_MIGRATIONS: &str = "select version from _sqlx_migrations where success";
 
 #[cfg(test)]
@@ -417,32 +394,5 @@ mod tests {
             url: "postgres://idem@db/idem".into(),
         };
         assert_eq!(no_password.redacted(), "postgres://idem@db/idem");
-    }
-
-    #[test]
-    fn counts_are_zero_filled_and_in_status_order() {
-        let counts = zero_filled_counts(vec![("COMPLETED".into(), 3)]).expect("valid rows");
-        assert_eq!(counts.len(), RecordStatus::ALL.len());
-        assert_eq!(
-            counts[1],
-            StatusCount {
-                status: RecordStatus::Completed,
-                count: 3
-            }
-        );
-        assert!(
-            counts
-                .iter()
-                .filter(|c| c.status != RecordStatus::Completed)
-                .all(|c| c.count == 0)
-        );
-    }
-
-    #[test]
-    fn an_unknown_stored_status_is_reported_not_hidden() {
-        assert!(matches!(
-            zero_filled_counts(vec![("DONE".into(), 1)]),
-            Err(StoreError::Corrupt(_))
-        ));
     }
 }

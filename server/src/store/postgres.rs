@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::console::{ConsoleSql, impl_console_store};
 use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
@@ -107,6 +108,39 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
          where (at, id) < ($1::timestamptz, $2) order by at desc, id desc limit $3",
 };
 
+const CONSOLE_SQL: ConsoleSql = ConsoleSql {
+    outcome_series: "select cast(floor(extract(epoch from bucket_start) / $1::bigint) * $1::bigint as bigint), \
+         outcome, cast(sum(count) as bigint) from outcome_buckets \
+         where bucket_start >= to_timestamp($2::bigint) and bucket_start < to_timestamp($3::bigint) \
+         and ($4::text = '' or tenant_id = $4) and ($5::text = '' or operation_name = $5) \
+         group by 1, outcome order by 1",
+    record_gauges: "select \
+         (select count(*) from idempotency_records where status = 'IN_PROGRESS'), \
+         (select count(*) from idempotency_records where status = 'IN_PROGRESS' and locked_until <= now()), \
+         (select coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
+             from idempotency_records where status = 'IN_PROGRESS' and locked_until <= now()), \
+         (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), \
+         (select coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
+             from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), \
+         (select count(*) from idempotency_records \
+             where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= $1)",
+    list_records: "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
+         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
+         where ($1::text = '' or status = $1) and ($2::text = '' or progress_step = $2) \
+         and ($3::text = '' or tenant_id = $3) and ($4::text = '' or operation_name = $4) \
+         and ($5::text = '' or substr(idempotency_key, 1, length($5)) = $5) \
+         and created_at >= $6::timestamptz and created_at < $7::timestamptz \
+         and (created_at, tenant_id, operation_name, idempotency_key) < ($8::timestamptz, $9, $10, $11) \
+         order by created_at desc, tenant_id desc, operation_name desc, idempotency_key desc limit $12",
+    recovery_queue: "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
+         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
+         where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= now()) \
+         order by created_at limit $1",
+    insert_journal: "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+         fingerprint, canonical_command, status_code, error_code, replayed) \
+         values ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10)",
+};
+
 /// The production store: several `serve` instances share one PostgreSQL database.
 pub struct PostgresStore {
     pool: PgPool,
@@ -137,3 +171,4 @@ impl_store!(
 );
 impl_retention_store!(PostgresStore, sqlx::Postgres, RETENTION_SQL);
 impl_operator_store!(PostgresStore, sqlx::Postgres, OPERATOR_SQL);
+impl_console_store!(PostgresStore, sqlx::Postgres, CONSOLE_SQL);

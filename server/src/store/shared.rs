@@ -387,15 +387,6 @@ macro_rules! impl_store {
                 Ok($crate::store::readiness_of(&applied, &$migrator))
             }
 
-            async fn count_records_by_status(
-                &self,
-            ) -> Result<Vec<app::dto::StatusCount>, $crate::store::StoreError> {
-                let rows = sqlx::query_as($crate::store::COUNT_RECORDS_BY_STATUS)
-                    .fetch_all(&self.pool)
-                    .await?;
-                $crate::store::zero_filled_counts(rows)
-            }
-
             async fn create_tenant(
                 &self,
                 id: &$crate::auth::tenant::TenantId,
@@ -647,6 +638,9 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                 self.settle_payment_in(&mut tx, completion).await?;
+                if let Some(audit) = &completion.audit {
+                    Self::audit_in(&mut tx, audit).await?;
+                }
                 tx.commit().await?;
                 Ok(true)
             }

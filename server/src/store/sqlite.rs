@@ -1,4 +1,5 @@
 use super::StoreError;
+use super::console::{ConsoleSql, impl_console_store};
 use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
@@ -172,6 +173,56 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
          where (at, id) < ($1, $2) order by at desc, id desc limit $3",
 };
 
+/// Seconds (float) since the oldest `created_at` of the rows a query selects.
+macro_rules! age_of_oldest {
+    () => {
+        "coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0)"
+    };
+}
+
+const CONSOLE_SQL: ConsoleSql = ConsoleSql {
+    outcome_series: "select (cast(strftime('%s', bucket_start) as integer) / $1) * $1, outcome, sum(count) \
+         from outcome_buckets \
+         where bucket_start >= strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') \
+         and bucket_start < strftime('%Y-%m-%dT%H:%M:%fZ', $3, 'unixepoch') \
+         and ($4 = '' or tenant_id = $4) and ($5 = '' or operation_name = $5) \
+         group by 1, outcome order by 1",
+    record_gauges: concat!(
+        "select (select count(*) from idempotency_records where status = 'IN_PROGRESS'), ",
+        "(select count(*) from idempotency_records where status = 'IN_PROGRESS' and locked_until <= ",
+        now!(),
+        "), (select ",
+        age_of_oldest!(),
+        " from idempotency_records where status = 'IN_PROGRESS' and locked_until <= ",
+        now!(),
+        "), (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), ",
+        "(select ",
+        age_of_oldest!(),
+        " from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), ",
+        "(select count(*) from idempotency_records ",
+        "where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= $1)"
+    ),
+    list_records: "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
+         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
+         where ($1 = '' or status = $1) and ($2 = '' or progress_step = $2) \
+         and ($3 = '' or tenant_id = $3) and ($4 = '' or operation_name = $4) \
+         and ($5 = '' or substr(idempotency_key, 1, length($5)) = $5) \
+         and created_at >= $6 and created_at < $7 \
+         and (created_at, tenant_id, operation_name, idempotency_key) \
+             < (strftime('%Y-%m-%dT%H:%M:%fZ', $8), $9, $10, $11) \
+         order by created_at desc, tenant_id desc, operation_name desc, idempotency_key desc limit $12",
+    recovery_queue: concat!(
+        "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, ",
+        "provider_reference, created_at, updated_at, recovery_attempts from idempotency_records ",
+        "where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= ",
+        now!(),
+        ") order by created_at limit $1"
+    ),
+    insert_journal: "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+         fingerprint, canonical_command, status_code, error_code, replayed) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+};
+
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy
 /// timeout so that writers queue instead of failing, foreign keys enforced.
 pub struct SqliteStore {
@@ -213,3 +264,4 @@ impl SqliteStore {
 impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
 impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);
 impl_operator_store!(SqliteStore, sqlx::Sqlite, OPERATOR_SQL);
+impl_console_store!(SqliteStore, sqlx::Sqlite, CONSOLE_SQL);

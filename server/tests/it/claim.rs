@@ -86,6 +86,7 @@ impl Fixture {
 
 fn completion(payment: &NewPayment, verdict: ProviderVerdict) -> PaymentCompletion {
     PaymentCompletion {
+        audit: None,
         payment_id: payment.id.clone(),
         verdict,
         provider_charge_id: "ch_000001".to_owned(),

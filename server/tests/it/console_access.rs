@@ -14,7 +14,7 @@ conformance! {
         assert_eq!(page.headers()["location"], "/sign-in?next=/");
         let deep = app.get("/records/abc").await;
         assert_eq!(deep.headers()["location"], "/sign-in?next=/records/abc");
-        assert_eq!(app.server_fn("console/overview").await.status(), 401);
+        assert_eq!(app.server_fn("console/whoami").await.status(), 401);
         assert_eq!(app.server_fn("console/whoami").await.status(), 401);
         assert_eq!(app.get("/sign-in").await.status(), 200);
         assert_eq!(app.get("/pkg/idem.css").await.status(), 200);
@@ -63,7 +63,7 @@ conformance! {
         for origin in [None, Some("http://evil.example"), Some("null")] {
             let mut request = app
                 .client
-                .post(app.url("/api/console/overview"))
+                .post(app.url("/api/console/whoami"))
                 .header("cookie", &cookie)
                 .header("content-type", "application/x-www-form-urlencoded");
             if let Some(origin) = origin {
@@ -80,7 +80,7 @@ conformance! {
             .await
             .expect("POST");
         assert_eq!(forged_sign_out.status(), 403);
-        assert_eq!(app.server_fn("console/overview").await.status(), 200, "still signed in");
+        assert_eq!(app.server_fn("console/whoami").await.status(), 200, "still signed in");
     }
 
     async fn signing_out_or_a_new_password_ends_the_session(db) {

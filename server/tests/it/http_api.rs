@@ -1,7 +1,7 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
 use crate::support::{Dialect, TestDatabase, conformance, spawn_app, spawn_app_with_store};
-use app::dto::{OperatorRole, Overview};
+use app::dto::{Dashboard, OperatorRole};
 use serde_json::Value;
 
 conformance! {
@@ -28,26 +28,57 @@ conformance! {
         assert_eq!(body["appliedMigrations"], 0);
     }
 
-    async fn the_overview_server_function_reads_real_counts(db) {
+    async fn the_dashboard_reads_outcome_buckets_and_live_gauges(db) {
         let mut app = spawn_app(db).await;
         app.sign_in("vera", OperatorRole::Viewer).await;
-        let overview: Overview = app.server_fn("console/overview").await.json().await.expect("overview json");
-        assert_eq!(overview.total(), 0);
-        assert_eq!(overview.counts.len(), 6);
+        let dashboard: Dashboard = app
+            .server_fn_with("console/dashboard", "range=1h&tenant=&operation=")
+            .await
+            .json()
+            .await
+            .expect("dashboard json");
+        assert_eq!(dashboard.series.len(), 8);
+        assert_eq!(dashboard.series[0].points.len(), 60, "one point per minute");
+        assert!(dashboard.series.iter().all(|series| series.total == 0));
+        assert_eq!(dashboard.live.unknown, 0);
 
+        let now = idem::store::rfc3339_millis(chrono::Utc::now());
+        let minute = &now[..16];
         app.db
-            .execute(
+            .execute(&format!(
                 "insert into tenants (id, name) values ('ten_1', 'acme');
                  insert into idempotency_records (tenant_id, operation_name, idempotency_key,
                    fingerprint_version, request_fingerprint, canonical_command, status, progress_step,
                    created_by, expires_at)
-                 values ('ten_1', 'create_payment', 'k1', 1, 'f', '{}', 'UNKNOWN_REQUIRES_RECOVERY',
-                   'PROVIDER_REQUEST_SENT', 'key_1', '2030-01-01T00:00:00.000Z')",
-            )
+                 values ('ten_1', 'create_payment', 'k1', 1, 'f', '{{}}', 'UNKNOWN_REQUIRES_RECOVERY',
+                   'PROVIDER_REQUEST_SENT', 'key_1', '2030-01-01T00:00:00.000Z');
+                 insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count)
+                 values ('{minute}:00.000Z', 'ten_1', 'create_payment', 'replay', 3),
+                        ('{minute}:00.000Z', 'ten_1', 'create_payment', 'conflict_different_request', 2),
+                        ('2020-01-01T00:00:00.000Z', 'ten_1', 'create_payment', 'replay', 100)"
+            ))
             .await
-            .expect("arrange a record");
-        let overview: Overview = app.server_fn("console/overview").await.json().await.expect("overview json");
-        assert_eq!(overview.total(), 1);
+            .expect("arrange a record and counts");
+        let total = |dashboard: &Dashboard, outcome: &str| {
+            dashboard.series.iter().find(|series| series.outcome == outcome).expect("series").total
+        };
+        let dashboard: Dashboard = app
+            .server_fn_with("console/dashboard", "range=1h&tenant=ten_1&operation=create_payment")
+            .await
+            .json()
+            .await
+            .expect("dashboard json");
+        assert_eq!(total(&dashboard, "replay"), 3, "only the range is counted");
+        assert_eq!(total(&dashboard, "conflict_different_request"), 2);
+        assert_eq!(dashboard.live.unknown, 1);
+        assert_eq!(dashboard.tenants.len(), 1);
+        let other_tenant: Dashboard = app
+            .server_fn_with("console/dashboard", "range=7d&tenant=ten_other&operation=")
+            .await
+            .json()
+            .await
+            .expect("dashboard json");
+        assert_eq!(total(&other_tenant, "replay"), 0, "filtered by tenant");
     }
 
     async fn the_console_is_rendered_on_the_server_with_the_data(db) {
@@ -57,8 +88,9 @@ conformance! {
         assert_eq!(page.status(), 200);
         assert!(page.headers()["content-type"].to_str().expect("ascii").starts_with("text/html"));
         let html = page.text().await.expect("html");
-        assert!(html.contains("<title>Overview · Idem</title>"), "{html}");
-        assert!(html.contains(r#"data-status="UNKNOWN_REQUIRES_RECOVERY""#), "counts rendered: {html}");
+        assert!(html.contains("<title>Dashboard · Idem</title>"), "{html}");
+        assert!(html.contains(r#"data-gauge="unknown""#), "gauges rendered on the server: {html}");
+        assert!(html.contains(r#"data-series="replay""#), "charts rendered on the server: {html}");
         assert!(html.contains("/pkg/idem.js"), "hydration script referenced");
         assert!(html.contains("/pkg/idem.wasm"), "wasm named as the build names it");
 
@@ -130,7 +162,7 @@ async fn request_bodies_over_the_limit_are_refused() {
     let app = spawn_app(TestDatabase::create(Dialect::Sqlite).await).await;
     let response = app
         .client
-        .post(app.url("/api/console/overview"))
+        .post(app.url("/api/console/dashboard"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(vec![b'a'; 64 * 1024])
         .send()
@@ -158,10 +190,12 @@ async fn readiness_fails_when_the_database_goes_away() {
         "the process itself is still alive"
     );
 
-    let overview = app.server_fn("console/overview").await;
+    let dashboard = app
+        .server_fn_with("console/dashboard", "range=1h&tenant=&operation=")
+        .await;
     assert!(
-        overview.status().is_server_error(),
+        dashboard.status().is_server_error(),
         "the console reports the outage: {}",
-        overview.status()
+        dashboard.status()
     );
 }

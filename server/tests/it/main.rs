@@ -6,6 +6,7 @@ mod cancellation;
 mod claim;
 mod cli;
 mod console_access;
+mod console_api;
 mod fingerprint;
 mod http_api;
 mod payments_api;

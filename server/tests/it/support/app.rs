@@ -4,6 +4,7 @@ use idem::auth::operator::Password;
 use idem::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::http::rate_limit::ApiRateLimit;
 use idem::http::{self, AppState, HttpSettings};
+use idem::idempotency::journal::RequestJournal;
 use idem::idempotency::sealing::ResponseSealer;
 use idem::metrics::OutcomeCounter;
 use idem::metrics::prometheus::Exposition;
@@ -136,6 +137,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         request_timeout: Duration::from_secs(10),
         body_limit_bytes: 16 * 1024,
         secure_cookies: false,
+        recovery_max_attempts: 10,
     };
     // The provider simulator, in-process as `idem serve` runs it by default.
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -151,6 +153,7 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         store.clone(),
         provider,
         Arc::new(OutcomeCounter::default()),
+        Arc::new(RequestJournal::default()),
         Arc::new(ResponseSealer::load_or_create(&site_root.path().join("keys")).expect("sealing key")),
         EngineSettings {
             lease: Duration::from_secs(30),

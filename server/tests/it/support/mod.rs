@@ -9,7 +9,7 @@ pub use app::{OPERATOR_PASSWORD, session_cookie, spawn_app, spawn_app_with_store
 pub use database::TestDatabase;
 pub use idem::store::Dialect;
 pub use process::{
-    IdemProcess, TEST_RESPONSE_KEYS, idem_command, seed_tenant, seed_tenant_with, serve_recovering,
+    IdemProcess, TEST_RESPONSE_KEYS, admin, idem_command, seed_tenant, seed_tenant_with, serve_recovering,
 };
 
 /// Runs the same test body against PostgreSQL (a fresh database per test) and SQLite (a fresh

@@ -1,0 +1,75 @@
+use super::widgets::{Time, load_error};
+use crate::api::get_audit;
+use crate::dto::AuditEntryView;
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+/// Who did what, when, why, and how it ended; newest first, older pages by link.
+#[component]
+pub fn AuditPage() -> impl IntoView {
+    let query = use_query_map();
+    let entries = Resource::new(move || query.read().get("before").unwrap_or_default(), get_audit);
+    view! {
+        <Title text="Audit" />
+        <section class="panel">
+            <h1>"Audit log"</h1>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                <ErrorBoundary fallback=load_error>
+                    {move || Suspend::new(async move {
+                        entries.await.map(|entries| {
+                            let older = entries.last().map(|last| {
+                                let cursor = serde_json::to_string(&(&last.at, &last.id)).unwrap_or_default();
+                                format!("/audit?before={}", crate::dto::encode_segment(&cursor))
+                            });
+                            view! {
+                                <AuditTable entries />
+                                {older.map(|href| view! { <a class="button" href=href rel="next">"Older"</a> })}
+                            }
+                        })
+                    })}
+                </ErrorBoundary>
+            </Transition>
+        </section>
+    }
+}
+
+#[component]
+pub fn AuditTable(entries: Vec<AuditEntryView>) -> impl IntoView {
+    if entries.is_empty() {
+        return view! { <p class="muted">"No entries."</p> }.into_any();
+    }
+    view! {
+        <table class="audit">
+            <thead>
+                <tr>
+                    <th scope="col">"When"</th>
+                    <th scope="col">"Who"</th>
+                    <th scope="col">"What"</th>
+                    <th scope="col">"Target"</th>
+                    <th scope="col">"Why"</th>
+                    <th scope="col">"Result"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {entries
+                    .into_iter()
+                    .map(|entry| {
+                        let (action, result) = (entry.action.clone(), entry.result.clone());
+                        view! {
+                            <tr data-action=action data-result=result>
+                                <td><Time at=entry.at /></td>
+                                <td>{entry.actor}</td>
+                                <td>{entry.action}</td>
+                                <td>{entry.target.unwrap_or_default()}</td>
+                                <td>{entry.reason.unwrap_or_default()}</td>
+                                <td title=entry.details.unwrap_or_default()>{entry.result}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}

@@ -1,0 +1,110 @@
+//! Guarded reconciliation: a read-only preview that asks the provider and lists exactly what
+//! applying changes; then a typed reason; then apply, which the server re-checks (record
+//! version, provider answer) and audits in the same transaction.
+
+use crate::api::{apply_reconcile, preview_reconcile};
+use crate::dto::{ProviderEvidence, ReconcilePreview, ReconcileResult, RecordRef};
+use leptos::prelude::*;
+
+/// At least this many characters of reason (the server checks the same).
+const MIN_REASON: usize = 5;
+
+pub fn evidence_text(evidence: &ProviderEvidence) -> String {
+    match evidence {
+        ProviderEvidence::Charged { charge_id, status } => {
+            format!("the provider has charge {charge_id}: {status}")
+        }
+        ProviderEvidence::NoCharge => "the provider has no charge for this payment".to_owned(),
+        ProviderEvidence::Unreachable { problem } => format!("the provider did not answer: {problem}"),
+    }
+}
+
+#[component]
+pub fn PreviewView(preview: ReconcilePreview) -> impl IntoView {
+    view! {
+        <p data-evidence>{evidence_text(&preview.evidence)}</p>
+        <p>"Applying will:"</p>
+        <ul class="changes">{preview.changes.into_iter().map(|change| view! { <li>{change}</li> }).collect_view()}</ul>
+    }
+}
+
+#[component]
+pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileResult>>) -> impl IntoView {
+    let preview = Action::new(|record: &RecordRef| preview_reconcile(record.clone()));
+    let apply = Action::new(|(preview, reason): &(ReconcilePreview, String)| {
+        let preview = preview.clone();
+        let reason = reason.clone();
+        async move {
+            let action = preview
+                .action
+                .ok_or_else(|| ServerFnError::new("nothing can be applied"))?;
+            apply_reconcile(preview.record, preview.version, action, reason).await
+        }
+    });
+    let reason = RwSignal::new(String::new());
+    // A result outlives this panel (the record page reloads and may no longer offer it).
+    Effect::new(move |_| {
+        if let Some(Ok(result)) = apply.value().get() {
+            applied.set(Some(result));
+        }
+    });
+    view! {
+        <section class="panel reconcile" role="dialog" aria-labelledby="reconcile-title" aria-modal="false">
+            <h2 id="reconcile-title">"Reconcile with the provider"</h2>
+            <button type="button" class="button" on:click=move |_| { preview.dispatch(record.clone()); }>
+                "Preview"
+            </button>
+            {move || {
+                preview
+                    .value()
+                    .get()
+                    .map(|result| match result {
+                        Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
+                        Ok(previewed) => {
+                            let can_apply = previewed.action.is_some();
+                            let for_apply = previewed.clone();
+                            view! {
+                                <div class="preview" data-preview>
+                                    <PreviewView preview=previewed />
+                                    <Show when=move || can_apply>
+                                        <label class="reason">
+                                            "Reason (goes into the audit log)"
+                                            <textarea
+                                                name="reason"
+                                                rows="2"
+                                                prop:value=move || reason.get()
+                                                on:input=move |event| reason.set(event_target_value(&event))
+                                            ></textarea>
+                                        </label>
+                                        <button
+                                            type="button"
+                                            class="button primary"
+                                            disabled=move || {
+                                                reason.get().trim().chars().count() < MIN_REASON || apply.pending().get()
+                                            }
+                                            on:click={
+                                                let for_apply = for_apply.clone();
+                                                move |_| {
+                                                    apply.dispatch((for_apply.clone(), reason.get_untracked()));
+                                                }
+                                            }
+                                        >
+                                            "Apply"
+                                        </button>
+                                    </Show>
+                                </div>
+                            }
+                                .into_any()
+                        }
+                    })
+            }}
+            {move || {
+                apply
+                    .value()
+                    .get()
+                    .and_then(Result::err)
+                    .map(|error| view! { <p class="error" role="alert">{error.to_string()}</p> })
+            }}
+        </section>
+    }
+}

@@ -1,0 +1,385 @@
+use super::reconcile::ReconcilePanel;
+use super::widgets::{StatusBadge, Time, load_error};
+use crate::api::{find_records, get_record, list_records, whoami};
+use crate::dto::{
+    OperatorRole, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus, RecordSummary,
+};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+
+/// The records browser: exact look-up (key, payment id, provider charge id) or a filtered,
+/// keyset-paginated list, newest first. Filters are a GET form, so every view has a link.
+#[component]
+pub fn RecordsPage() -> impl IntoView {
+    let query = use_query_map();
+    let param = move |name: &str| query.read().get(name).unwrap_or_default();
+    let filter = move || RecordFilter {
+        status: param("status"),
+        step: param("step"),
+        tenant: param("tenant"),
+        operation: param("operation"),
+        key_prefix: param("key_prefix"),
+        from: param("from"),
+        to: param("to"),
+        after: param("after"),
+    };
+    let needle = move || param("q");
+    let page = Resource::new(filter, list_records);
+    let found = Resource::new(needle, find_records);
+
+    view! {
+        <Title text="Records" />
+        <section class="panel">
+            <h1>"Idempotency records"</h1>
+            <form method="get" action="/records" class="search" role="search">
+                <label>
+                    "Look up "
+                    <input
+                        type="search"
+                        name="q"
+                        id="search"
+                        placeholder="idempotency key, payment id or provider charge id   ( / )"
+                        value=needle
+                        autocomplete="off"
+                    />
+                </label>
+                <button type="submit" class="button">
+                    "Find"
+                </button>
+            </form>
+            <Show when=move || !needle().is_empty()>
+                <Transition fallback=|| view! { <p class="muted">"Looking…"</p> }>
+                    <ErrorBoundary fallback=load_error>
+                        {move || Suspend::new(async move {
+                            found.await.map(|rows| view! { <RecordTable rows caption="Exact matches" /> })
+                        })}
+                    </ErrorBoundary>
+                </Transition>
+            </Show>
+            <form method="get" action="/records" class="filters" aria-label="Filter records">
+                <label>
+                    "Status"
+                    <select name="status">
+                        <option value="">"any"</option>
+                        {RecordStatus::ALL
+                            .into_iter()
+                            .map(|status| {
+                                let name = status.as_str();
+                                view! {
+                                    <option value=name selected=move || param("status") == name>
+                                        {name}
+                                    </option>
+                                }
+                            })
+                            .collect_view()}
+                    </select>
+                </label>
+                <label>"Tenant id " <input name="tenant" value=move || param("tenant") size="14" /></label>
+                <label>"Key prefix " <input name="key_prefix" value=move || param("key_prefix") size="14" /></label>
+                <label>"From " <input name="from" placeholder="2026-11-29T00:00:00Z" value=move || param("from") size="20" /></label>
+                <label>"To " <input name="to" value=move || param("to") size="20" /></label>
+                <button type="submit" class="button">
+                    "Filter"
+                </button>
+            </form>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                <ErrorBoundary fallback=load_error>
+                    {move || Suspend::new(async move {
+                        page.await
+                            .map(|page| {
+                                let next = page.next.map(|cursor| {
+                                    let mut link = query.read_untracked().clone();
+                                    link.replace("after", cursor);
+                                    format!("/records{}", link.to_query_string())
+                                });
+                                view! {
+                                    <RecordTable rows=page.rows caption="Newest first" />
+                                    {next.map(|href| view! { <a class="button" href=href rel="next">"Next page"</a> })}
+                                }
+                            })
+                    })}
+                </ErrorBoundary>
+            </Transition>
+        </section>
+    }
+}
+
+#[component]
+pub fn RecordTable(rows: Vec<RecordSummary>, #[prop(into)] caption: String) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p class="muted">"No records."</p> }.into_any();
+    }
+    view! {
+        <table class="records">
+            <caption>{caption}</caption>
+            <thead>
+                <tr>
+                    <th scope="col">"Key"</th>
+                    <th scope="col">"Status"</th>
+                    <th scope="col">"Step"</th>
+                    <th scope="col">"Payment"</th>
+                    <th scope="col">"Created"</th>
+                    <th scope="col" class="num">"Recovery tries"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {rows
+                    .into_iter()
+                    .map(|row| {
+                        view! {
+                            <tr data-key=row.record.key.clone()>
+                                <th scope="row">
+                                    <a href=row.record.href()>{row.record.key.clone()}</a>
+                                    <span class="muted">" " {row.record.tenant_id.clone()}</span>
+                                </th>
+                                <td>
+                                    <StatusBadge status=row.status />
+                                </td>
+                                <td>{row.step}</td>
+                                <td>{row.resource_id.unwrap_or_default()}</td>
+                                <td>
+                                    <Time at=row.created_at />
+                                </td>
+                                <td class="num">{row.recovery_attempts}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+/// One record's whole story: scope, fingerprint and command, every request that came with
+/// the key (a different one with what it changed), the timeline and lease, the payment, its
+/// events, the audit trail, and, for operators, reconciliation.
+#[component]
+pub fn RecordPage() -> impl IntoView {
+    let params = use_params_map();
+    let record = move || RecordRef {
+        tenant_id: params.read().get("tenant").unwrap_or_default(),
+        operation: params.read().get("operation").unwrap_or_default(),
+        key: params.read().get("key").unwrap_or_default(),
+    };
+    let (applied, set_applied) = signal(None::<ReconcileResult>);
+    let detail = Resource::new(
+        move || (record(), applied.get()),
+        |(record, _)| get_record(record),
+    );
+    let operator = Resource::new(|| (), |_| whoami());
+    view! {
+        <Title text="Record" />
+        {move || {
+            applied
+                .get()
+                .map(|result| {
+                    view! {
+                        <p class=if result.ok { "ok" } else { "error" } role="status" data-result=result.ok.to_string()>
+                            "Reconciliation: "
+                            {result.message}
+                            {result.status.map(|status| format!("; the record is {status}"))}
+                        </p>
+                    }
+                })
+        }}
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            <ErrorBoundary fallback=load_error>
+                {move || Suspend::new(async move {
+                    let can_reconcile = operator
+                        .await
+                        .is_ok_and(|operator| operator.role >= OperatorRole::Operator);
+                    detail
+                        .await
+                        .map(|detail| match detail {
+                            Some(detail) => {
+                                view! {
+                                    <RecordView
+                                        detail
+                                        can_reconcile=can_reconcile
+                                        applied=set_applied
+                                    />
+                                }
+                                    .into_any()
+                            }
+                            None => {
+                                view! {
+                                    <section class="panel">
+                                        <h1>"No such record"</h1>
+                                        <p>"It may have expired and been deleted after its retention period."</p>
+                                    </section>
+                                }
+                                    .into_any()
+                            }
+                        })
+                })}
+            </ErrorBoundary>
+        </Transition>
+    }
+}
+
+#[component]
+fn RecordView(
+    detail: RecordDetail,
+    can_reconcile: bool,
+    applied: WriteSignal<Option<ReconcileResult>>,
+) -> impl IntoView {
+    let needs_operator = matches!(
+        detail.status,
+        RecordStatus::UnknownRequiresRecovery | RecordStatus::InProgress
+    );
+    let command = serde_json_pretty(&detail.canonical_command);
+    let field = |name: &'static str, value: String| {
+        view! {
+            <dt>{name}</dt>
+            <dd>{value}</dd>
+        }
+    };
+    let optional = |value: &Option<String>| value.clone().unwrap_or_else(|| "—".to_owned());
+    view! {
+        <section class="panel" data-record-status=detail.status.as_str()>
+            <div class="panel-head">
+                <h1>"Record " <code>{detail.record.key.clone()}</code></h1>
+                <StatusBadge status=detail.status />
+            </div>
+            <dl class="fields">
+                {field("Tenant", detail.record.tenant_id.clone())}
+                {field("Operation", detail.record.operation.clone())}
+                {field("Step", detail.step.clone())}
+                {field("Outcome kept by the tombstone", optional(&detail.settled_status))}
+                {field("Fingerprint", format!("v{} {}", detail.fingerprint_version, detail.fingerprint))}
+                {field("Payment", optional(&detail.resource_id))}
+                {field("Provider charge", optional(&detail.provider_reference))}
+                {field("Stored answer", detail.response_status_code.map_or_else(|| "—".to_owned(), |code| code.to_string()))}
+                {field("Created by API key", detail.created_by.clone())}
+            </dl>
+            <h2>"Command"</h2>
+            <pre class="command">{command}</pre>
+        </section>
+        {(can_reconcile && needs_operator)
+            .then(|| view! { <ReconcilePanel record=detail.record.clone() applied /> })}
+        <section class="panel">
+            <h2>"Requests with this key"</h2>
+            <table class="requests">
+                <thead>
+                    <tr>
+                        <th scope="col">"At"</th>
+                        <th scope="col">"Answer"</th>
+                        <th scope="col">"Request"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {detail
+                        .requests
+                        .into_iter()
+                        .map(|request| {
+                            let answer = match (&request.error_code, request.replayed) {
+                                (Some(code), _) => format!("{} {code}", request.status_code),
+                                (None, true) => format!("{} replayed", request.status_code),
+                                (None, false) => request.status_code.to_string(),
+                            };
+                            view! {
+                                <tr data-same=request.same_request.to_string()>
+                                    <td>
+                                        <Time at=request.at />
+                                    </td>
+                                    <td>{answer}</td>
+                                    <td>
+                                        {if request.same_request {
+                                            view! { <span class="muted">"same request"</span> }.into_any()
+                                        } else {
+                                            view! {
+                                                <ul class="diff">
+                                                    {request
+                                                        .changes
+                                                        .into_iter()
+                                                        .map(|change| {
+                                                            view! {
+                                                                <li data-field=change.field.clone()>
+                                                                    <code>{change.field.clone()}</code>
+                                                                    " "
+                                                                    <del>{change.before}</del>
+                                                                    " -> "
+                                                                    <ins>{change.after}</ins>
+                                                                </li>
+                                                            }
+                                                        })
+                                                        .collect_view()}
+                                                </ul>
+                                            }
+                                                .into_any()
+                                        }}
+                                    </td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </section>
+        <section class="panel">
+            <h2>"Timeline and lease"</h2>
+            <dl class="fields">
+                {field("Created", detail.created_at)}
+                {field("Updated", detail.updated_at)}
+                {field("Completed", optional(&detail.completed_at))}
+                {field("Window ends", detail.expires_at)}
+                {field("Lease owner", optional(&detail.lease_owner))}
+                {field("Lease version", detail.lease_version.to_string())}
+                {field("Lease until", optional(&detail.locked_until))}
+                {field("Recovery attempts", detail.recovery_attempts.to_string())}
+                {field("Next recovery", optional(&detail.next_recovery_at))}
+                {field("Retries after expiry", detail.expired_retries.to_string())}
+            </dl>
+        </section>
+        <section class="panel">
+            <h2>"Payment and events"</h2>
+            {detail
+                .payment
+                .map(|payment| {
+                    let status = payment.status.clone();
+                    view! {
+                        <dl class="fields" data-payment-status=status>
+                            {field("Payment", payment.id)}
+                            {field("Account", payment.account_id)}
+                            {field("Amount", format!("{} {}", payment.amount, payment.currency))}
+                            {field("Merchant reference", payment.merchant_reference)}
+                            {field("Status", payment.status)}
+                            {field("Provider charge", payment.provider_charge_id.unwrap_or_else(|| "—".to_owned()))}
+                        </dl>
+                    }
+                })}
+            <ul class="events">
+                {detail
+                    .events
+                    .into_iter()
+                    .map(|event| {
+                        view! {
+                            <li>
+                                <code>{event.event_type}</code>
+                                " "
+                                <Time at=event.created_at />
+                                {event.published_at.map_or(" (not yet published)".to_owned(), |_| " (published)".to_owned())}
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ul>
+        </section>
+        <section class="panel">
+            <h2>"Audit"</h2>
+            <super::audit::AuditTable entries=detail.audit />
+        </section>
+    }
+}
+
+/// The canonical command, indented for reading (it is stored compact).
+fn serde_json_pretty(canonical: &str) -> String {
+    if canonical.is_empty() {
+        return "(purged when the record expired)".to_owned();
+    }
+    serde_json::from_str::<serde_json::Value>(canonical)
+        .and_then(|value| serde_json::to_string_pretty(&value))
+        .unwrap_or_else(|_| canonical.to_owned())
+}

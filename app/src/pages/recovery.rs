@@ -1,0 +1,146 @@
+use super::reconcile::evidence_text;
+use super::widgets::{StatusBadge, Time, load_error};
+use crate::api::{bulk_preview, bulk_reconcile, get_recovery_queue, whoami};
+use crate::dto::{OperatorRole, ReconcilePreview, RecordRef};
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+/// Records needing attention: unknown outcomes (those the worker gave up on marked) and
+/// in-progress records whose owner died. Operators select records, preview them (the set is
+/// frozen then: exactly these ids, each at the version previewed), give one reason, apply;
+/// each record reports its own result.
+#[component]
+pub fn RecoveryPage() -> impl IntoView {
+    let (refreshes, set_refreshes) = signal(0_u32);
+    let queue = Resource::new(move || refreshes.get(), |_| get_recovery_queue());
+    let operator = Resource::new(|| (), |_| whoami());
+    let selected = RwSignal::new(Vec::<RecordRef>::new());
+    let preview = Action::new(|records: &Vec<RecordRef>| bulk_preview(records.clone()));
+    let apply = Action::new(|(previews, reason): &(Vec<ReconcilePreview>, String)| {
+        let frozen = previews
+            .iter()
+            .filter_map(|preview| {
+                preview
+                    .action
+                    .map(|action| (preview.record.clone(), preview.version, action))
+            })
+            .collect();
+        bulk_reconcile(frozen, reason.clone())
+    });
+    let reason = RwSignal::new(String::new());
+    Effect::new(move |_| {
+        if apply.value().get().is_some() {
+            *set_refreshes.write() += 1;
+        }
+    });
+    view! {
+        <Title text="Recovery" />
+        <section class="panel">
+            <h1>"Needs attention"</h1>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                <ErrorBoundary fallback=load_error>
+                    {move || Suspend::new(async move {
+                        let can_act = operator.await.map(|operator| operator.role >= OperatorRole::Operator).unwrap_or(false);
+                        queue.await.map(|rows| {
+                            if rows.is_empty() {
+                                return view! { <p class="muted">"Nothing needs attention."</p> }.into_any();
+                            }
+                            view! {
+                                <table class="records">
+                                    <thead>
+                                        <tr>
+                                            <th scope="col">{can_act.then_some("Select")}</th>
+                                            <th scope="col">"Key"</th>
+                                            <th scope="col">"Status"</th>
+                                            <th scope="col">"Created"</th>
+                                            <th scope="col" class="num">"Recovery tries"</th>
+                                        </tr>
+                                    </thead>
+                                    <tbody>
+                                        {rows.into_iter().map(|row| {
+                                            let record = row.record.clone();
+                                            let label = format!("select {}", row.record.key);
+                                            view! {
+                                                <tr data-key=row.record.key.clone()>
+                                                    <td>
+                                                        {can_act.then(|| {
+                                                            let record = record.clone();
+                                                            view! {
+                                                                <input type="checkbox" aria-label=label on:change=move |event| {
+                                                                    let checked = event_target_checked(&event);
+                                                                    selected.update(|selected| {
+                                                                        selected.retain(|other| *other != record);
+                                                                        if checked { selected.push(record.clone()); }
+                                                                    });
+                                                                } />
+                                                            }
+                                                        })}
+                                                    </td>
+                                                    <th scope="row"><a href=row.record.href()>{row.record.key.clone()}</a></th>
+                                                    <td><StatusBadge status=row.status /></td>
+                                                    <td><Time at=row.created_at /></td>
+                                                    <td class="num">{row.recovery_attempts}</td>
+                                                </tr>
+                                            }
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                                {can_act.then(|| view! {
+                                    <button type="button" class="button" disabled=move || selected.get().is_empty()
+                                        on:click=move |_| { preview.dispatch(selected.get_untracked()); }>
+                                        {move || format!("Preview {} selected", selected.get().len())}
+                                    </button>
+                                })}
+                            }.into_any()
+                        })
+                    })}
+                </ErrorBoundary>
+            </Transition>
+            {move || preview.value().get().map(|result| match result {
+                Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
+                Ok(previews) => {
+                    let frozen = previews.clone();
+                    view! {
+                        <div class="preview" role="dialog" aria-label="Bulk reconciliation" data-bulk-preview>
+                            <p>{format!("Exactly these {} records, each at the version shown:", previews.len())}</p>
+                            <ul>
+                                {previews.into_iter().map(|preview| view! {
+                                    <li data-key=preview.record.key.clone()>
+                                        <code>{preview.record.key.clone()}</code>
+                                        {format!(" (version {}): {}", preview.version, evidence_text(&preview.evidence))}
+                                    </li>
+                                }).collect_view()}
+                            </ul>
+                            <label class="reason">
+                                "Reason (goes into the audit log)"
+                                <textarea name="reason" rows="2" prop:value=move || reason.get()
+                                    on:input=move |event| reason.set(event_target_value(&event))></textarea>
+                            </label>
+                            <button type="button" class="button primary"
+                                disabled=move || reason.get().trim().chars().count() < 5 || apply.pending().get()
+                                on:click=move |_| { apply.dispatch((frozen.clone(), reason.get_untracked())); }>
+                                "Apply to these records"
+                            </button>
+                        </div>
+                    }.into_any()
+                }
+            })}
+            {move || apply.value().get().map(|result| match result {
+                Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
+                Ok(results) => {
+                    let count = results.len().to_string();
+                    view! {
+                    <ul class="results" data-bulk-results=count>
+                        {results.into_iter().map(|result| view! {
+                            <li data-ok=result.ok.to_string()>
+                                <code>{result.record.key.clone()}</code>
+                                {format!(": {}{}", result.message, result.status.map(|status| format!(" ({status})")).unwrap_or_default())}
+                            </li>
+                        }).collect_view()}
+                    </ul>
+                }.into_any()
+                }
+            })}
+        </section>
+    }
+}

@@ -1,0 +1,92 @@
+//! Small pieces every page uses: status badges, times, load errors, SVG charts.
+
+use crate::dto::RecordStatus;
+use leptos::prelude::*;
+
+#[component]
+pub fn StatusBadge(status: RecordStatus) -> impl IntoView {
+    let name = status.as_str();
+    view! { <span class=format!("badge badge-{}", name.to_lowercase())>{name}</span> }
+}
+
+/// A UTC timestamp; the browser rewrites it to local time when the operator chose that.
+#[component]
+pub fn Time(#[prop(into)] at: String) -> impl IntoView {
+    let datetime = at.clone();
+    view! { <time datetime=datetime class="ts">{at}</time> }
+}
+
+/// What a page shows when a server function failed (its message says what to do).
+pub fn load_error(errors: ArcRwSignal<Errors>) -> impl IntoView {
+    view! {
+        <div class="error" role="alert">
+            <p>"This could not be read:"</p>
+            <ul>
+                {move || {
+                    errors
+                        .get()
+                        .into_iter()
+                        .map(|(_, error)| view! { <li>{error.to_string()}</li> })
+                        .collect_view()
+                }}
+            </ul>
+        </div>
+    }
+}
+
+/// A time series as an SVG bar chart, drawn on the server: no script, no chart library.
+/// `data-total` carries the sum for tests and screen readers get it as the title.
+#[component]
+pub fn BarChart(
+    #[prop(into)] label: String,
+    points: Vec<u64>,
+    total: u64,
+    #[prop(into)] outcome: String,
+) -> impl IntoView {
+    const WIDTH: f64 = 300.0;
+    const HEIGHT: f64 = 64.0;
+    let max = points.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let slot = WIDTH / points.len().max(1) as f64;
+    let bars = points
+        .iter()
+        .enumerate()
+        .filter(|(_, value)| **value > 0)
+        .map(|(index, value)| {
+            let height = (*value as f64 / max * (HEIGHT - 4.0)).max(1.0);
+            view! {
+                <rect
+                    x=format!("{:.1}", index as f64 * slot + 0.5)
+                    y=format!("{:.1}", HEIGHT - height)
+                    width=format!("{:.1}", (slot - 1.0).max(0.5))
+                    height=format!("{height:.1}")
+                >
+                    <title>{value.to_string()}</title>
+                </rect>
+            }
+        })
+        .collect_view();
+    let title = format!("{label}: {total} in the range, at most {} per step", max as u64);
+    view! {
+        <figure class="chart" data-series=outcome data-total=total.to_string()>
+            <figcaption>
+                <span>{label}</span>
+                <strong class="num">{total}</strong>
+            </figcaption>
+            <svg viewBox=format!("0 0 {WIDTH} {HEIGHT}") role="img" preserveAspectRatio="none">
+                <title>{title}</title>
+                <line x1="0" y1=HEIGHT x2=WIDTH y2=HEIGHT class="axis" />
+                {bars}
+            </svg>
+        </figure>
+    }
+}
+
+/// Seconds as an operator reads them: `42 s`, `7 min`, `3 h`.
+pub fn age(seconds: f64) -> String {
+    let seconds = seconds.max(0.0).round() as u64;
+    match seconds {
+        0..120 => format!("{seconds} s"),
+        120..7200 => format!("{} min", seconds / 60),
+        _ => format!("{} h", seconds / 3600),
+    }
+}

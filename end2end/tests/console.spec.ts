@@ -1,0 +1,146 @@
+import { expect, test, type APIRequestContext, type Page } from "@playwright/test";
+import { hydrated, idem, signIn, simUrl } from "./support";
+
+// One tenant for this file's traffic, made with the CLI as an operator of Idem would.
+const tenant = `e2e-${Date.now().toString(36)}`;
+let apiKey = "";
+let tenantId = "";
+let reference = 0;
+
+test.beforeAll(() => {
+  tenantId = idem("tenant", "create", tenant);
+  apiKey = idem("api-key", "create", "--tenant", tenant);
+  idem("account", "create", "--tenant", tenant, "--id", "acc_1", "--currency", "EUR", "--balance", "100000.00");
+});
+
+async function pay(request: APIRequestContext, key: string, amount = "10.00", merchantReference?: string) {
+  reference += 1;
+  return request.post("/payments", {
+    headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": key, "content-type": "application/json" },
+    data: JSON.stringify({
+      accountId: "acc_1",
+      amount,
+      currency: "EUR",
+      merchantReference: merchantReference ?? `${key}-ref`,
+    }),
+  });
+}
+
+/** A payment whose provider answer is lost: the record is left UNKNOWN_REQUIRES_RECOVERY. */
+async function unknownPayment(request: APIRequestContext, key: string) {
+  const fault = await request.post(`${simUrl}/_sim/faults`, {
+    data: { mode: "drop_response_after_accept", count: 1 },
+  });
+  expect(fault.status()).toBe(201);
+  const response = await pay(request, key);
+  expect(response.status()).toBe(202);
+}
+
+async function openRecord(page: Page, key: string) {
+  await page.goto(`/records/${tenantId}/create_payment/${key}`);
+  await expect(page.getByRole("heading", { name: `Record ${key}` })).toBeVisible();
+  await hydrated(page);
+}
+
+test("the dashboard shows replays and conflicts after traffic that produced them", async ({ page, request }) => {
+  const key = `dash-${Date.now()}`;
+  expect((await pay(request, key)).status()).toBe(201);
+  expect((await pay(request, key)).status()).toBe(201);
+  expect((await pay(request, key, "100.00")).status()).toBe(409);
+
+  await signIn(page, "viewer");
+  // Counts reach the database every 200 ms (--metrics-flush-ms); the page is read again.
+  await expect(async () => {
+    await page.goto(`/?range=15m&tenant=${tenantId}`);
+    expect(Number(await page.locator('[data-series="replay"]').getAttribute("data-total"))).toBeGreaterThanOrEqual(1);
+    expect(
+      Number(await page.locator('[data-series="conflict_different_request"]').getAttribute("data-total")),
+    ).toBeGreaterThanOrEqual(1);
+  }).toPass({ timeout: 10_000 });
+  await expect(page.locator('[data-gauge="unknown"]')).toBeVisible();
+  await page.screenshot({ path: test.info().outputPath("dashboard.png"), fullPage: true });
+});
+
+test("a record is found by its key and shows what a conflicting retry changed", async ({ page, request }) => {
+  const key = `diff-${Date.now()}`;
+  expect((await pay(request, key)).status()).toBe(201);
+  expect((await pay(request, key, "100.00")).status()).toBe(409);
+
+  await signIn(page, "viewer");
+  await page.goto("/records");
+  await hydrated(page);
+  await page.keyboard.press("/");
+  await expect(page.locator("#search")).toBeFocused();
+  await page.keyboard.type(key);
+  await page.keyboard.press("Enter");
+  await page.getByRole("link", { name: key }).first().click();
+  await expect(page.getByRole("heading", { name: `Record ${key}` })).toBeVisible();
+  // The journal is written in batches: read the page again until the conflict is there.
+  await expect(async () => {
+    await page.reload();
+    await expect(page.locator('li[data-field="amount"]')).toContainText("10.00 -> 100.00", { timeout: 1_000 });
+  }).toPass({ timeout: 10_000 });
+  await page.screenshot({ path: test.info().outputPath("record.png"), fullPage: true });
+});
+
+test("an unknown outcome is reconciled through preview, reason and apply, with one audit entry", async ({ page, request }) => {
+  const key = `unknown-${Date.now()}`;
+  await unknownPayment(request, key);
+
+  await signIn(page, "operator");
+  await openRecord(page, key);
+  await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "UNKNOWN_REQUIRES_RECOVERY");
+  const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
+  await dialog.getByRole("button", { name: "Preview" }).click();
+  await expect(dialog.locator("[data-evidence]")).toContainText("succeeded");
+  await expect(dialog.locator("ul.changes")).toContainText("-> COMPLETED");
+  const apply = dialog.getByRole("button", { name: "Apply" });
+  await expect(apply).toBeDisabled();
+  await dialog.getByLabel("Reason (goes into the audit log)").fill("provider shows the charge (e2e)");
+  await page.screenshot({ path: test.info().outputPath("reconcile-dialog.png"), fullPage: true });
+  await apply.click();
+  await expect(page.locator("p[data-result]")).toHaveAttribute("data-result", "true");
+  await expect(page.locator("p[data-result]")).toContainText("COMPLETED");
+  await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "COMPLETED");
+
+  await page.goto("/audit");
+  const entries = page.locator(`tr[data-action="reconcile.apply_provider_result"]`, { hasText: key });
+  await expect(entries).toHaveCount(1);
+  await expect(entries.first()).toHaveAttribute("data-result", "ok");
+});
+
+test("a viewer cannot reconcile: no button, and the server refuses a direct call", async ({ page, request }) => {
+  const key = `viewer-${Date.now()}`;
+  await unknownPayment(request, key);
+
+  await signIn(page, "viewer");
+  await openRecord(page, key);
+  await expect(page.getByRole("dialog", { name: "Reconcile with the provider" })).toHaveCount(0);
+  await expect(page.getByRole("button", { name: "Preview" })).toHaveCount(0);
+
+  const origin = new URL(page.url()).origin;
+  const direct = await page.request.post("/api/console/reconcile/preview", {
+    headers: { origin, "content-type": "application/x-www-form-urlencoded" },
+    data: `record[tenant_id]=${tenantId}&record[operation]=create_payment&record[key]=${key}`,
+  });
+  expect(direct.ok()).toBe(false);
+  expect(await direct.text()).toContain("needs the operator role");
+});
+
+test("a bulk reconciliation of three records reports three results", async ({ page, request }) => {
+  const keys = [1, 2, 3].map((n) => `bulk-${n}-${Date.now()}`);
+  for (const key of keys) await unknownPayment(request, key);
+
+  await signIn(page, "operator");
+  await page.goto("/recovery");
+  await hydrated(page);
+  for (const key of keys) await page.getByLabel(`select ${key}`).check();
+  await page.getByRole("button", { name: "Preview 3 selected" }).click();
+  const preview = page.getByRole("dialog", { name: "Bulk reconciliation" });
+  for (const key of keys) await expect(preview.locator(`li[data-key="${key}"]`)).toContainText("succeeded");
+  await preview.getByLabel("Reason (goes into the audit log)").fill("bulk: provider shows the charges");
+  await preview.getByRole("button", { name: "Apply to these records" }).click();
+  const results = page.locator('[data-bulk-results="3"] li');
+  await expect(results).toHaveCount(3);
+  await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
+});

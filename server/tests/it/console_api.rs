@@ -1,0 +1,236 @@
+//! The console's server functions against a real `idem serve` and `idem provider-sim`, with
+//! real traffic: the request journal and its conflict diff, the recovery queue, and guarded
+//! reconciliation (roles on the server, typed reason, version re-check, audit).
+
+use crate::support::{
+    Dialect, IdemProcess, TestDatabase, admin, seed_tenant, serve_recovering, session_cookie,
+};
+use serde_json::{Value, json};
+
+const BODY: &str = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-1"}"#;
+
+/// A signed-in console client of a running `idem serve`.
+struct Console {
+    http: reqwest::Client,
+    base: String,
+    cookie: String,
+}
+
+impl Console {
+    async fn sign_in(
+        server: &IdemProcess,
+        dir: &std::path::Path,
+        db: &TestDatabase,
+        username: &str,
+        role: &str,
+    ) -> Console {
+        let password = admin(
+            dir,
+            db,
+            &["operator", "create", "--username", username, "--role", role],
+        )
+        .await;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client");
+        let base = format!("http://{}", server.address);
+        let response = http
+            .post(format!("{base}/sign-in"))
+            .header("origin", &base)
+            .form(&[("username", username), ("password", password.as_str())])
+            .send()
+            .await
+            .expect("sign in");
+        let cookie = session_cookie(&response).expect("session");
+        Console { http, base, cookie }
+    }
+
+    async fn call(&self, endpoint: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/console/{endpoint}", self.base))
+            .header("origin", &self.base)
+            .header("cookie", &self.cookie)
+            .form(form)
+            .send()
+            .await
+            .expect("server function")
+    }
+
+    async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
+        let response = self.call(endpoint, form).await;
+        assert_eq!(response.status(), 200, "{endpoint}");
+        response.json().await.expect("json")
+    }
+}
+
+fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)> {
+    vec![
+        ("record[tenant_id]", tenant),
+        ("record[operation]", "create_payment"),
+        ("record[key]", key),
+    ]
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    // No worker recovery: the unknown outcome waits for an operator.
+    let server = serve_recovering(
+        dir.path(),
+        &db,
+        &sim,
+        &[
+            ("IDEM_RECOVERY_MAX_ATTEMPTS", "0"),
+            ("IDEM_METRICS_FLUSH_MS", "100"),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let pay = |key: &'static str, body: String| {
+        http.post(format!("http://{}/payments", server.address))
+            .bearer_auth(&api_key)
+            .header("idempotency-key", key)
+            .body(body)
+            .send()
+    };
+    assert_eq!(pay("k-diff", BODY.to_owned()).await.expect("pay").status(), 201);
+    assert_eq!(
+        pay("k-diff", BODY.to_owned()).await.expect("replay").status(),
+        201
+    );
+    let conflict = pay("k-diff", BODY.replace("10.00", "100.00"))
+        .await
+        .expect("conflict");
+    assert_eq!(conflict.status(), 409);
+    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    let unknown = pay("k-unknown", BODY.replace("inv-1", "inv-2"))
+        .await
+        .expect("pay");
+    assert_eq!(unknown.status(), 202);
+
+    db.eventually_i64(
+        "select count(*) from idempotency_requests",
+        |count| count == 4,
+        "journal flushed",
+    )
+    .await;
+    let viewer = Console::sign_in(&server, dir.path(), &db, "vera", "viewer").await;
+    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+
+    let found = viewer.json("find", &[("needle", "k-diff")]).await;
+    let tenant_id = found[0]["record"]["tenant_id"]
+        .as_str()
+        .expect("tenant")
+        .to_owned();
+    let detail = viewer.json("record", &record_form(&tenant_id, "k-diff")).await;
+    let requests = detail["requests"].as_array().expect("requests");
+    assert_eq!(requests.len(), 3, "{detail}");
+    assert_eq!(requests[1]["replayed"], true);
+    let change = &requests[2]["changes"][0];
+    assert_eq!(
+        (
+            change["field"].as_str(),
+            change["before"].as_str(),
+            change["after"].as_str()
+        ),
+        (Some("amount"), Some("10.00"), Some("100.00"))
+    );
+    assert_eq!(
+        requests[2]["error_code"],
+        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"
+    );
+
+    let queue = viewer.json("recovery-queue", &[]).await;
+    assert_eq!(queue.as_array().expect("queue").len(), 1);
+    assert_eq!(queue[0]["record"]["key"], "k-unknown");
+
+    // A viewer cannot reconcile, whatever the page shows.
+    let refused = viewer
+        .call("reconcile/preview", &record_form(&tenant_id, "k-unknown"))
+        .await;
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    assert!(
+        refused
+            .text()
+            .await
+            .expect("text")
+            .contains("needs the operator role")
+    );
+
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-unknown"))
+        .await;
+    assert_eq!(preview["action"], "ApplyProviderResult", "{preview}");
+    assert_eq!(preview["evidence"]["Charged"]["status"], "succeeded");
+    let version = preview["version"].as_i64().expect("version").to_string();
+    assert_eq!(
+        db.query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
+            .await,
+        1,
+        "a preview changes nothing"
+    );
+
+    let mut apply = record_form(&tenant_id, "k-unknown");
+    apply.extend([
+        ("version", version.as_str()),
+        ("action", "ApplyProviderResult"),
+        ("reason", "no"),
+    ]);
+    let too_short = operator.call("reconcile/apply", &apply).await;
+    assert!(
+        too_short
+            .text()
+            .await
+            .expect("text")
+            .contains("5 to 500 characters")
+    );
+    apply.pop();
+    apply.push(("reason", "provider shows the charge succeeded (ticket OPS-7)"));
+    let result = operator.json("reconcile/apply", &apply).await;
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["status"], "COMPLETED");
+    let audited = "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+         and result = 'ok' and actor = 'otto' and reason like '%OPS-7%' and target like '%/k-unknown'";
+    assert_eq!(
+        db.query_i64(audited).await,
+        1,
+        "one audit entry, with the completion"
+    );
+
+    // The same preview applied again: the record changed since, nothing happens.
+    let again = operator.json("reconcile/apply", &apply).await;
+    assert_eq!(again["ok"], false);
+    assert!(
+        again["message"]
+            .as_str()
+            .expect("message")
+            .contains("changed since the preview")
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'")
+            .await,
+        1
+    );
+    assert_eq!(sim.sim_charges().await.len(), 2, "no second charge");
+
+    // The client's retry now gets the reconciled answer.
+    let retried = pay("k-unknown", BODY.replace("inv-1", "inv-2"))
+        .await
+        .expect("retry");
+    assert_eq!(retried.status(), 201);
+    assert_eq!(retried.headers()["idempotent-replayed"], "true");
+
+    let audit = viewer.json("audit", &[("before", "")]).await;
+    assert!(
+        audit
+            .as_array()
+            .expect("entries")
+            .iter()
+            .any(|entry| entry["action"] == "reconcile.apply_provider_result")
+    );
+}

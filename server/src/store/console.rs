@@ -122,6 +122,9 @@ pub fn audit_target(record: &RecordRef) -> String {
     format!("{}/{}/{}", record.tenant_id, record.operation, record.key)
 }
 
+/// In progress, stale, oldest stale age, unknown, oldest unknown age, at the attempt limit.
+pub(super) type GaugeRow = (i64, i64, f64, i64, f64, i64);
+
 pub(super) type SummaryRow = (
     String,
     String,
@@ -243,17 +246,12 @@ macro_rules! impl_console_store {
                 &self,
                 max_attempts: i32,
             ) -> Result<$crate::store::console::RecordGauges, $crate::store::StoreError> {
-                let (in_progress, stale_in_progress, oldest_stale, unknown, oldest_unknown, needs_operator): (
-                                                            i64,
-                                                            i64,
-                                                            f64,
-                                                            i64,
-                                                            f64,
-                                                            i64,
-                                                        ) = sqlx::query_as($sql.record_gauges)
-                                                            .bind(max_attempts)
-                                                            .fetch_one(&self.pool)
-                                                            .await?;
+                let row: $crate::store::console::GaugeRow = sqlx::query_as($sql.record_gauges)
+                    .bind(max_attempts)
+                    .fetch_one(&self.pool)
+                    .await?;
+                let (in_progress, stale_in_progress, oldest_stale, unknown, oldest_unknown, needs_operator) =
+                    row;
                 Ok($crate::store::console::RecordGauges {
                     in_progress,
                     stale_in_progress,

@@ -6,7 +6,7 @@
 use crate::dto::OperatorRole;
 use crate::dto::{
     AuditEntryView, CurrentOperator, Dashboard, ReconcileAction, ReconcilePreview, ReconcileResult,
-    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RevealedResponse,
 };
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -119,6 +119,16 @@ pub async fn bulk_preview(records: Vec<RecordRef>) -> Result<Vec<ReconcilePrevie
         previews.push(backend.preview_reconcile(record).await.map_err(failed)?);
     }
     Ok(previews)
+}
+
+/// The record's stored response, masked until an operator asks; every reveal is audited.
+#[server(endpoint = "console/reveal")]
+pub async fn reveal_response(record: RecordRef) -> Result<Option<RevealedResponse>, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .reveal_response(&operator, record)
+        .await
+        .map_err(failed)
 }
 
 #[server(endpoint = "console/audit")]

@@ -4,7 +4,7 @@
 
 use crate::dto::{
     AuditEntryView, CurrentOperator, Dashboard, DashboardRange, ReconcileAction, ReconcilePreview,
-    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RevealedResponse,
 };
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -49,6 +49,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         action: ReconcileAction,
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError>;
+
+    /// The record's stored response, opened; audited before anything is returned.
+    async fn reveal_response(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+    ) -> Result<Option<RevealedResponse>, ConsoleError>;
 
     /// Newest first; `before` is the id of the last entry of the previous page (or empty).
     async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError>;

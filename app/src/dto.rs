@@ -362,6 +362,14 @@ pub struct RecordDetail {
     pub audit: Vec<AuditEntryView>,
 }
 
+/// A stored response, opened for an operator (the reveal is audited).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevealedResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
 /// What the provider says about a record's payment, asked live.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProviderEvidence {

@@ -103,7 +103,13 @@ test("an unknown outcome is reconciled through preview, reason and apply, with o
   await expect(page.locator("p[data-result]")).toContainText("COMPLETED");
   await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "COMPLETED");
 
+  // The stored answer is masked until revealed; the reveal is audited.
+  await page.getByRole("button", { name: "Reveal (audited)" }).click();
+  await expect(page.locator("[data-revealed-status]")).toHaveText("201");
+  await expect(page.locator("[data-revealed-body]")).toContainText('"status":"PENDING"');
+
   await page.goto("/audit");
+  await expect(page.locator('tr[data-action="reveal_response"]', { hasText: key })).toHaveCount(1);
   const entries = page.locator(`tr[data-action="reconcile.apply_provider_result"]`, { hasText: key });
   await expect(entries).toHaveCount(1);
   await expect(entries.first()).toHaveAttribute("data-result", "ok");

@@ -1,6 +1,6 @@
 use super::reconcile::ReconcilePanel;
 use super::widgets::{StatusBadge, Time, load_error};
-use crate::api::{find_records, get_record, list_records, whoami};
+use crate::api::{find_records, get_record, list_records, reveal_response, whoami};
 use crate::dto::{
     OperatorRole, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus, RecordSummary,
 };
@@ -318,6 +318,7 @@ fn RecordView(
                 </tbody>
             </table>
         </section>
+        <StoredResponse record=detail.record.clone() can_reveal=can_reconcile />
         <section class="panel">
             <h2>"Timeline and lease"</h2>
             <dl class="fields">
@@ -370,6 +371,44 @@ fn RecordView(
         <section class="panel">
             <h2>"Audit"</h2>
             <super::audit::AuditTable entries=detail.audit />
+        </section>
+    }
+}
+
+/// The stored response stays masked until an operator reveals it; the server audits every
+/// reveal before it returns anything.
+#[component]
+fn StoredResponse(record: RecordRef, can_reveal: bool) -> impl IntoView {
+    let reveal = Action::new(|record: &RecordRef| reveal_response(record.clone()));
+    view! {
+        <section class="panel">
+            <h2>"Stored response"</h2>
+            {move || match reveal.value().get() {
+                None => {
+                    let record = record.clone();
+                    view! {
+                        <p class="muted">"Masked: stored responses are sensitive."</p>
+                        {can_reveal
+                            .then(|| {
+                                view! {
+                                    <button type="button" class="button" on:click=move |_| { reveal.dispatch(record.clone()); }>
+                                        "Reveal (audited)"
+                                    </button>
+                                }
+                            })}
+                    }
+                        .into_any()
+                }
+                Some(Ok(Some(response))) => {
+                    view! {
+                        <p>"Status " <strong data-revealed-status>{response.status}</strong></p>
+                        <pre class="command" data-revealed-body>{response.body}</pre>
+                    }
+                        .into_any()
+                }
+                Some(Ok(None)) => view! { <p class="muted">"No stored response (not settled, or purged after the window)."</p> }.into_any(),
+                Some(Err(error)) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
+            }}
         </section>
     }
 }

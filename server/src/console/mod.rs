@@ -18,7 +18,7 @@ use app::backend::{ConsoleBackend, ConsoleError};
 use app::dto::{
     AuditEntryView, CurrentOperator, Dashboard, DashboardRange, LiveGauges, ProviderEvidence,
     ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef,
-    RecordStatus, RecordSummary, RequestView, Series,
+    RecordStatus, RecordSummary, RequestView, RevealedResponse, Series,
 };
 use chrono::{SecondsFormat, Utc};
 use std::sync::Arc;
@@ -299,6 +299,35 @@ impl ConsoleBackend for StoreConsole {
             status,
             message,
         })
+    }
+
+    async fn reveal_response(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+    ) -> Result<Option<RevealedResponse>, ConsoleError> {
+        let scope = scope_of(&record)?;
+        // Audited first: if the entry cannot be written, nothing is revealed.
+        self.store
+            .append_audit(&AuditEntry {
+                actor: operator.username.clone(),
+                action: "reveal_response".to_owned(),
+                target: Some(audit_target(&record)),
+                reason: None,
+                result: "ok".to_owned(),
+                details: None,
+            })
+            .await
+            .map_err(unavailable("reveal audit"))?;
+        let stored = self.engine.stored_response(&scope).await.map_err(|problem| {
+            tracing::error!(%problem, "console: a stored response cannot be opened");
+            ConsoleError::Invalid("the stored response cannot be opened (see the server log)".to_owned())
+        })?;
+        Ok(stored.map(|response| RevealedResponse {
+            status: response.status,
+            headers: response.headers,
+            body: String::from_utf8_lossy(&response.body).into_owned(),
+        }))
     }
 
     async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError> {

@@ -516,6 +516,24 @@ impl PaymentsEngine {
         )
     }
 
+    /// A record's stored response, opened (for an operator's audited reveal); `Ok(None)` when
+    /// the record has none (not settled, or purged after its window).
+    pub async fn stored_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, String> {
+        let Some(stored) = self
+            .store
+            .load_response(scope)
+            .await
+            .map_err(|error| error.to_string())?
+        else {
+            return Ok(None);
+        };
+        let body = self
+            .sealer
+            .open(&sealing_scope(scope), &stored.body)
+            .map_err(|error| error.to_string())?;
+        Ok(Some(StoredResponse { body, ..stored }))
+    }
+
     /// What the provider says about a payment right now.
     pub async fn provider_evidence(&self, payment_id: &str) -> ProviderEvidence {
         match self.provider.find_charge(payment_id).await {

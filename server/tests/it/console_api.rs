@@ -225,6 +225,26 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     assert_eq!(retried.status(), 201);
     assert_eq!(retried.headers()["idempotent-replayed"], "true");
 
+    // The stored response is revealed to operators only, and every reveal is audited.
+    let refused = viewer.call("reveal", &record_form(&tenant_id, "k-unknown")).await;
+    assert!(refused.status().is_server_error());
+    let revealed = operator
+        .json("reveal", &record_form(&tenant_id, "k-unknown"))
+        .await;
+    assert_eq!(revealed["status"], 201);
+    assert!(
+        revealed["body"]
+            .as_str()
+            .expect("body")
+            .contains("\"status\":\"PENDING\""),
+        "{revealed}"
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from audit_log where action = 'reveal_response' and actor = 'otto'")
+            .await,
+        1
+    );
+
     let audit = viewer.json("audit", &[("before", "")]).await;
     assert!(
         audit

@@ -175,6 +175,24 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_RESPONSE_KEYS", hide_env_values = true)]
     pub response_keys: Option<String>,
 
+    /// How often, in milliseconds, the outbox publisher looks for events to deliver.
+    #[arg(long, env = "IDEM_OUTBOX_INTERVAL_MS", default_value_t = 500)]
+    pub outbox_interval_ms: u64,
+
+    /// How long, in seconds, a publisher's claim keeps other publishers off an event (after a
+    /// crash, its events wait this long before another instance publishes them).
+    #[arg(long, env = "IDEM_OUTBOX_CLAIM_SECS", default_value_t = 30)]
+    pub outbox_claim_secs: u64,
+
+    /// Publication attempts per event before it is dead-lettered for an operator.
+    #[arg(long, env = "IDEM_OUTBOX_MAX_ATTEMPTS", default_value_t = 10)]
+    pub outbox_max_attempts: i32,
+
+    /// Where receipts are delivered (JSON lines, one per receipt, with its message id).
+    /// Unset: <data dir>/receipts.jsonl.
+    #[arg(long, env = "IDEM_RECEIPTS_SINK")]
+    pub receipts_sink: Option<PathBuf>,
+
     /// Mark the console's session cookie Secure (set it when Idem is served over HTTPS).
     #[arg(long, env = "IDEM_SECURE_COOKIES")]
     pub secure_cookies: bool,

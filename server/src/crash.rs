@@ -1,5 +1,5 @@
 //! Test-only crash points: `IDEM_CRASH_POINT=<name>` makes `idem serve` abort (no cleanup, no
-//! answer, like `kill -9`) the first time a request reaches that step boundary, so that
+//! answer, like `kill -9`) the first time a request or worker reaches that step boundary, so that
 //! tests can crash the real process exactly there. Only the environment sets it; no request
 //! can reach it.
 
@@ -15,6 +15,12 @@ pub enum CrashPoint {
     ProviderAnswered,
     /// The completion committed; the client has no answer yet.
     AfterCompletion,
+    /// An outbox event was published; it is not marked published yet.
+    PublishedBeforeMarked,
+    /// A consumer wrote its inbox row and its side effect; they are not committed yet.
+    ConsumerAfterSideEffect,
+    /// A receipt went to the sink; it is not marked sent yet.
+    ReceiptSentBeforeMarked,
 }
 
 impl CrashPoint {
@@ -24,6 +30,9 @@ impl CrashPoint {
             CrashPoint::BeforeProviderCall => "before_provider_call",
             CrashPoint::ProviderAnswered => "provider_answered",
             CrashPoint::AfterCompletion => "after_completion",
+            CrashPoint::PublishedBeforeMarked => "published_before_marked",
+            CrashPoint::ConsumerAfterSideEffect => "consumer_after_side_effect",
+            CrashPoint::ReceiptSentBeforeMarked => "receipt_sent_before_marked",
         }
     }
 }

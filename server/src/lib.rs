@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cli;
 pub mod console;
 pub mod crash;
+pub mod events;
 pub mod expiry;
 pub mod http;
 pub mod idempotency;

@@ -2,6 +2,7 @@
 //! `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
+use crate::events;
 use crate::expiry::ExpiryPolicy;
 use crate::expiry::cleanup::{self, CleanupSettings};
 use crate::http::rate_limit::ApiRateLimit;
@@ -134,6 +135,31 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
             batch_bound: Duration::from_millis(args.cleanup_batch_bound_ms.max(1)),
             pause: Duration::from_millis(20),
         },
+    );
+    let consumers: Vec<Arc<dyn events::consumers::Consumer>> = vec![
+        Arc::new(events::consumers::Ledger::new(store.clone())),
+        Arc::new(events::consumers::Receipts::new(store.clone())),
+    ];
+    events::publisher::spawn_publisher(events::publisher::Publisher::new(
+        store.clone(),
+        Arc::new(events::transport::InProcess::new(consumers)),
+        events::publisher::PublisherSettings {
+            interval: Duration::from_millis(args.outbox_interval_ms.max(10)),
+            batch: 50,
+            claim: Duration::from_secs(args.outbox_claim_secs.max(1)),
+            max_attempts: args.outbox_max_attempts,
+        },
+    ));
+    std::fs::create_dir_all(data_dir)
+        .map_err(|error| ServeError::Config(format!("data directory: {error}")))?;
+    events::consumers::spawn_receipt_sender(
+        events::consumers::ReceiptSender::new(
+            store.clone(),
+            args.receipts_sink
+                .clone()
+                .unwrap_or_else(|| data_dir.join("receipts.jsonl")),
+        ),
+        Duration::from_millis(args.outbox_interval_ms.max(10)),
     );
     let state = AppState {
         store: store.clone(),

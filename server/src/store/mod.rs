@@ -5,6 +5,7 @@
 //! instance's, so that several `serve` instances agree.
 
 pub mod console;
+pub mod events;
 pub mod operators;
 mod postgres;
 pub mod retention;
@@ -104,7 +105,13 @@ pub enum Readiness {
 /// Everything Idem keeps, one concern per supertrait.
 #[async_trait::async_trait]
 pub trait Store:
-    retention::RetentionStore + operators::OperatorStore + console::ConsoleStore + Send + Sync + 'static
+    retention::RetentionStore
+    + operators::OperatorStore
+    + console::ConsoleStore
+    + events::EventStore
+    + Send
+    + Sync
+    + 'static
 {
     fn dialect(&self) -> Dialect;
 

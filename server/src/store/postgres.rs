@@ -1,5 +1,6 @@
 use super::StoreError;
 use super::console::{ConsoleSql, impl_console_store};
+use super::events::{EventSql, impl_event_store};
 use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
@@ -74,7 +75,7 @@ const SQL: DialectSql = DialectSql {
          do update set count = outcome_buckets.count + excluded.count",
     outbox_backlog: "select count(*), \
          coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
-         from outbox_events where published_at is null",
+         from outbox_events where published_at is null and dead_at is null",
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {
@@ -141,6 +142,23 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
          values ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10)",
 };
 
+const EVENT_SQL: EventSql = EventSql {
+    // Rows another publisher holds are skipped, never waited for.
+    claim_events: "update outbox_events set claimed_until = now() + make_interval(secs => $1), \
+         attempts = attempts + 1 where id in ( \
+             select id from outbox_events where published_at is null and dead_at is null \
+             and (next_attempt_at is null or next_attempt_at <= now()) \
+             and (claimed_until is null or claimed_until <= now()) \
+             order by created_at limit $2 for update skip locked) \
+         returning id, event_type, payment_id, payload",
+    mark_event_published: "update outbox_events set published_at = now(), claimed_until = null, \
+         last_error = null where id = $1 and published_at is null",
+    mark_event_failed: "update outbox_events set claimed_until = null, last_error = $1, \
+         dead_at = case when attempts >= $2 then now() else null end, \
+         next_attempt_at = now() + make_interval(secs => least(power(2, attempts), 300)) where id = $3",
+    mark_receipt_sent: "update receipts set sent_at = now() where dedupe_key = $1 and sent_at is null",
+};
+
 /// The production store: several `serve` instances share one PostgreSQL database.
 pub struct PostgresStore {
     pool: PgPool,
@@ -172,3 +190,4 @@ impl_store!(
 impl_retention_store!(PostgresStore, sqlx::Postgres, RETENTION_SQL);
 impl_operator_store!(PostgresStore, sqlx::Postgres, OPERATOR_SQL);
 impl_console_store!(PostgresStore, sqlx::Postgres, CONSOLE_SQL);
+impl_event_store!(PostgresStore, sqlx::Postgres, EVENT_SQL);

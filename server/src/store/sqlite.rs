@@ -1,5 +1,6 @@
 use super::StoreError;
 use super::console::{ConsoleSql, impl_console_store};
+use super::events::{EventSql, impl_event_store};
 use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
 use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
@@ -131,7 +132,7 @@ const SQL: DialectSql = DialectSql {
          do update set count = outcome_buckets.count + excluded.count",
     outbox_backlog: "select count(*), \
          coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) \
-         from outbox_events where published_at is null",
+         from outbox_events where published_at is null and dead_at is null",
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {
@@ -223,6 +224,37 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 };
 
+const EVENT_SQL: EventSql = EventSql {
+    claim_events: concat!(
+        "update outbox_events set claimed_until = ",
+        now!("$1"),
+        ", attempts = attempts + 1 where id in (",
+        "select id from outbox_events where published_at is null and dead_at is null ",
+        "and (next_attempt_at is null or next_attempt_at <= ",
+        now!(),
+        ") and (claimed_until is null or claimed_until <= ",
+        now!(),
+        ") order by created_at limit $2) returning id, event_type, payment_id, payload"
+    ),
+    mark_event_published: concat!(
+        "update outbox_events set published_at = ",
+        now!(),
+        ", claimed_until = null, last_error = null where id = $1 and published_at is null"
+    ),
+    mark_event_failed: concat!(
+        "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when attempts >= $2 then ",
+        now!(),
+        " else null end, next_attempt_at = ",
+        now!("min(1 << attempts, 300)"),
+        " where id = $3"
+    ),
+    mark_receipt_sent: concat!(
+        "update receipts set sent_at = ",
+        now!(),
+        " where dedupe_key = $1 and sent_at is null"
+    ),
+};
+
 /// The embedded store: one file, WAL so that readers never wait for the writer, a busy
 /// timeout so that writers queue instead of failing, foreign keys enforced.
 pub struct SqliteStore {
@@ -265,3 +297,4 @@ impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
 impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);
 impl_operator_store!(SqliteStore, sqlx::Sqlite, OPERATOR_SQL);
 impl_console_store!(SqliteStore, sqlx::Sqlite, CONSOLE_SQL);
+impl_event_store!(SqliteStore, sqlx::Sqlite, EVENT_SQL);

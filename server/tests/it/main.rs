@@ -7,6 +7,7 @@ mod claim;
 mod cli;
 mod console_access;
 mod console_api;
+mod events;
 mod fingerprint;
 mod http_api;
 mod payments_api;

@@ -1,0 +1,254 @@
+//! Events happen once, whatever the delivery does: each event delivered 2 to 5 times, at once,
+//! by two publishers; a crash between publishing and marking published; a crash in a consumer
+//! between its side effect and its inbox row; a crash between sending a receipt and marking it
+//! sent. Every authorised payment ends with exactly one ledger pair and one receipt, the
+//! ledger sums to zero, nothing is left unpublished.
+
+use crate::support::{IdemProcess, TestDatabase, conformance, seed_tenant, serve_recovering};
+use futures_util::future::join_all;
+use idem::events::EventMessage;
+use idem::events::consumers::{Consumer, Ledger, Receipts};
+use idem::events::publisher::{Publisher, PublisherSettings};
+use idem::events::transport::{InProcess, Transport, TransportError};
+use idem::store::Dialect;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Authorised payments per test, and declined ones (whose events the consumers ignore).
+const AUTHORISED: usize = 12;
+const DECLINED: usize = 2;
+
+/// Delivers every message 2 to 5 times, all at once, to the real in-process consumers.
+struct Duplicating {
+    inner: InProcess,
+    seed: AtomicU64,
+    deliveries: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Transport for Duplicating {
+    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
+        // xorshift: a different spread of duplicates per message, reproducible per run.
+        let mut x = self.seed.fetch_add(0x9E37_79B9, Ordering::Relaxed) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let copies = 2 + x % 4;
+        self.deliveries.fetch_add(copies, Ordering::Relaxed);
+        let results = join_all((0..copies).map(|_| self.inner.publish(message))).await;
+        results.into_iter().collect()
+    }
+}
+
+async fn make_payments(address: std::net::SocketAddr, api_key: &str) {
+    let http = reqwest::Client::new();
+    for n in 0..AUTHORISED + DECLINED {
+        // The simulator declines amounts ending in 02.
+        let amount = if n < AUTHORISED { "10.00" } else { "10.02" };
+        let response = http
+            .post(format!("http://{address}/payments"))
+            .bearer_auth(api_key)
+            .header("idempotency-key", format!("evt-{n}"))
+            .body(format!(
+                r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"evt-{n}"}}"#
+            ))
+            .send()
+            .await
+            .expect("pay");
+        assert!(
+            matches!(response.status().as_u16(), 201 | 402),
+            "{}",
+            response.status()
+        );
+    }
+}
+
+/// The invariants after quiescing.
+async fn assert_once(db: &TestDatabase) {
+    let count = |sql: &'static str| db.query_i64(sql);
+    assert_eq!(
+        count("select count(*) from ledger_transactions").await,
+        AUTHORISED as i64
+    );
+    assert_eq!(
+        count("select count(*) from (select transaction_id from ledger_postings group by transaction_id having count(*) = 2) pairs").await,
+        AUTHORISED as i64,
+        "one pair per payment"
+    );
+    assert_eq!(
+        count("select cast(coalesce(sum(amount_minor), 0) as bigint) from ledger_postings").await,
+        0,
+        "the ledger sums to zero"
+    );
+    assert_eq!(count("select count(*) from receipts").await, AUTHORISED as i64);
+    assert_eq!(
+        count("select count(*) from outbox_events where published_at is null").await,
+        0,
+        "nothing left unpublished"
+    );
+    assert_eq!(
+        count("select count(*) from outbox_events where dead_at is not null").await,
+        0
+    );
+}
+
+conformance! {
+    async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
+        let sim = IdemProcess::provider_sim().await;
+        // This instance's own publisher is kept out of the way: the two below do the work.
+        let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
+        make_payments(server.address, &api_key).await;
+        drop(server);
+
+        let store = db.store().await;
+        let transport = Arc::new(Duplicating {
+            inner: InProcess::new(vec![
+                Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
+                Arc::new(Receipts::new(store.clone())),
+            ]),
+            seed: AtomicU64::new(0x2545_F491_4F6C_DD1D),
+            deliveries: AtomicU64::new(0),
+        });
+        let settings = PublisherSettings {
+            interval: Duration::from_millis(10),
+            batch: 3,
+            claim: Duration::from_secs(30),
+            max_attempts: 10,
+        };
+        let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
+        let second = Publisher::new(store.clone(), transport.clone(), settings);
+        let (a, b) = tokio::join!(first.run_once(), second.run_once());
+        assert_eq!(a.failed + b.failed, 0);
+        assert_eq!(a.published + b.published, 2 * (AUTHORISED + DECLINED), "each event published once: {a:?} {b:?}");
+        assert!(transport.deliveries.load(Ordering::Relaxed) >= 2 * 2 * (AUTHORISED + DECLINED) as u64);
+        assert_once(&db).await;
+        assert_eq!(
+            db.query_i64("select count(*) from consumer_inbox").await,
+            2 * AUTHORISED as i64,
+            "one inbox row per consumer and authorised payment"
+        );
+    }
+}
+
+/// Makes the payments with the publisher idle and their PaymentCreated events out of the way,
+/// so that the next instance's first publication is a PaymentAuthorized the consumers act on.
+async fn payments_awaiting_publication(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) {
+    let api_key = seed_tenant(dir, db, "acme", "10000.00").await;
+    let server = serve_recovering(dir, db, sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
+    make_payments(server.address, &api_key).await;
+    drop(server);
+    db.execute("update outbox_events set published_at = created_at where event_type <> 'PaymentAuthorized'")
+        .await
+        .expect("only authorisations left");
+}
+
+async fn crash_then_restart(crash_point: &str) -> (TestDatabase, tempfile::TempDir) {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let sim = IdemProcess::provider_sim().await;
+    payments_awaiting_publication(dir.path(), &db, &sim).await;
+
+    let mut doomed = serve_recovering(
+        dir.path(),
+        &db,
+        &sim,
+        &[
+            ("IDEM_CRASH_POINT", crash_point),
+            ("IDEM_OUTBOX_INTERVAL_MS", "50"),
+            // A crashed publisher's claims lapse soon, for the restarted one.
+            ("IDEM_OUTBOX_CLAIM_SECS", "1"),
+        ],
+    )
+    .await;
+    let status = tokio::time::timeout(Duration::from_secs(20), doomed.child.wait())
+        .await
+        .expect("the crash point is reached")
+        .expect("wait");
+    assert!(!status.success(), "aborted at {crash_point}");
+
+    let _restarted = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "50")]).await;
+    db.eventually_i64(
+        "select count(*) from outbox_events where published_at is null",
+        |count| count == 0,
+        "everything published after the restart",
+    )
+    .await;
+    db.eventually_i64(
+        "select count(*) from receipts where sent_at is null",
+        |count| count == 0,
+        "every receipt sent",
+    )
+    .await;
+    assert_once(&db).await;
+    (db, dir)
+}
+
+#[tokio::test]
+async fn a_crash_between_publishing_and_marking_publishes_again_and_applies_once() {
+    crash_then_restart("published_before_marked").await;
+}
+
+#[tokio::test]
+async fn a_crash_between_a_consumers_side_effect_and_its_inbox_row_applies_once() {
+    crash_then_restart("consumer_after_side_effect").await;
+}
+
+#[tokio::test]
+async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_the_same_id() {
+    let (_db, dir) = crash_then_restart("receipt_sent_before_marked").await;
+    let sink = std::fs::read_to_string(dir.path().join("receipts.jsonl")).expect("the receipts sink");
+    let ids: Vec<String> = sink
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).expect("json")["messageId"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), AUTHORISED, "every receipt delivered");
+    assert_eq!(
+        ids.len(),
+        AUTHORISED + 1,
+        "the one sent before the crash was sent again, same id: {ids:?}"
+    );
+}
+
+conformance! {
+    async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db) {
+        let store = db.migrated_store().await;
+        db.execute(
+            "insert into tenants (id, name) values ('ten_1', 'acme');
+             insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
+             insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
+               values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
+             insert into outbox_events (id, payment_id, event_type, payload)
+               values ('evt_1', 'pay_1', 'PaymentAuthorized', '{}')",
+        )
+        .await
+        .expect("arrange an event");
+        let claimed = store.claim_events(10, Duration::from_secs(30)).await.expect("claim");
+        assert_eq!(claimed.len(), 1);
+        assert!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").is_empty(), "claimed once");
+        store.mark_event_failed("evt_1", "broker down", 2).await.expect("first failure");
+        assert_eq!(
+            db.query_i64("select count(*) from outbox_events where dead_at is null and next_attempt_at is not null").await,
+            1,
+            "backing off, not dead"
+        );
+        db.execute("update outbox_events set next_attempt_at = null").await.expect("skip the backoff");
+        assert_eq!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").len(), 1, "retried");
+        store.mark_event_failed("evt_1", "broker down", 2).await.expect("second failure");
+        db.execute("update outbox_events set next_attempt_at = null").await.expect("skip the backoff");
+        assert!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").is_empty(), "dead letters stay put");
+        assert_eq!(
+            db.query_i64("select count(*) from outbox_events where dead_at is not null and last_error = 'broker down'").await,
+            1
+        );
+        assert_eq!(store.outbox_backlog().await.expect("backlog").unpublished, 0, "not counted as backlog");
+    }
+}

@@ -163,11 +163,51 @@ start_throwaway_postgres() {
     -o "-p $port -k $IDEM_PG_DIR -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" \
     start >/dev/null
   IDEM_PG_STOP=("${run_as[@]}" "$bindir/pg_ctl" -D "$IDEM_PG_DIR/data" -m immediate stop)
-  trap 'stop_throwaway_postgres' EXIT
+  on_exit stop_throwaway_postgres
   export IDEM_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
 }
 
 stop_throwaway_postgres() {
   "${IDEM_PG_STOP[@]}" >/dev/null 2>&1 || true
   rm -rf "$IDEM_PG_DIR"
+}
+
+# Commands to run when the script exits, in order (one trap for all of them).
+IDEM_ON_EXIT=()
+on_exit() {
+  IDEM_ON_EXIT+=("$1")
+  trap 'for command in "${IDEM_ON_EXIT[@]}"; do "$command"; done' EXIT
+}
+
+# NATS with JetStream for the events tests: IDEM_TEST_NATS_URL if set, else the server on
+# 127.0.0.1:4222, else a throwaway nats-server (Debian's package) on 54222.
+ensure_test_nats() {
+  if [ -n "${IDEM_TEST_NATS_URL:-}" ]; then
+    say "tests use NATS at $IDEM_TEST_NATS_URL"
+    return
+  fi
+  if [ "${IDEM_TEST_NATS:-}" != throwaway ] && (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+    export IDEM_TEST_NATS_URL="nats://127.0.0.1:4222"
+    say "tests use the NATS server on 127.0.0.1:4222"
+    return
+  fi
+  command -v nats-server >/dev/null || PATH="$PATH:/usr/sbin"
+  command -v nats-server >/dev/null || apt_install nats-server
+  local port="${IDEM_TEST_NATS_PORT:-54222}"
+  IDEM_NATS_DIR="$(mktemp -d /tmp/idem-nats.XXXXXX)"
+  say "starting a throwaway NATS server with JetStream on 127.0.0.1:$port ($IDEM_NATS_DIR)"
+  nats-server -js -a 127.0.0.1 -p "$port" -sd "$IDEM_NATS_DIR" >"$IDEM_NATS_DIR/log" 2>&1 &
+  IDEM_NATS_PID=$!
+  on_exit stop_throwaway_nats
+  for _ in $(seq 1 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  export IDEM_TEST_NATS_URL="nats://127.0.0.1:$port"
+}
+
+stop_throwaway_nats() {
+  kill "$IDEM_NATS_PID" >/dev/null 2>&1 || true
+  wait "$IDEM_NATS_PID" 2>/dev/null || true
+  rm -rf "$IDEM_NATS_DIR"
 }

@@ -175,6 +175,22 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_RESPONSE_KEYS", hide_env_values = true)]
     pub response_keys: Option<String>,
 
+    /// NATS server URL: events go through NATS JetStream. Unset: delivered in-process.
+    #[arg(long, env = "IDEM_NATS_URL")]
+    pub nats_url: Option<String>,
+
+    /// The JetStream stream events are published to (created if absent).
+    #[arg(long, env = "IDEM_NATS_STREAM", default_value = "IDEM_EVENTS")]
+    pub nats_stream: String,
+
+    /// Subjects are `<prefix>.<event type>`.
+    #[arg(long, env = "IDEM_NATS_SUBJECT_PREFIX", default_value = "idem.events")]
+    pub nats_subject_prefix: String,
+
+    /// Seconds a delivered, unacknowledged event waits before JetStream delivers it again.
+    #[arg(long, env = "IDEM_NATS_ACK_WAIT_SECS", default_value_t = 30)]
+    pub nats_ack_wait_secs: u64,
+
     /// How often, in milliseconds, the outbox publisher looks for events to deliver.
     #[arg(long, env = "IDEM_OUTBOX_INTERVAL_MS", default_value_t = 500)]
     pub outbox_interval_ms: u64,

@@ -55,6 +55,9 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
 
     let (listener, address) = bind(args.listen).await?;
+    // Connections queue on the bound socket until the router serves them, so the address can
+    // be announced now, before the workers start (a test may crash one of them at once).
+    announce("Idem console", address);
     let settings = HttpSettings {
         site_root: args.site_root,
         site_addr: address,
@@ -140,9 +143,29 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         Arc::new(events::consumers::Ledger::new(store.clone())),
         Arc::new(events::consumers::Receipts::new(store.clone())),
     ];
+    let transport: Arc<dyn events::transport::Transport> = match &args.nats_url {
+        Some(url) => {
+            let nats = events::nats::NatsJetStream::connect(events::nats::NatsSettings {
+                url: url.clone(),
+                stream: args.nats_stream.clone(),
+                subject_prefix: args.nats_subject_prefix.clone(),
+                ack_wait: Duration::from_secs(args.nats_ack_wait_secs.max(1)),
+            })
+            .await
+            .map_err(|error| ServeError::Config(error.to_string()))?;
+            for consumer in consumers {
+                nats.spawn_consumer(consumer)
+                    .await
+                    .map_err(|error| ServeError::Config(error.to_string()))?;
+            }
+            tracing::info!("events go through NATS JetStream");
+            Arc::new(nats)
+        }
+        None => Arc::new(events::transport::InProcess::new(consumers)),
+    };
     events::publisher::spawn_publisher(events::publisher::Publisher::new(
         store.clone(),
-        Arc::new(events::transport::InProcess::new(consumers)),
+        transport,
         events::publisher::PublisherSettings {
             interval: Duration::from_millis(args.outbox_interval_ms.max(10)),
             batch: 50,
@@ -168,8 +191,6 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
         metrics: Arc::new(Exposition::new(metrics::prometheus::install(), expiry.retention)),
     };
     let router = http::router(state, &settings);
-
-    announce("Idem console", address);
 
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())

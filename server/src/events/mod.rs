@@ -7,6 +7,7 @@
 //! processed before its side effect exists, and never applied twice.
 
 pub mod consumers;
+pub mod nats;
 pub mod publisher;
 pub mod transport;
 

@@ -8,6 +8,7 @@ use crate::support::{IdemProcess, TestDatabase, conformance, seed_tenant, serve_
 use futures_util::future::join_all;
 use idem::events::EventMessage;
 use idem::events::consumers::{Consumer, Ledger, Receipts};
+use idem::events::nats::{NatsJetStream, NatsSettings};
 use idem::events::publisher::{Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
 use idem::store::Dialect;
@@ -146,30 +147,35 @@ async fn payments_awaiting_publication(dir: &std::path::Path, db: &TestDatabase,
 }
 
 async fn crash_then_restart(crash_point: &str) -> (TestDatabase, tempfile::TempDir) {
+    crash_then_restart_with(crash_point, &[]).await
+}
+
+/// `transport`: environment for both instances (e.g. NATS settings).
+async fn crash_then_restart_with(
+    crash_point: &str,
+    transport: &[(&str, &str)],
+) -> (TestDatabase, tempfile::TempDir) {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let sim = IdemProcess::provider_sim().await;
     payments_awaiting_publication(dir.path(), &db, &sim).await;
 
-    let mut doomed = serve_recovering(
-        dir.path(),
-        &db,
-        &sim,
-        &[
-            ("IDEM_CRASH_POINT", crash_point),
-            ("IDEM_OUTBOX_INTERVAL_MS", "50"),
-            // A crashed publisher's claims lapse soon, for the restarted one.
-            ("IDEM_OUTBOX_CLAIM_SECS", "1"),
-        ],
-    )
-    .await;
+    let mut env = vec![
+        ("IDEM_OUTBOX_INTERVAL_MS", "50"),
+        // A crashed publisher's claims lapse soon, for the restarted one.
+        ("IDEM_OUTBOX_CLAIM_SECS", "1"),
+    ];
+    env.extend_from_slice(transport);
+    let mut crashing = env.clone();
+    crashing.push(("IDEM_CRASH_POINT", crash_point));
+    let mut doomed = serve_recovering(dir.path(), &db, &sim, &crashing).await;
     let status = tokio::time::timeout(Duration::from_secs(20), doomed.child.wait())
         .await
         .expect("the crash point is reached")
         .expect("wait");
     assert!(!status.success(), "aborted at {crash_point}");
 
-    let _restarted = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "50")]).await;
+    let _restarted = serve_recovering(dir.path(), &db, &sim, &env).await;
     db.eventually_i64(
         "select count(*) from outbox_events where published_at is null",
         |count| count == 0,
@@ -177,9 +183,9 @@ async fn crash_then_restart(crash_point: &str) -> (TestDatabase, tempfile::TempD
     )
     .await;
     db.eventually_i64(
-        "select count(*) from receipts where sent_at is null",
-        |count| count == 0,
-        "every receipt sent",
+        "select count(*) from receipts where sent_at is not null",
+        |count| count == AUTHORISED as i64,
+        "every receipt recorded and sent",
     )
     .await;
     assert_once(&db).await;
@@ -251,4 +257,133 @@ conformance! {
         );
         assert_eq!(store.outbox_backlog().await.expect("backlog").unpublished, 0, "not counted as backlog");
     }
+}
+
+/// A JetStream stream of this test's own on the NATS server the test scripts provide.
+struct NatsStream {
+    url: String,
+    stream: String,
+    prefix: String,
+}
+
+impl NatsStream {
+    fn new() -> NatsStream {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        NatsStream {
+            url: std::env::var("IDEM_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned()),
+            stream: format!("IDEM_TEST_{id}"),
+            prefix: format!("idem_test_{id}"),
+        }
+    }
+
+    fn settings(&self) -> NatsSettings {
+        NatsSettings {
+            url: self.url.clone(),
+            stream: self.stream.clone(),
+            subject_prefix: self.prefix.clone(),
+            ack_wait: Duration::from_secs(1),
+        }
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("IDEM_NATS_URL", self.url.as_str()),
+            ("IDEM_NATS_STREAM", self.stream.as_str()),
+            ("IDEM_NATS_SUBJECT_PREFIX", self.prefix.as_str()),
+            ("IDEM_NATS_ACK_WAIT_SECS", "1"),
+        ]
+    }
+
+    async fn delete(&self) {
+        if let Ok(client) = async_nats::connect(&self.url).await {
+            let _ = async_nats::jetstream::new(client)
+                .delete_stream(&self.stream)
+                .await;
+        }
+    }
+}
+
+/// Publishes every event 2 to 5 times through NATS under *different* broker message ids, so
+/// that the broker's de-duplication cannot help: only the consumers' inboxes can.
+struct DuplicatingNats {
+    nats: NatsJetStream,
+    copies: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Transport for DuplicatingNats {
+    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
+        let copies = 2 + self.copies.fetch_add(1, Ordering::Relaxed) % 4;
+        for copy in 0..copies {
+            self.nats
+                .publish_as(message, &format!("{}~{copy}", message.event_id))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
+    make_payments(server.address, &api_key).await;
+    drop(server);
+
+    let stream = NatsStream::new();
+    let nats = NatsJetStream::connect(stream.settings())
+        .await
+        .expect("NATS JetStream (scripts/test starts one)");
+    let store = db.store().await;
+    for consumer in [
+        Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
+        Arc::new(Receipts::new(store.clone())),
+    ] {
+        nats.spawn_consumer(consumer).await.expect("consumer");
+    }
+    let transport = Arc::new(DuplicatingNats {
+        nats,
+        copies: AtomicU64::new(0),
+    });
+    let settings = PublisherSettings {
+        interval: Duration::from_millis(10),
+        batch: 3,
+        claim: Duration::from_secs(30),
+        max_attempts: 10,
+    };
+    let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
+    let second = Publisher::new(store.clone(), transport.clone(), settings);
+    let (a, b) = tokio::join!(first.run_once(), second.run_once());
+    assert_eq!(
+        a.published + b.published,
+        2 * (AUTHORISED + DECLINED),
+        "{a:?} {b:?}"
+    );
+    db.eventually_i64(
+        "select count(*) from consumer_inbox",
+        |count| count == 2 * AUTHORISED as i64,
+        "both consumers processed every authorisation",
+    )
+    .await;
+    // Let any copy still in flight arrive: it must change nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_once(&db).await;
+    stream.delete().await;
+}
+
+#[tokio::test]
+async fn over_nats_a_crash_between_publishing_and_marking_applies_once() {
+    let stream = NatsStream::new();
+    crash_then_restart_with("published_before_marked", &stream.env()).await;
+    stream.delete().await;
+}
+
+#[tokio::test]
+async fn over_nats_a_crash_in_a_consumer_before_its_commit_is_redelivered_and_applies_once() {
+    let stream = NatsStream::new();
+    crash_then_restart_with("consumer_after_side_effect", &stream.env()).await;
+    stream.delete().await;
 }

@@ -48,7 +48,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the payments API and the operator console.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run the payment provider simulator.
     ProviderSim(ProviderSimArgs),
     /// Apply the database migrations, then exit.

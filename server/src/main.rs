@@ -37,7 +37,7 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
     let database = || DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir);
     match cli.command {
         Command::ProviderSim(args) => Ok(serve::provider_sim(args).await?),
-        Command::Serve(args) => Ok(serve::serve(database()?, &cli.global.data_dir, args).await?),
+        Command::Serve(args) => Ok(serve::serve(database()?, &cli.global.data_dir, *args).await?),
         Command::Migrate => {
             let target = database()?;
             let redacted = target.redacted();

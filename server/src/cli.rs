@@ -175,6 +175,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_RESPONSE_KEYS", hide_env_values = true)]
     pub response_keys: Option<String>,
 
+    /// How often, in milliseconds, authorised payments are checked for settlement at the
+    /// provider.
+    #[arg(long, env = "IDEM_SETTLEMENT_INTERVAL_MS", default_value_t = 10_000)]
+    pub settlement_interval_ms: u64,
+
     /// NATS server URL: events go through NATS JetStream. Unset: delivered in-process.
     #[arg(long, env = "IDEM_NATS_URL")]
     pub nats_url: Option<String>,

@@ -129,6 +129,10 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
             batch: 50,
         },
     );
+    crate::payments::settlement::spawn_worker(
+        engine.clone(),
+        Duration::from_millis(args.settlement_interval_ms.max(10)),
+    );
     cleanup::spawn_worker(
         store.clone(),
         CleanupSettings {

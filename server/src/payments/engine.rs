@@ -534,6 +534,44 @@ impl PaymentsEngine {
         Ok(Some(StoredResponse { body, ..stored }))
     }
 
+    /// One settlement pass: authorised payments not checked for `recheck_after` are looked up
+    /// at the provider; those it reports settled become SETTLED with their PaymentSettled
+    /// event (once: the update is conditional on PENDING). Returns how many settled.
+    pub async fn settle_pending(&self, recheck_after: Duration, limit: i64) -> usize {
+        let ids = match self.store.take_payments_to_settle(recheck_after, limit).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "settlement: cannot list payments");
+                return 0;
+            }
+        };
+        let mut settled = 0;
+        for payment_id in ids {
+            let charge = match self.provider.find_charge(&payment_id).await {
+                Ok(Some(charge)) if charge.settled => charge,
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, %payment_id, "settlement: provider look-up failed; later");
+                    continue;
+                }
+            };
+            let event_id = new_event_id();
+            let payload = json!({
+                "eventId": event_id,
+                "type": "PaymentSettled",
+                "paymentId": payment_id,
+                "providerChargeId": charge.charge_id,
+            })
+            .to_string();
+            match self.store.settle_payment(&payment_id, &event_id, &payload).await {
+                Ok(true) => settled += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, %payment_id, "settlement: not recorded; later"),
+            }
+        }
+        settled
+    }
+
     /// What the provider says about a payment right now.
     pub async fn provider_evidence(&self, payment_id: &str) -> ProviderEvidence {
         match self.provider.find_charge(payment_id).await {

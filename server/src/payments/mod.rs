@@ -7,3 +7,4 @@ pub mod http;
 pub mod money;
 pub mod payment;
 pub mod representation;
+pub mod settlement;

@@ -35,4 +35,7 @@ pub struct Charge {
     pub charge_id: String,
     pub status: ChargeStatus,
     pub reference: String,
+    /// The money moved (a succeeded charge settles later); absent means not yet.
+    #[serde(default)]
+    pub settled: bool,
 }

@@ -68,6 +68,9 @@ pub struct SimCharge {
     pub status: ChargeStatus,
     /// How many `POST /v1/charges` arrived with this key.
     pub create_calls: u32,
+    /// Settled through `POST /_sim/settle`.
+    #[serde(default)]
+    pub settled: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +128,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/v1/charges", post(create_charge).get(find_charge))
         .route("/_sim/faults", post(queue_fault).delete(clear_faults))
         .route("/_sim/charges", get(list_charges))
+        .route("/_sim/settle", post(settle))
         .with_state(simulator)
 }
 
@@ -224,6 +228,7 @@ async fn create_charge(
                     ChargeStatus::Succeeded
                 },
                 create_calls: 1,
+                settled: false,
             };
             ledger.charges.insert(key, charge.clone());
             charge
@@ -267,7 +272,37 @@ fn public_charge(charge: &SimCharge) -> Charge {
         charge_id: charge.charge_id.clone(),
         status: charge.status,
         reference: charge.reference.clone(),
+        settled: charge.settled,
     }
+}
+
+/// `POST /_sim/settle`: settles every succeeded charge (or the one with `reference`).
+async fn settle(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
+    #[derive(Deserialize)]
+    struct Settle {
+        #[serde(default)]
+        reference: Option<String>,
+    }
+    let settle: Settle = if body.is_empty() {
+        Settle { reference: None }
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(settle) => settle,
+            Err(problem) => return error(StatusCode::BAD_REQUEST, "invalid_settle", &problem.to_string()),
+        }
+    };
+    let mut settled = 0;
+    for charge in sim.ledger().charges.values_mut() {
+        let chosen = settle
+            .reference
+            .as_deref()
+            .is_none_or(|reference| reference == charge.reference);
+        if chosen && charge.status == ChargeStatus::Succeeded && !charge.settled {
+            charge.settled = true;
+            settled += 1;
+        }
+    }
+    Json(serde_json::json!({ "settled": settled })).into_response()
 }
 
 #[derive(Deserialize)]

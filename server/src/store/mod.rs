@@ -236,6 +236,24 @@ pub trait Store:
     /// tenant and operation (only those with either).
     async fn live_gauges(&self) -> Result<Vec<crate::metrics::prometheus::LiveGauges>, StoreError>;
 
+    /// Takes authorised (PENDING) payments whose settlement was not checked for
+    /// `recheck_after`, for the settlement worker (each taken by bumping its `updated_at`;
+    /// skip-locked on PostgreSQL). Returns their ids.
+    async fn take_payments_to_settle(
+        &self,
+        recheck_after: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// PENDING -> SETTLED with its PaymentSettled event, in one transaction; `false` when the
+    /// payment was not PENDING (nothing written).
+    async fn settle_payment(
+        &self,
+        payment_id: &str,
+        event_id: &str,
+        payload: &str,
+    ) -> Result<bool, StoreError>;
+
     /// Events not yet published, and the age of the oldest.
     async fn outbox_backlog(&self) -> Result<crate::metrics::prometheus::OutboxBacklog, StoreError>;
 

@@ -76,6 +76,11 @@ const SQL: DialectSql = DialectSql {
     outbox_backlog: "select count(*), \
          coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
          from outbox_events where published_at is null and dead_at is null",
+    take_payments_to_settle: "update payments set updated_at = now() where id in ( \
+             select id from payments where status = 'PENDING' \
+             and updated_at <= now() - make_interval(secs => $1) \
+             order by updated_at limit $2 for update skip locked) returning id",
+    settle_payment: "update payments set status = 'SETTLED', updated_at = now() where id = $1 and status = 'PENDING'",
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {

@@ -55,6 +55,10 @@ pub(super) struct DialectSql {
     pub add_outcome_count: &'static str,
     /// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
     pub outbox_backlog: &'static str,
+    /// `$1` recheck seconds, `$2` limit: takes PENDING payments, returns their ids.
+    pub take_payments_to_settle: &'static str,
+    /// `$1` payment id: PENDING -> SETTLED.
+    pub settle_payment: &'static str,
 }
 
 /// The claim's answer to a scoped key that already has a record: under the `new_operation`
@@ -890,6 +894,47 @@ macro_rules! impl_store {
                         },
                     )
                     .collect()
+            }
+
+            async fn take_payments_to_settle(
+                &self,
+                recheck_after: std::time::Duration,
+                limit: i64,
+            ) -> Result<Vec<String>, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let ids: Vec<String> = sqlx::query_scalar($sql.take_payments_to_settle)
+                    .bind(recheck_after.as_secs_f64())
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(ids)
+            }
+
+            async fn settle_payment(
+                &self,
+                payment_id: &str,
+                event_id: &str,
+                payload: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let settled = sqlx::query($sql.settle_payment)
+                    .bind(payment_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if settled {
+                    sqlx::query($crate::store::shared::INSERT_EVENT)
+                        .bind(event_id)
+                        .bind(payment_id)
+                        .bind("PaymentSettled")
+                        .bind(payload)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(settled)
             }
 
             async fn outbox_backlog(

@@ -133,6 +133,18 @@ const SQL: DialectSql = DialectSql {
     outbox_backlog: "select count(*), \
          coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) \
          from outbox_events where published_at is null and dead_at is null",
+    take_payments_to_settle: concat!(
+        "update payments set updated_at = ",
+        now!(),
+        " where id in (select id from payments where status = 'PENDING' ",
+        "and updated_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') ",
+        "order by updated_at limit $2) returning id"
+    ),
+    settle_payment: concat!(
+        "update payments set status = 'SETTLED', updated_at = ",
+        now!(),
+        " where id = $1 and status = 'PENDING'"
+    ),
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {

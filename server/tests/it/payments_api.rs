@@ -921,3 +921,60 @@ async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
         "opened for the replay"
     );
 }
+
+#[tokio::test]
+async fn settlement_changes_a_fresh_read_but_never_a_replay() {
+    let api = Api::start_with(5_000, &[("IDEM_SETTLEMENT_INTERVAL_MS", "100")]).await;
+    let first = api.pay("k-settle", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_body = first.bytes().await.expect("body");
+    let payment: Value = serde_json::from_slice(&first_body).expect("json");
+    assert_eq!(payment["status"], "PENDING");
+    let id = payment["paymentId"].as_str().expect("id").to_owned();
+    let fresh = || async {
+        let read: Value = api
+            .http
+            .get(format!("http://{}/payments/{id}", api.server.address))
+            .bearer_auth(&api.acme_key)
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("json");
+        read["status"].as_str().expect("status").to_owned()
+    };
+    assert_eq!(fresh().await, "PENDING", "not settled until the provider says so");
+
+    let settled = api
+        .http
+        .post(format!("http://{}/_sim/settle", api.sim.address))
+        .send()
+        .await
+        .expect("settle at the provider");
+    assert_eq!(settled.status(), 200);
+    api.db
+        .eventually_i64(
+            "select count(*) from payments where status = 'SETTLED'",
+            |count| count == 1,
+            "the settlement worker applies it",
+        )
+        .await;
+    assert_eq!(fresh().await, "SETTLED", "a fresh read shows the settlement");
+    let replay = api.pay("k-settle", BODY).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.bytes().await.expect("body"),
+        first_body,
+        "a replay is the original answer"
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        api.db
+            .query_i64("select count(*) from outbox_events where event_type = 'PaymentSettled'")
+            .await,
+        1,
+        "settled once, announced once"
+    );
+}

@@ -1,0 +1,2 @@
+-- SQLite dialect of migrations/postgres/0011.
+create index payments_pending on payments (updated_at) where status = 'PENDING';

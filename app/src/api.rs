@@ -5,8 +5,9 @@
 #[cfg(feature = "ssr")]
 use crate::dto::OperatorRole;
 use crate::dto::{
-    AuditEntryView, CurrentOperator, Dashboard, ReconcileAction, ReconcilePreview, ReconcileResult,
-    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RevealedResponse,
+    AuditEntryView, CurrentOperator, Dashboard, EventsOverview, ReconcileAction, ReconcilePreview,
+    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult,
+    RevealedResponse,
 };
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -119,6 +120,26 @@ pub async fn bulk_preview(records: Vec<RecordRef>) -> Result<Vec<ReconcilePrevie
         previews.push(backend.preview_reconcile(record).await.map_err(failed)?);
     }
     Ok(previews)
+}
+
+/// The events page: backlog, consumer lag, dead letters.
+#[server(endpoint = "console/events")]
+pub async fn get_events() -> Result<EventsOverview, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.events().await.map_err(failed)
+}
+
+/// Re-drives exactly the dead letters the operator saw (event id, dead since), with a reason.
+#[server(endpoint = "console/events/redrive", input = Json)]
+pub async fn redrive_events(
+    dead_letters: Vec<(String, String)>,
+    reason: String,
+) -> Result<Vec<RedriveResult>, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .redrive(&operator, dead_letters, reason)
+        .await
+        .map_err(failed)
 }
 
 /// The record's stored response, masked until an operator asks; every reveal is audited.

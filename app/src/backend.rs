@@ -3,8 +3,9 @@
 //! render on the server without ever depending on sqlx or on `server`.
 
 use crate::dto::{
-    AuditEntryView, CurrentOperator, Dashboard, DashboardRange, ReconcileAction, ReconcilePreview,
-    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RevealedResponse,
+    AuditEntryView, CurrentOperator, Dashboard, DashboardRange, EventsOverview, ReconcileAction,
+    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    RedriveResult, RevealedResponse,
 };
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -49,6 +50,18 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         action: ReconcileAction,
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError>;
+
+    /// Outbox backlog, consumer lag, dead letters.
+    async fn events(&self) -> Result<EventsOverview, ConsoleError>;
+
+    /// Puts exactly these dead letters (each at the `dead_at` the operator saw) back to the
+    /// publisher, each audited with `reason`.
+    async fn redrive(
+        &self,
+        operator: &CurrentOperator,
+        dead_letters: Vec<(String, String)>,
+        reason: String,
+    ) -> Result<Vec<RedriveResult>, ConsoleError>;
 
     /// The record's stored response, opened; audited before anything is returned.
     async fn reveal_response(

@@ -2,6 +2,7 @@
 
 mod audit;
 mod dashboard;
+mod events;
 mod reconcile;
 mod records;
 mod recovery;
@@ -17,6 +18,7 @@ use leptos_router::{
 
 pub use audit::AuditPage;
 pub use dashboard::DashboardPage;
+pub use events::EventsPage;
 pub use records::{RecordPage, RecordsPage};
 pub use recovery::RecoveryPage;
 pub use sign_in::SignInPage;
@@ -61,6 +63,7 @@ pub fn App() -> impl IntoView {
                     <A href="/" exact=true>"Dashboard"</A>
                     <A href="/records">"Records"</A>
                     <A href="/recovery">"Recovery"</A>
+                    <A href="/events">"Events"</A>
                     <A href="/audit">"Audit"</A>
                 </nav>
                 <SignedInAs />
@@ -79,6 +82,7 @@ pub fn App() -> impl IntoView {
                         view=RecordPage
                     />
                     <Route path=StaticSegment("recovery") view=RecoveryPage />
+                    <Route path=StaticSegment("events") view=EventsPage />
                     <Route path=StaticSegment("audit") view=AuditPage />
                     <Route path=StaticSegment("sign-in") view=SignInPage />
                 </Routes>

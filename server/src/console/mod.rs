@@ -6,6 +6,7 @@ mod diff;
 pub mod sessions;
 
 use crate::auth::tenant::TenantId;
+use crate::events::consumers::{LEDGER, RECEIPTS};
 use crate::idempotency::claim::Scope;
 use crate::idempotency::key::IdempotencyKey;
 use crate::metrics::Outcome;
@@ -16,9 +17,9 @@ use crate::store::operators::{AuditCursor, AuditEntry};
 use crate::store::{Store, StoreError};
 use app::backend::{ConsoleBackend, ConsoleError};
 use app::dto::{
-    AuditEntryView, CurrentOperator, Dashboard, DashboardRange, LiveGauges, ProviderEvidence,
-    ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef,
-    RecordStatus, RecordSummary, RequestView, RevealedResponse, Series,
+    AuditEntryView, ConsumerLag, CurrentOperator, Dashboard, DashboardRange, EventsOverview, LiveGauges,
+    ProviderEvidence, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
+    RecordPage, RecordRef, RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
 };
 use chrono::{SecondsFormat, Utc};
 use std::sync::Arc;
@@ -254,12 +255,7 @@ impl ConsoleBackend for StoreConsole {
         action: ReconcileAction,
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError> {
-        let reason = reason.trim().to_owned();
-        if !(5..=500).contains(&reason.chars().count()) {
-            return Err(ConsoleError::Invalid(
-                "say why, in 5 to 500 characters: the reason goes into the audit log".to_owned(),
-            ));
-        }
+        let reason = checked_reason(&reason)?;
         let scope = scope_of(&record)?;
         let audit = |result: &str, details: String| AuditEntry {
             actor: operator.username.clone(),
@@ -299,6 +295,81 @@ impl ConsoleBackend for StoreConsole {
             status,
             message,
         })
+    }
+
+    async fn events(&self) -> Result<EventsOverview, ConsoleError> {
+        let backlog = self
+            .store
+            .outbox_backlog()
+            .await
+            .map_err(unavailable("outbox backlog"))?;
+        let mut consumers = Vec::new();
+        for consumer in [LEDGER, RECEIPTS] {
+            let lag = self
+                .store
+                .consumer_lag(
+                    consumer,
+                    "PaymentAuthorized",
+                    std::time::Duration::from_secs(24 * 3600),
+                )
+                .await
+                .map_err(unavailable("consumer lag"))?;
+            consumers.push(ConsumerLag {
+                consumer: consumer.to_owned(),
+                lag: u64::try_from(lag).unwrap_or(0),
+            });
+        }
+        Ok(EventsOverview {
+            unpublished: u64::try_from(backlog.unpublished).unwrap_or(0),
+            oldest_unpublished_secs: backlog.oldest_unpublished_age_seconds,
+            consumers,
+            dead_letters: self
+                .store
+                .dead_letters(200)
+                .await
+                .map_err(unavailable("dead letters"))?,
+            read_at: now_text(),
+        })
+    }
+
+    async fn redrive(
+        &self,
+        operator: &CurrentOperator,
+        dead_letters: Vec<(String, String)>,
+        reason: String,
+    ) -> Result<Vec<RedriveResult>, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let mut results = Vec::with_capacity(dead_letters.len());
+        for (event_id, dead_at) in dead_letters {
+            let audit = AuditEntry {
+                actor: operator.username.clone(),
+                action: "redrive_event".to_owned(),
+                target: Some(event_id.clone()),
+                reason: Some(reason.clone()),
+                result: "ok".to_owned(),
+                details: Some(format!("dead since {dead_at}")),
+            };
+            let (ok, message) = match self.store.redrive_event(&event_id, &dead_at, &audit).await {
+                Ok(true) => (true, "back to the publisher".to_owned()),
+                Ok(false) => {
+                    let message = "not re-driven: it changed since the preview".to_owned();
+                    self.write_audit(AuditEntry {
+                        result: "refused".to_owned(),
+                        details: Some(message.clone()),
+                        ..audit
+                    })
+                    .await;
+                    (false, message)
+                }
+                Err(error) => return Err(unavailable("redrive")(error)),
+            };
+            results.push(RedriveResult {
+                event_id,
+                ok,
+                message,
+            });
+        }
+        Ok(results)
     }
 
     async fn reveal_response(
@@ -353,6 +424,18 @@ impl StoreConsole {
         if let Err(error) = self.store.append_audit(&entry).await {
             tracing::error!(%error, action = %entry.action, "console: audit entry not written");
         }
+    }
+}
+
+/// An operator's reason for an action: it goes into the audit log, so it must say something.
+fn checked_reason(reason: &str) -> Result<String, ConsoleError> {
+    let reason = reason.trim();
+    if (5..=500).contains(&reason.chars().count()) {
+        Ok(reason.to_owned())
+    } else {
+        Err(ConsoleError::Invalid(
+            "say why, in 5 to 500 characters: the reason goes into the audit log".to_owned(),
+        ))
     }
 }
 

@@ -17,6 +17,27 @@ pub struct PendingReceipt {
 
 #[async_trait::async_trait]
 pub trait EventStore {
+    /// Per consumer, how many published events of `event_type` from the last `window` it has
+    /// not processed.
+    async fn consumer_lag(
+        &self,
+        consumer: &str,
+        event_type: &str,
+        window: Duration,
+    ) -> Result<i64, StoreError>;
+
+    /// Dead-lettered events, oldest first.
+    async fn dead_letters(&self, limit: i64) -> Result<Vec<app::dto::DeadLetter>, StoreError>;
+
+    /// Puts a dead letter back to the publisher, if it is still dead since `dead_at` (the
+    /// version the operator saw), with the audit entry in the same transaction.
+    async fn redrive_event(
+        &self,
+        event_id: &str,
+        dead_at: &str,
+        audit: &crate::store::operators::AuditEntry,
+    ) -> Result<bool, StoreError>;
+
     /// Claims up to `limit` due, unpublished, live events for `claim` (other publishers skip
     /// them meanwhile), oldest first, counting the attempt.
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError>;
@@ -55,6 +76,10 @@ pub trait EventStore {
 }
 
 pub(super) struct EventSql {
+    /// `$1` consumer, `$2` event type, `$3` window seconds.
+    pub consumer_lag: &'static str,
+    /// `$1` event id, `$2` dead at (RFC 3339 text).
+    pub redrive_event: &'static str,
     /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
     pub claim_events: &'static str,
     /// `$1` event id.
@@ -75,6 +100,8 @@ pub(super) const INSERT_POSTING: &str =
     "insert into ledger_postings (transaction_id, account, amount_minor, currency) values ($1, $2, $3, $4)";
 pub(super) const INSERT_RECEIPT: &str =
     "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing";
+pub(super) const DEAD_LETTERS: &str = "select id, event_type, payment_id, attempts, last_error, dead_at \
+     from outbox_events where dead_at is not null order by dead_at, id limit $1";
 pub(super) const PENDING_RECEIPTS: &str =
     "select dedupe_key, payment_id, body from receipts where sent_at is null order by created_at limit $1";
 
@@ -131,6 +158,74 @@ macro_rules! impl_event_store {
 
         #[async_trait::async_trait]
         impl $crate::store::events::EventStore for $store {
+            async fn consumer_lag(
+                &self,
+                consumer: &str,
+                event_type: &str,
+                window: std::time::Duration,
+            ) -> Result<i64, $crate::store::StoreError> {
+                Ok(sqlx::query_scalar($sql.consumer_lag)
+                    .bind(consumer)
+                    .bind(event_type)
+                    .bind(window.as_secs_f64())
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn dead_letters(
+                &self,
+                limit: i64,
+            ) -> Result<Vec<app::dto::DeadLetter>, $crate::store::StoreError> {
+                let rows: Vec<(
+                    String,
+                    String,
+                    String,
+                    i32,
+                    Option<String>,
+                    chrono::DateTime<chrono::Utc>,
+                )> = sqlx::query_as($crate::store::events::DEAD_LETTERS)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(event_id, event_type, payment_id, attempts, last_error, dead_at)| {
+                            app::dto::DeadLetter {
+                                event_id,
+                                event_type,
+                                payment_id,
+                                attempts,
+                                last_error,
+                                // Microseconds: the re-drive compares it with the stored value.
+                                dead_at: dead_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+                            }
+                        },
+                    )
+                    .collect())
+            }
+
+            async fn redrive_event(
+                &self,
+                event_id: &str,
+                dead_at: &str,
+                audit: &$crate::store::operators::AuditEntry,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let redriven = sqlx::query($sql.redrive_event)
+                    .bind(event_id)
+                    .bind(dead_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if redriven {
+                    Self::audit_in(&mut tx, audit).await?;
+                }
+                tx.commit().await?;
+                Ok(redriven)
+            }
+
             async fn claim_events(
                 &self,
                 limit: i64,

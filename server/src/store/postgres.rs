@@ -148,6 +148,12 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
 };
 
 const EVENT_SQL: EventSql = EventSql {
+    consumer_lag: "select count(*) from outbox_events e \
+         where not exists (select 1 from consumer_inbox i where i.consumer_name = $1 and i.message_id = e.id) \
+         and e.event_type = $2 and e.created_at >= now() - make_interval(secs => $3) \
+         and e.published_at is not null",
+    redrive_event: "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
+         claimed_until = null where id = $1 and dead_at = $2::timestamptz",
     // Rows another publisher holds are skipped, never waited for.
     claim_events: "update outbox_events set claimed_until = now() + make_interval(secs => $1), \
          attempts = attempts + 1 where id in ( \

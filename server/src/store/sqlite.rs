@@ -237,6 +237,13 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
 };
 
 const EVENT_SQL: EventSql = EventSql {
+    consumer_lag: "select count(*) from outbox_events e \
+         where not exists (select 1 from consumer_inbox i where i.consumer_name = $1 and i.message_id = e.id) \
+         and e.event_type = $2 \
+         and e.created_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $3 || ' seconds') \
+         and e.published_at is not null",
+    redrive_event: "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
+         claimed_until = null where id = $1 and dead_at = strftime('%Y-%m-%dT%H:%M:%fZ', $2)",
     claim_events: concat!(
         "update outbox_events set claimed_until = ",
         now!("$1"),

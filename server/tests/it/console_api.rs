@@ -254,3 +254,100 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
             .any(|entry| entry["action"] == "reconcile.apply_provider_result")
     );
 }
+
+#[tokio::test]
+async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let idle = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
+    let paid = reqwest::Client::new()
+        .post(format!("http://{}/payments", idle.address))
+        .bearer_auth(&api_key)
+        .header("idempotency-key", "k-dead")
+        .body(BODY)
+        .send()
+        .await
+        .expect("pay");
+    assert_eq!(paid.status(), 201);
+    drop(idle);
+    // The authorisation failed to publish too often (as if the broker had been down).
+    db.execute(
+        "update outbox_events set dead_at = now(), attempts = 10, last_error = 'broker down' \
+         where event_type = 'PaymentAuthorized'",
+    )
+    .await
+    .expect("dead-letter it");
+    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "100")]).await;
+    db.eventually_i64(
+        "select count(*) from outbox_events where published_at is null and dead_at is null",
+        |count| count == 0,
+        "the live events are published",
+    )
+    .await;
+    assert_eq!(
+        db.query_i64("select count(*) from ledger_transactions").await,
+        0,
+        "dead letters wait"
+    );
+
+    let viewer = Console::sign_in(&server, dir.path(), &db, "vera", "viewer").await;
+    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+    let events = viewer.json("events", &[]).await;
+    let letter = &events["dead_letters"][0];
+    assert_eq!(letter["last_error"], "broker down");
+    let frozen = json!({
+        "dead_letters": [[letter["event_id"].clone(), letter["dead_at"].clone()]],
+        "reason": "broker is back (ticket OPS-9)",
+    });
+    let redrive = |console: &Console| {
+        console
+            .http
+            .post(format!("{}/api/console/events/redrive", console.base))
+            .header("origin", &console.base)
+            .header("cookie", &console.cookie)
+            .json(&frozen)
+            .send()
+    };
+    let refused = redrive(&viewer).await.expect("call");
+    assert!(
+        refused
+            .text()
+            .await
+            .expect("text")
+            .contains("needs the operator role")
+    );
+    let results: Value = redrive(&operator)
+        .await
+        .expect("call")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(results[0]["ok"], true, "{results}");
+    db.eventually_i64(
+        "select count(*) from ledger_transactions",
+        |count| count == 1,
+        "delivered after the re-drive",
+    )
+    .await;
+    let again: Value = redrive(&operator)
+        .await
+        .expect("call")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(again[0]["ok"], false, "the same preview cannot re-drive twice");
+    assert_eq!(
+        db.query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'ok' and reason like '%OPS-9%'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'refused'")
+            .await,
+        1
+    );
+    let events = viewer.json("events", &[]).await;
+    assert_eq!(events["dead_letters"].as_array().expect("list").len(), 0);
+}

@@ -27,10 +27,11 @@ pub struct CleanupReport {
     pub purged: u64,
     pub deleted: u64,
     pub batches: u32,
-    /// Batches that failed or took longer than the bound (their work was rolled back where
-    /// the database enforced the bound, and is retried with a smaller batch).
+    /// Batches that failed or held their locks longer than the bound (their work was rolled
+    /// back where the database enforced the bound, and is retried with a smaller batch).
     pub overruns: u32,
-    pub longest_batch: Duration,
+    /// The longest any batch held its locks.
+    pub longest_hold: Duration,
 }
 
 /// The worker's state between passes: the batch size it learned.
@@ -87,10 +88,8 @@ impl Cleanup {
             };
             let elapsed = started.elapsed();
             report.batches += 1;
-            report.longest_batch = report.longest_batch.max(elapsed);
-            metrics::histogram!("idempotency_cleanup_batch_seconds").record(elapsed.as_secs_f64());
-            let count = match result {
-                Ok(count) => count,
+            let batch = match result {
+                Ok(batch) => batch,
                 Err(error) => {
                     report.overruns += 1;
                     failures_in_a_row += 1;
@@ -105,13 +104,16 @@ impl Cleanup {
                 }
             };
             failures_in_a_row = 0;
+            let count = batch.rows;
+            report.longest_hold = report.longest_hold.max(batch.held);
+            metrics::histogram!("idempotency_cleanup_batch_seconds").record(batch.held.as_secs_f64());
             done += count;
             metrics::counter!(phase.counter()).increment(count);
-            if elapsed > self.settings.batch_bound {
+            if batch.held > self.settings.batch_bound {
                 report.overruns += 1;
                 metrics::counter!("idempotency_cleanup_batch_overruns_total").increment(1);
                 self.batch = (size / 2).max(MIN_BATCH);
-            } else if elapsed < self.settings.batch_bound / 4 {
+            } else if batch.held < self.settings.batch_bound / 4 {
                 self.batch = (size * 2).min(self.settings.max_batch.max(MIN_BATCH));
             }
             if count < u64::try_from(size).unwrap_or(0) {
@@ -139,7 +141,7 @@ pub fn spawn_worker(store: Arc<dyn Store>, settings: CleanupSettings) {
                     purged = report.purged,
                     deleted = report.deleted,
                     batches = report.batches,
-                    longest_batch_ms = report.longest_batch.as_millis(),
+                    longest_hold_ms = report.longest_hold.as_millis(),
                     "cleanup pass"
                 );
             }

@@ -84,6 +84,8 @@ const SQL: DialectSql = DialectSql {
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {
+    // Row locks are taken by the statements themselves (and bounded by the timeouts below).
+    begin: "begin",
     bound_transaction: &[
         "select set_config('statement_timeout', $1, true)",
         "select set_config('lock_timeout', $1, true)",

@@ -7,6 +7,14 @@ use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
+/// One cleanup batch: how many rows it took, and how long its transaction held its locks
+/// (from the moment it had them to its commit; waiting for them is not holding them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub rows: u64,
+    pub held: Duration,
+}
+
 /// Work the cleanup has not done yet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetentionBacklog {
@@ -30,8 +38,8 @@ pub trait RetentionStore {
     /// Turns up to `limit` settled records past their window into EXPIRED tombstones (body
     /// deleted, canonical command emptied, outcome kept in `settled_status`), oldest first,
     /// in one transaction that `bound` limits where the database can (PostgreSQL: statement
-    /// and lock timeouts; an overrun rolls back). Returns how many were purged.
-    async fn purge_expired(&self, limit: i64, bound: Duration) -> Result<u64, StoreError>;
+    /// and lock timeouts; an overrun rolls back).
+    async fn purge_expired(&self, limit: i64, bound: Duration) -> Result<BatchOutcome, StoreError>;
 
     /// Deletes up to `limit` tombstones whose window ended more than `retention` ago.
     async fn delete_tombstones(
@@ -39,7 +47,7 @@ pub trait RetentionStore {
         retention: Duration,
         limit: i64,
         bound: Duration,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<BatchOutcome, StoreError>;
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError>;
 
@@ -56,6 +64,9 @@ pub trait RetentionStore {
 
 /// Retention statements that differ by dialect.
 pub(super) struct RetentionSql {
+    /// How a cleanup transaction starts: SQLite takes its one write lock at once (`BEGIN
+    /// IMMEDIATE`), so that the time after it is the time the lock is held.
+    pub begin: &'static str,
     /// Statements run first in a cleanup transaction to bound it, `$1` the bound as text
     /// (`"250ms"`); empty where the dialect has no such setting.
     pub bound_transaction: &'static [&'static str],
@@ -105,11 +116,15 @@ pub(super) use purge_batch;
 macro_rules! impl_retention_store {
     ($store:ty, $db:ty, $sql:expr) => {
         impl $store {
+            /// A cleanup transaction holding its write lock (SQLite) and bounded where the
+            /// dialect can bound it; with the moment it started holding.
             async fn bounded_transaction(
                 &self,
                 bound: std::time::Duration,
-            ) -> Result<sqlx::Transaction<'static, $db>, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
+            ) -> Result<(sqlx::Transaction<'static, $db>, std::time::Instant), $crate::store::StoreError>
+            {
+                let mut tx = self.pool.begin_with($sql.begin).await?;
+                let holding_since = std::time::Instant::now();
                 let bound = format!("{}ms", bound.as_millis().max(1));
                 for statement in $sql.bound_transaction {
                     sqlx::query(statement)
@@ -117,7 +132,7 @@ macro_rules! impl_retention_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                Ok(tx)
+                Ok((tx, holding_since))
             }
         }
 
@@ -127,15 +142,18 @@ macro_rules! impl_retention_store {
                 &self,
                 limit: i64,
                 bound: std::time::Duration,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let mut tx = self.bounded_transaction(bound).await?;
-                let purged = sqlx::query($sql.purge_batch)
+            ) -> Result<$crate::store::retention::BatchOutcome, $crate::store::StoreError> {
+                let (mut tx, holding_since) = self.bounded_transaction(bound).await?;
+                let rows = sqlx::query($sql.purge_batch)
                     .bind(limit)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
                 tx.commit().await?;
-                Ok(purged)
+                Ok($crate::store::retention::BatchOutcome {
+                    rows,
+                    held: holding_since.elapsed(),
+                })
             }
 
             async fn delete_tombstones(
@@ -143,16 +161,19 @@ macro_rules! impl_retention_store {
                 retention: std::time::Duration,
                 limit: i64,
                 bound: std::time::Duration,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let mut tx = self.bounded_transaction(bound).await?;
-                let deleted = sqlx::query($sql.delete_tombstones)
+            ) -> Result<$crate::store::retention::BatchOutcome, $crate::store::StoreError> {
+                let (mut tx, holding_since) = self.bounded_transaction(bound).await?;
+                let rows = sqlx::query($sql.delete_tombstones)
                     .bind(retention.as_secs_f64())
                     .bind(limit)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
                 tx.commit().await?;
-                Ok(deleted)
+                Ok($crate::store::retention::BatchOutcome {
+                    rows,
+                    held: holding_since.elapsed(),
+                })
             }
 
             async fn retention_backlog(

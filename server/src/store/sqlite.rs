@@ -148,6 +148,7 @@ const SQL: DialectSql = DialectSql {
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {
+    begin: "begin immediate",
     // SQLite has no statement timeout: a batch is bounded by its size alone.
     bound_transaction: &[],
     purge_batch: purge_batch!(now!(), "rowid", " in (", "", ")"),

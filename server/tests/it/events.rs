@@ -65,6 +65,14 @@ async fn make_payments(address: std::net::SocketAddr, api_key: &str) {
     }
 }
 
+/// The payments of `make_payments`, made by an instance whose publisher stays idle (its
+/// events wait in the outbox).
+async fn payments_with_idle_publisher(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) {
+    let api_key = seed_tenant(dir, db, "acme", "10000.00").await;
+    let server = serve_recovering(dir, db, sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
+    make_payments(server.address, &api_key).await;
+}
+
 /// The invariants after quiescing.
 async fn assert_once(db: &TestDatabase) {
     let count = |sql: &'static str| db.query_i64(sql);
@@ -97,12 +105,9 @@ async fn assert_once(db: &TestDatabase) {
 conformance! {
     async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db) {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
         let sim = IdemProcess::provider_sim().await;
-        // This instance's own publisher is kept out of the way: the two below do the work.
-        let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
-        make_payments(server.address, &api_key).await;
-        drop(server);
+        // The instance's own publisher is kept out of the way: the two below do the work.
+        payments_with_idle_publisher(dir.path(), &db, &sim).await;
 
         let store = db.store().await;
         let transport = Arc::new(Duplicating {
@@ -137,10 +142,7 @@ conformance! {
 /// Makes the payments with the publisher idle and their PaymentCreated events out of the way,
 /// so that the next instance's first publication is a PaymentAuthorized the consumers act on.
 async fn payments_awaiting_publication(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) {
-    let api_key = seed_tenant(dir, db, "acme", "10000.00").await;
-    let server = serve_recovering(dir, db, sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
-    make_payments(server.address, &api_key).await;
-    drop(server);
+    payments_with_idle_publisher(dir, db, sim).await;
     db.execute("update outbox_events set published_at = created_at where event_type <> 'PaymentAuthorized'")
         .await
         .expect("only authorisations left");
@@ -327,11 +329,8 @@ impl Transport for DuplicatingNats {
 async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once() {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
     let sim = IdemProcess::provider_sim().await;
-    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
-    make_payments(server.address, &api_key).await;
-    drop(server);
+    payments_with_idle_publisher(dir.path(), &db, &sim).await;
 
     let stream = NatsStream::new();
     let nats = NatsJetStream::connect(stream.settings())

@@ -76,6 +76,18 @@ impl Api {
             .expect("POST /payments")
     }
 
+    /// `GET /idempotency`.
+    async fn discovery(&self) -> Value {
+        self.http
+            .get(format!("http://{}/idempotency", self.server.address))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("json")
+    }
+
     async fn charges(&self) -> Vec<idem::provider::sim::SimCharge> {
         self.sim.sim_charges().await
     }
@@ -700,15 +712,7 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     assert_ne!(renewed["paymentId"], first["paymentId"]);
     assert_eq!(api.charges().await.len(), 2);
 
-    let discovery: Value = api
-        .http
-        .get(format!("http://{}/idempotency", api.server.address))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let discovery = api.discovery().await;
     assert_eq!(discovery["operations"][0]["windowSeconds"], 1);
     assert_eq!(discovery["operations"][0]["afterExpiry"], "new_operation");
 
@@ -807,15 +811,7 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
         (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
     );
 
-    let discovery: Value = api
-        .http
-        .get(format!("http://{}/idempotency", api.server.address))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let discovery = api.discovery().await;
     assert_eq!(discovery["operations"][0]["afterExpiry"], "reject");
     assert_eq!(discovery["operations"][0]["retentionSeconds"], 4);
 }

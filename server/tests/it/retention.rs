@@ -155,7 +155,7 @@ conformance! {
         assert_eq!(report.purged, u64::try_from(EXPIRED).expect("count"), "{report:?}");
         assert_eq!(report.deleted, u64::try_from(OLD_TOMBSTONES).expect("count"), "{report:?}");
         assert_eq!(report.overruns, 0, "no batch failed or overran its bound: {report:?}");
-        assert!(report.longest_batch <= bound, "{report:?}");
+        assert!(report.longest_hold <= bound, "{report:?}");
         assert!(report.batches >= 100, "in batches of at most 1000: {report:?}");
 
         let backlog = store.retention_backlog(RETENTION).await.expect("backlog");

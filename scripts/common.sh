@@ -172,6 +172,13 @@ stop_throwaway_postgres() {
   rm -rf "$IDEM_PG_DIR"
 }
 
+# A real SMTP server for the receipts test: aiosmtpd, from PyPI (the test starts it).
+ensure_smtp_test_server() {
+  python3 -c 'import aiosmtpd' 2>/dev/null && return
+  say "installing aiosmtpd (an SMTP server for the receipts test) from PyPI"
+  python3 -m pip install --quiet aiosmtpd
+}
+
 # Commands to run when the script exits, in order (one trap for all of them).
 IDEM_ON_EXIT=()
 on_exit() {

@@ -209,8 +209,21 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_OUTBOX_MAX_ATTEMPTS", default_value_t = 10)]
     pub outbox_max_attempts: i32,
 
-    /// Where receipts are delivered (JSON lines, one per receipt, with its message id).
-    /// Unset: <data dir>/receipts.jsonl.
+    /// Send receipts by e-mail through this SMTP server (`smtp://user:pass@host:587`,
+    /// `smtps://…`). Unset: receipts go to the file sink.
+    #[arg(long, env = "IDEM_SMTP_URL", hide_env_values = true, requires = "smtp_to")]
+    pub smtp_url: Option<String>,
+
+    /// The receipts' sender address.
+    #[arg(long, env = "IDEM_SMTP_FROM", default_value = "Idem <receipts@idem.invalid>")]
+    pub smtp_from: String,
+
+    /// Where receipts are mailed.
+    #[arg(long, env = "IDEM_SMTP_TO")]
+    pub smtp_to: Option<String>,
+
+    /// Where receipts are delivered without SMTP (JSON lines, one per receipt, with its
+    /// message id). Unset: <data dir>/receipts.jsonl.
     #[arg(long, env = "IDEM_RECEIPTS_SINK")]
     pub receipts_sink: Option<PathBuf>,
 

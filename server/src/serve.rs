@@ -179,13 +179,18 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
     ));
     std::fs::create_dir_all(data_dir)
         .map_err(|error| ServeError::Config(format!("data directory: {error}")))?;
-    events::consumers::spawn_receipt_sender(
-        events::consumers::ReceiptSender::new(
-            store.clone(),
+    let receipts_sink = match (&args.smtp_url, &args.smtp_to) {
+        (Some(url), Some(to)) => {
+            events::consumers::ReceiptSink::smtp(url, &args.smtp_from, to).map_err(ServeError::Config)?
+        }
+        _ => events::consumers::ReceiptSink::File(
             args.receipts_sink
                 .clone()
                 .unwrap_or_else(|| data_dir.join("receipts.jsonl")),
         ),
+    };
+    events::consumers::spawn_receipt_sender(
+        events::consumers::ReceiptSender::new(store.clone(), receipts_sink),
         Duration::from_millis(args.outbox_interval_ms.max(10)),
     );
     let state = AppState {

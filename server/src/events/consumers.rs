@@ -7,11 +7,16 @@
 //!   is debited, the provider clearing account credited; all postings sum to zero.
 //! - receipts: a receipt row for each authorised payment (`receipt_payment_<paymentId>`,
 //!   unique dedupe key), inserted *before* anything is sent; [`ReceiptSender`] delivers pending
-//!   rows and marks them sent. A crash between sending and marking sends again with the same
-//!   message id (at-least-once; the mail system deduplicates on the id).
+//!   rows (SMTP when configured, a JSON-lines file by default) and marks them sent. A crash
+//!   between sending and marking sends again with the same message id (at-least-once; the
+//!   mail system deduplicates on the id).
 
 use super::EventMessage;
 use crate::store::Store;
+use crate::store::events::PendingReceipt;
+use lettre::message::Mailbox;
+use lettre::message::header::ContentType;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +28,8 @@ pub enum ConsumerError {
     Store(#[from] crate::store::StoreError),
     #[error("receipt sink: {0}")]
     Sink(#[from] std::io::Error),
+    #[error("receipt mail: {0}")]
+    Mail(String),
 }
 
 /// Whether a delivery did the work or found it done.
@@ -107,15 +114,74 @@ impl Consumer for Receipts {
     }
 }
 
-/// Delivers pending receipts to a sink (a JSON-lines file by default; each line carries the
-/// receipt's stable message id) and marks them sent.
+/// Where receipts go. Each carries its stable message id (`receipt_payment_<paymentId>`), so
+/// that a receipt sent twice (a crash between sending and marking) can be recognised.
+pub enum ReceiptSink {
+    /// JSON lines appended to a file: the embedded default.
+    File(PathBuf),
+    /// E-mail through an SMTP server (`smtp://`, `smtps://`; credentials in the URL), with
+    /// `Message-ID: <receipt_payment_…@idem>`.
+    Smtp {
+        mailer: AsyncSmtpTransport<Tokio1Executor>,
+        from: Mailbox,
+        to: Mailbox,
+    },
+}
+
+impl ReceiptSink {
+    pub fn smtp(url: &str, from: &str, to: &str) -> Result<ReceiptSink, String> {
+        Ok(ReceiptSink::Smtp {
+            mailer: AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+                .map_err(|error| format!("SMTP URL: {error}"))?
+                .build(),
+            from: from
+                .parse()
+                .map_err(|error| format!("SMTP sender {from:?}: {error}"))?,
+            to: to
+                .parse()
+                .map_err(|error| format!("SMTP recipient {to:?}: {error}"))?,
+        })
+    }
+
+    async fn deliver(&self, receipt: &PendingReceipt) -> Result<(), ConsumerError> {
+        match self {
+            ReceiptSink::File(path) => {
+                let line = serde_json::json!({
+                    "messageId": receipt.dedupe_key,
+                    "paymentId": receipt.payment_id,
+                    "body": receipt.body,
+                });
+                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+                writeln!(file, "{line}")?;
+                file.sync_data()?;
+            }
+            ReceiptSink::Smtp { mailer, from, to } => {
+                let message = Message::builder()
+                    .message_id(Some(format!("<{}@idem>", receipt.dedupe_key)))
+                    .from(from.clone())
+                    .to(to.clone())
+                    .subject(format!("Payment {} authorised", receipt.payment_id))
+                    .header(ContentType::TEXT_PLAIN)
+                    .body(receipt.body.clone())
+                    .map_err(|error| ConsumerError::Mail(error.to_string()))?;
+                mailer
+                    .send(message)
+                    .await
+                    .map_err(|error| ConsumerError::Mail(error.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Delivers pending receipts to the sink and marks them sent.
 pub struct ReceiptSender {
     store: Arc<dyn Store>,
-    sink: PathBuf,
+    sink: ReceiptSink,
 }
 
 impl ReceiptSender {
-    pub fn new(store: Arc<dyn Store>, sink: PathBuf) -> ReceiptSender {
+    pub fn new(store: Arc<dyn Store>, sink: ReceiptSink) -> ReceiptSender {
         ReceiptSender { store, sink }
     }
 
@@ -123,17 +189,7 @@ impl ReceiptSender {
     pub async fn send_pending(&self, batch: i64) -> Result<usize, ConsumerError> {
         let pending = self.store.pending_receipts(batch).await?;
         for receipt in &pending {
-            let line = serde_json::json!({
-                "messageId": receipt.dedupe_key,
-                "paymentId": receipt.payment_id,
-                "body": receipt.body,
-            });
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.sink)?;
-            writeln!(file, "{line}")?;
-            file.sync_data()?;
+            self.sink.deliver(receipt).await?;
             crate::crash::crash_point(crate::crash::CrashPoint::ReceiptSentBeforeMarked);
             self.store.mark_receipt_sent(&receipt.dedupe_key).await?;
         }

@@ -386,3 +386,101 @@ async fn over_nats_a_crash_in_a_consumer_before_its_commit_is_redelivered_and_ap
     crash_then_restart_with("consumer_after_side_effect", &stream.env()).await;
     stream.delete().await;
 }
+
+/// A real SMTP server (aiosmtpd, installed by scripts/test) delivering into a maildir.
+struct SmtpServer {
+    child: tokio::process::Child,
+    port: u16,
+    maildir: tempfile::TempDir,
+}
+
+impl SmtpServer {
+    async fn start() -> SmtpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let maildir = tempfile::tempdir().expect("maildir");
+        let child = tokio::process::Command::new("python3")
+            .args([
+                "-m",
+                "aiosmtpd",
+                "-n",
+                "-l",
+                &format!("127.0.0.1:{port}"),
+                "-c",
+                "aiosmtpd.handlers.Mailbox",
+            ])
+            .arg(maildir.path().join("mail"))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 -m aiosmtpd (scripts/test installs it)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return SmtpServer { child, port, maildir };
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("aiosmtpd did not listen on {port}");
+    }
+
+    /// Every delivered message, as text.
+    fn messages(&self) -> Vec<String> {
+        let new = self.maildir.path().join("mail/new");
+        std::fs::read_dir(&new)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[tokio::test]
+async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
+    let smtp = SmtpServer::start().await;
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let url = format!("smtp://127.0.0.1:{}", smtp.port);
+    let server = serve_recovering(
+        dir.path(),
+        &db,
+        &sim,
+        &[
+            ("IDEM_OUTBOX_INTERVAL_MS", "100"),
+            ("IDEM_SMTP_URL", url.as_str()),
+            ("IDEM_SMTP_TO", "Receipts <receipts@merchant.example>"),
+        ],
+    )
+    .await;
+    make_payments(server.address, &api_key).await;
+    db.eventually_i64(
+        "select count(*) from receipts where sent_at is not null",
+        |count| count == AUTHORISED as i64,
+        "every receipt mailed",
+    )
+    .await;
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), AUTHORISED, "one mail per authorised payment");
+    let ids: std::collections::BTreeSet<String> = messages
+        .iter()
+        .filter_map(|mail| {
+            mail.lines()
+                .find(|line| line.to_ascii_lowercase().starts_with("message-id:"))
+                .map(|line| line.split_once(':').expect("header").1.trim().to_owned())
+        })
+        .collect();
+    assert_eq!(ids.len(), AUTHORISED, "{ids:?}");
+    assert!(
+        ids.iter()
+            .all(|id| id.starts_with("<receipt_payment_pay_") && id.ends_with("@idem>")),
+        "{ids:?}"
+    );
+    assert!(messages.iter().all(|mail| mail.contains("was authorised")));
+    drop(smtp.child);
+}

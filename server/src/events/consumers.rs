@@ -121,16 +121,18 @@ pub enum ReceiptSink {
     File(PathBuf),
     /// E-mail through an SMTP server (`smtp://`, `smtps://`; credentials in the URL), with
     /// `Message-ID: <receipt_payment_…@idem>`.
-    Smtp {
-        mailer: AsyncSmtpTransport<Tokio1Executor>,
-        from: Mailbox,
-        to: Mailbox,
-    },
+    Smtp(Box<SmtpSink>),
+}
+
+pub struct SmtpSink {
+    mailer: AsyncSmtpTransport<Tokio1Executor>,
+    from: Mailbox,
+    to: Mailbox,
 }
 
 impl ReceiptSink {
     pub fn smtp(url: &str, from: &str, to: &str) -> Result<ReceiptSink, String> {
-        Ok(ReceiptSink::Smtp {
+        Ok(ReceiptSink::Smtp(Box::new(SmtpSink {
             mailer: AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
                 .map_err(|error| format!("SMTP URL: {error}"))?
                 .build(),
@@ -140,7 +142,7 @@ impl ReceiptSink {
             to: to
                 .parse()
                 .map_err(|error| format!("SMTP recipient {to:?}: {error}"))?,
-        })
+        })))
     }
 
     async fn deliver(&self, receipt: &PendingReceipt) -> Result<(), ConsumerError> {
@@ -155,16 +157,16 @@ impl ReceiptSink {
                 writeln!(file, "{line}")?;
                 file.sync_data()?;
             }
-            ReceiptSink::Smtp { mailer, from, to } => {
+            ReceiptSink::Smtp(smtp) => {
                 let message = Message::builder()
                     .message_id(Some(format!("<{}@idem>", receipt.dedupe_key)))
-                    .from(from.clone())
-                    .to(to.clone())
+                    .from(smtp.from.clone())
+                    .to(smtp.to.clone())
                     .subject(format!("Payment {} authorised", receipt.payment_id))
                     .header(ContentType::TEXT_PLAIN)
                     .body(receipt.body.clone())
                     .map_err(|error| ConsumerError::Mail(error.to_string()))?;
-                mailer
+                smtp.mailer
                     .send(message)
                     .await
                     .map_err(|error| ConsumerError::Mail(error.to_string()))?;

@@ -57,3 +57,22 @@ test("an unknown console path answers 404 with a way back", async ({ page }) => 
   expect(response?.status()).toBe(404);
   await expect(page.getByRole("heading", { name: "Not found" })).toBeVisible();
 });
+
+test("theme and time zone are the operator's choice, remembered in this browser", async ({ page }) => {
+  await signIn(page, "viewer");
+  await page.goto("/?range=15m");
+  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+  const utc = await page.locator("time.ts").first().textContent();
+  expect(utc).toMatch(/Z$/);
+
+  await page.getByRole("button", { name: "Theme: system" }).click();
+  await page.getByRole("button", { name: "Theme: light" }).click();
+  await expect(page.locator("html")).toHaveAttribute("data-theme", "dark");
+  await page.getByRole("button", { name: "Times: UTC" }).click();
+  await expect(page.locator("time.ts").first()).not.toHaveText(utc ?? "");
+
+  await page.reload();
+  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+  await expect(page.locator("html")).toHaveAttribute("data-theme", "dark");
+  await expect(page.getByRole("button", { name: "Times: local" })).toBeVisible();
+});

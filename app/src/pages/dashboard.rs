@@ -1,4 +1,4 @@
-use super::widgets::{BarChart, age, load_error};
+use super::widgets::{BarChart, Time, age, load_error};
 use crate::api::get_dashboard;
 use crate::dto::{Dashboard, DashboardRange, LiveGauges};
 use leptos::prelude::*;
@@ -122,9 +122,9 @@ fn Filters(dashboard: Dashboard) -> impl IntoView {
             </button>
         </form>
         <p class="muted">
-            "From " <time class="ts" datetime=dashboard.from.clone()>{dashboard.from.clone()}</time>
+            "From " <Time at=dashboard.from.clone() />
             ", one bar per " {dashboard.step_seconds / 60} " min; read at "
-            <time class="ts" datetime=dashboard.read_at.clone()>{dashboard.read_at.clone()}</time>
+            <Time at=dashboard.read_at.clone() />
         </p>
     }
 }

@@ -3,6 +3,7 @@
 mod audit;
 mod dashboard;
 mod events;
+mod prefs;
 mod reconcile;
 mod records;
 mod recovery;
@@ -46,6 +47,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    prefs::provide_prefs();
     focus_search_on_slash();
     // Effects run only in the browser: this marks the moment the wasm app took over.
     let (hydrated, set_hydrated) = signal(false);
@@ -66,6 +68,7 @@ pub fn App() -> impl IntoView {
                     <A href="/events">"Events"</A>
                     <A href="/audit">"Audit"</A>
                 </nav>
+                <prefs::PrefSwitches />
                 <SignedInAs />
             </header>
             <main>

@@ -9,11 +9,16 @@ pub fn StatusBadge(status: RecordStatus) -> impl IntoView {
     view! { <span class=format!("badge badge-{}", name.to_lowercase())>{name}</span> }
 }
 
-/// A UTC timestamp; the browser rewrites it to local time when the operator chose that.
+/// A UTC timestamp, shown in local time when the operator chose that.
 #[component]
 pub fn Time(#[prop(into)] at: String) -> impl IntoView {
-    let datetime = at.clone();
-    view! { <time datetime=datetime class="ts">{at}</time> }
+    let prefs = super::prefs::prefs();
+    let (datetime, title) = (at.clone(), at.clone());
+    view! {
+        <time datetime=datetime class="ts" title=title>
+            {move || super::prefs::shown_time(&at, prefs.local_times.get())}
+        </time>
+    }
 }
 
 /// What a page shows when a server function failed (its message says what to do).

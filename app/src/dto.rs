@@ -60,6 +60,63 @@ impl FromStr for RecordStatus {
     }
 }
 
+/// How far create_payment got. Durable: a taker resumes from here, never from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ProgressStep {
+    Received,
+    LocalPaymentCreated,
+    /// Durable *before* the provider is called: from here on a charge may exist, so a taker
+    /// asks the provider by the payment's key before sending anything.
+    ProviderRequestSent,
+    ProviderConfirmed,
+    Completed,
+    UnknownRequiresRecovery,
+}
+
+impl ProgressStep {
+    pub const ALL: [ProgressStep; 6] = [
+        ProgressStep::Received,
+        ProgressStep::LocalPaymentCreated,
+        ProgressStep::ProviderRequestSent,
+        ProgressStep::ProviderConfirmed,
+        ProgressStep::Completed,
+        ProgressStep::UnknownRequiresRecovery,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ProgressStep::Received => "RECEIVED",
+            ProgressStep::LocalPaymentCreated => "LOCAL_PAYMENT_CREATED",
+            ProgressStep::ProviderRequestSent => "PROVIDER_REQUEST_SENT",
+            ProgressStep::ProviderConfirmed => "PROVIDER_CONFIRMED",
+            ProgressStep::Completed => "COMPLETED",
+            ProgressStep::UnknownRequiresRecovery => "UNKNOWN_REQUIRES_RECOVERY",
+        }
+    }
+}
+
+impl fmt::Display for ProgressStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown progress step {0:?}")]
+pub struct UnknownProgressStep(pub String);
+
+impl FromStr for ProgressStep {
+    type Err = UnknownProgressStep;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ProgressStep::ALL
+            .into_iter()
+            .find(|step| step.as_str() == text)
+            .ok_or_else(|| UnknownProgressStep(text.to_owned()))
+    }
+}
+
 /// What an operator may do. Ordered: each role may do everything the ones before it may.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

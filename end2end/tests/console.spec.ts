@@ -150,3 +150,23 @@ test("a bulk reconciliation of three records reports three results", async ({ pa
   await expect(results).toHaveCount(3);
   await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
 });
+
+test.describe("without JavaScript", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("an operator signs in and reads the dashboard, a record and the audit log", async ({ page, request }) => {
+    const key = `nojs-${Date.now()}`;
+    expect((await pay(request, key)).status()).toBe(201);
+    expect((await pay(request, key, "100.00")).status()).toBe(409);
+
+    await signIn(page, "viewer");
+    await page.goto(`/?range=1h&tenant=${tenantId}`);
+    await expect(page.locator('[data-gauge="unknown"]')).toBeVisible();
+    await page.goto(`/records?q=${key}`);
+    await page.getByRole("link", { name: key }).first().click();
+    await expect(page.getByRole("heading", { name: `Record ${key}` })).toBeVisible();
+    await expect(page.locator("pre.command")).toContainText('"amount": "10.00"');
+    await page.goto("/audit");
+    await expect(page.locator('tr[data-action="sign_in"]').first()).toBeVisible();
+  });
+});

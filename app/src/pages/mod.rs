@@ -13,7 +13,7 @@ mod widgets;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::{
-    ParamSegment, StaticSegment,
+    ParamSegment, SsrMode, StaticSegment,
     components::{A, Route, Router, Routes},
 };
 
@@ -71,10 +71,12 @@ pub fn App() -> impl IntoView {
                 <prefs::PrefSwitches />
                 <SignedInAs />
             </header>
+            // Every page waits for its data on the server (SsrMode::Async): the HTML is complete
+            // without JavaScript.
             <main>
                 <Routes fallback=NotFound>
-                    <Route path=StaticSegment("") view=DashboardPage />
-                    <Route path=StaticSegment("records") view=RecordsPage />
+                    <Route path=StaticSegment("") view=DashboardPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("records") view=RecordsPage ssr=SsrMode::Async />
                     <Route
                         path=(
                             StaticSegment("records"),
@@ -83,11 +85,12 @@ pub fn App() -> impl IntoView {
                             ParamSegment("key"),
                         )
                         view=RecordPage
+                        ssr=SsrMode::Async
                     />
-                    <Route path=StaticSegment("recovery") view=RecoveryPage />
-                    <Route path=StaticSegment("events") view=EventsPage />
-                    <Route path=StaticSegment("audit") view=AuditPage />
-                    <Route path=StaticSegment("sign-in") view=SignInPage />
+                    <Route path=StaticSegment("recovery") view=RecoveryPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("events") view=EventsPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("sign-in") view=SignInPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

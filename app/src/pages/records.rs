@@ -2,7 +2,8 @@ use super::reconcile::ReconcilePanel;
 use super::widgets::{StatusBadge, Time, load_error};
 use crate::api::{find_records, get_record, list_records, reveal_response, whoami};
 use crate::dto::{
-    OperatorRole, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus, RecordSummary,
+    OperatorRole, ProgressStep, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus,
+    RecordSummary,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -75,6 +76,24 @@ pub fn RecordsPage() -> impl IntoView {
                             .collect_view()}
                     </select>
                 </label>
+                <label>
+                    "Step"
+                    <select name="step">
+                        <option value="">"any"</option>
+                        {ProgressStep::ALL
+                            .into_iter()
+                            .map(|step| {
+                                let step = step.as_str();
+                                view! {
+                                    <option value=step selected=move || param("step") == step>
+                                        {step}
+                                    </option>
+                                }
+                            })
+                            .collect_view()}
+                    </select>
+                </label>
+                <label>"Operation " <input name="operation" value=move || param("operation") size="14" /></label>
                 <label>"Tenant id " <input name="tenant" value=move || param("tenant") size="14" /></label>
                 <label>"Key prefix " <input name="key_prefix" value=move || param("key_prefix") size="14" /></label>
                 <label>"From " <input name="from" placeholder="2026-11-29T00:00:00Z" value=move || param("from") size="20" /></label>

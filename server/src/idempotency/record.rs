@@ -1,65 +1,7 @@
 //! The idempotency record's state: its public status and its recovery point.
 
-pub use app::dto::RecordStatus;
+pub use app::dto::{ProgressStep, RecordStatus};
 use chrono::{DateTime, Utc};
-use std::fmt;
-use std::str::FromStr;
-
-/// How far create_payment got. Durable: a taker resumes from here, never from the start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProgressStep {
-    Received,
-    LocalPaymentCreated,
-    /// Durable *before* the provider is called: from here on a charge may exist, so a taker
-    /// asks the provider by the payment's key before sending anything.
-    ProviderRequestSent,
-    ProviderConfirmed,
-    Completed,
-    UnknownRequiresRecovery,
-}
-
-impl ProgressStep {
-    pub const ALL: [ProgressStep; 6] = [
-        ProgressStep::Received,
-        ProgressStep::LocalPaymentCreated,
-        ProgressStep::ProviderRequestSent,
-        ProgressStep::ProviderConfirmed,
-        ProgressStep::Completed,
-        ProgressStep::UnknownRequiresRecovery,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ProgressStep::Received => "RECEIVED",
-            ProgressStep::LocalPaymentCreated => "LOCAL_PAYMENT_CREATED",
-            ProgressStep::ProviderRequestSent => "PROVIDER_REQUEST_SENT",
-            ProgressStep::ProviderConfirmed => "PROVIDER_CONFIRMED",
-            ProgressStep::Completed => "COMPLETED",
-            ProgressStep::UnknownRequiresRecovery => "UNKNOWN_REQUIRES_RECOVERY",
-        }
-    }
-}
-
-impl fmt::Display for ProgressStep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown progress step {0:?}")]
-pub struct UnknownProgressStep(pub String);
-
-impl FromStr for ProgressStep {
-    type Err = UnknownProgressStep;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        ProgressStep::ALL
-            .into_iter()
-            .find(|step| step.as_str() == text)
-            .ok_or_else(|| UnknownProgressStep(text.to_owned()))
-    }
-}
 
 /// What the decision for a retry needs to know of a stored record.
 #[derive(Debug, Clone, PartialEq, Eq)]

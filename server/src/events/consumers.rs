@@ -201,7 +201,7 @@ impl ReceiptSender {
 
 pub fn spawn_receipt_sender(sender: ReceiptSender, interval: Duration) {
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval);
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;

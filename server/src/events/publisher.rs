@@ -103,7 +103,10 @@ impl Publisher {
 
 pub fn spawn_publisher(publisher: Publisher) {
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(publisher.settings.interval);
+        // The first pass waits one interval, like every later one: an instance idles its
+        // publisher with a long interval (tests do) and must not publish while starting.
+        let every = publisher.settings.interval;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;

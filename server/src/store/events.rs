@@ -252,12 +252,7 @@ macro_rules! impl_event_store {
             }
 
             async fn mark_event_published(&self, event_id: &str) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.mark_event_published)
-                    .bind(event_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(self.pool, $sql.mark_event_published, event_id).await?;
                 Ok(())
             }
 
@@ -267,14 +262,14 @@ macro_rules! impl_event_store {
                 error: &str,
                 max_attempts: i32,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.mark_event_failed)
-                    .bind(error)
-                    .bind(max_attempts)
-                    .bind(event_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $sql.mark_event_failed,
+                    error,
+                    max_attempts,
+                    event_id
+                )
+                .await?;
                 Ok(())
             }
 
@@ -364,12 +359,7 @@ macro_rules! impl_event_store {
             }
 
             async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.mark_receipt_sent)
-                    .bind(dedupe_key)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(self.pool, $sql.mark_receipt_sent, dedupe_key).await?;
                 Ok(())
             }
         }

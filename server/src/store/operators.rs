@@ -173,15 +173,15 @@ macro_rules! impl_operator_store {
                 &self,
                 operator: &$crate::store::operators::StoredOperator,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($crate::store::operators::INSERT_OPERATOR)
-                    .bind(operator.id.as_str())
-                    .bind(operator.username.as_str())
-                    .bind(operator.password_hash.as_str())
-                    .bind(operator.role.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::operators::INSERT_OPERATOR,
+                    operator.id.as_str(),
+                    operator.username.as_str(),
+                    operator.password_hash.as_str(),
+                    operator.role.as_str()
+                )
+                .await?;
                 Ok(())
             }
 
@@ -190,15 +190,14 @@ macro_rules! impl_operator_store {
                 username: &str,
                 password_hash: &str,
             ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let changed = sqlx::query($crate::store::operators::SET_OPERATOR_PASSWORD)
-                    .bind(password_hash)
-                    .bind(username)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                tx.commit().await?;
-                Ok(changed == 1)
+                Ok($crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::operators::SET_OPERATOR_PASSWORD,
+                    password_hash,
+                    username
+                )
+                .await?
+                    == 1)
             }
 
             async fn operator_by_username(
@@ -231,16 +230,15 @@ macro_rules! impl_operator_store {
                 data: &str,
                 expires_at: chrono::DateTime<chrono::Utc>,
             ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let created = sqlx::query($sql.create_session)
-                    .bind(id_hash)
-                    .bind(data)
-                    .bind($crate::store::rfc3339_millis(expires_at))
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                tx.commit().await?;
-                Ok(created == 1)
+                Ok($crate::store::shared::write_one!(
+                    self.pool,
+                    $sql.create_session,
+                    id_hash,
+                    data,
+                    $crate::store::rfc3339_millis(expires_at)
+                )
+                .await?
+                    == 1)
             }
 
             async fn save_session(
@@ -249,14 +247,14 @@ macro_rules! impl_operator_store {
                 data: &str,
                 expires_at: chrono::DateTime<chrono::Utc>,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.save_session)
-                    .bind(id_hash)
-                    .bind(data)
-                    .bind($crate::store::rfc3339_millis(expires_at))
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $sql.save_session,
+                    id_hash,
+                    data,
+                    $crate::store::rfc3339_millis(expires_at)
+                )
+                .await?;
                 Ok(())
             }
 
@@ -271,12 +269,12 @@ macro_rules! impl_operator_store {
             }
 
             async fn delete_session(&self, id_hash: &str) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($crate::store::operators::DELETE_SESSION)
-                    .bind(id_hash)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::operators::DELETE_SESSION,
+                    id_hash
+                )
+                .await?;
                 Ok(())
             }
 

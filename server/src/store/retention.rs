@@ -194,14 +194,14 @@ macro_rules! impl_retention_store {
                 &self,
                 scope: &$crate::idempotency::claim::Scope,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.note_expired_retry)
-                    .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
-                    .bind(scope.key.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $sql.note_expired_retry,
+                    scope.tenant_id.as_str(),
+                    scope.operation,
+                    scope.key.as_str()
+                )
+                .await?;
                 Ok(())
             }
 
@@ -229,13 +229,7 @@ macro_rules! impl_retention_store {
                 key_id: &str,
                 probe: &[u8],
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($sql.note_sealing_key)
-                    .bind(key_id)
-                    .bind(probe)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(self.pool, $sql.note_sealing_key, key_id, probe).await?;
                 Ok(())
             }
         }

@@ -6,6 +6,20 @@
 //! came back to the pool in a broken state (a cancelled `begin`, see sqlx#4385) can then never
 //! swallow an autocommit write and answer success.
 
+/// One write statement in its own transaction (see above for why), with its bind values in
+/// order; evaluates to a future of the rows it affected.
+macro_rules! write_one {
+    ($pool:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
+        async {
+            let mut tx = $pool.begin().await?;
+            let affected = sqlx::query($sql)$(.bind($arg))*.execute(&mut *tx).await?.rows_affected();
+            tx.commit().await?;
+            Ok::<u64, $crate::store::StoreError>(affected)
+        }
+    };
+}
+pub(super) use write_one;
+
 /// Statements that differ by dialect. Placeholders are `$1`, `$2`, … in order of first use,
 /// which both PostgreSQL and SQLite bind positionally.
 pub(super) struct DialectSql {
@@ -397,14 +411,14 @@ macro_rules! impl_store {
                 name: &$crate::auth::tenant::TenantName,
                 require_idempotency_key: bool,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($crate::store::INSERT_TENANT)
-                    .bind(id.as_str())
-                    .bind(name.as_str())
-                    .bind(require_idempotency_key)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::INSERT_TENANT,
+                    id.as_str(),
+                    name.as_str(),
+                    require_idempotency_key
+                )
+                .await?;
                 Ok(())
             }
 
@@ -424,14 +438,14 @@ macro_rules! impl_store {
                 tenant_id: &$crate::auth::tenant::TenantId,
                 key: &$crate::auth::api_key::NewApiKey,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($crate::store::INSERT_API_KEY)
-                    .bind(key.id.as_str())
-                    .bind(tenant_id.as_str())
-                    .bind(key.hash.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::INSERT_API_KEY,
+                    key.id.as_str(),
+                    tenant_id.as_str(),
+                    key.hash.as_str()
+                )
+                .await?;
                 Ok(())
             }
 
@@ -451,28 +465,25 @@ macro_rules! impl_store {
                 &self,
                 id: &$crate::auth::api_key::ApiKeyId,
             ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let revoked = sqlx::query($sql.revoke_api_key)
-                    .bind(id.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(revoked.rows_affected() == 1)
+                Ok(
+                    $crate::store::shared::write_one!(self.pool, $sql.revoke_api_key, id.as_str()).await?
+                        == 1,
+                )
             }
 
             async fn create_account(
                 &self,
                 account: &$crate::payments::account::NewAccount,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query($crate::store::INSERT_ACCOUNT)
-                    .bind(account.tenant_id.as_str())
-                    .bind(account.id.as_str())
-                    .bind(account.balance.currency.code())
-                    .bind(account.balance.minor_units)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                $crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::INSERT_ACCOUNT,
+                    account.tenant_id.as_str(),
+                    account.id.as_str(),
+                    account.balance.currency.code(),
+                    account.balance.minor_units
+                )
+                .await?;
                 Ok(())
             }
 
@@ -737,16 +748,16 @@ macro_rules! impl_store {
                 scope: &$crate::idempotency::claim::Scope,
                 lease_version: i64,
             ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let marked = sqlx::query($sql.mark_unknown)
-                    .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
-                    .bind(scope.key.as_str())
-                    .bind(lease_version)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(marked.rows_affected() == 1)
+                Ok($crate::store::shared::write_one!(
+                    self.pool,
+                    $sql.mark_unknown,
+                    scope.tenant_id.as_str(),
+                    scope.operation,
+                    scope.key.as_str(),
+                    lease_version
+                )
+                .await?
+                    == 1)
             }
 
             async fn payment(

@@ -1,4 +1,4 @@
-use super::widgets::{Time, age, load_error};
+use super::widgets::{ReasonAndApply, Time, age, load_error};
 use crate::api::{get_events, redrive_events, whoami};
 use crate::dto::{DeadLetter, OperatorRole};
 use leptos::prelude::*;
@@ -115,16 +115,8 @@ pub fn EventsPage() -> impl IntoView {
                         <ul>{letters.into_iter().map(|letter| view! {
                             <li><code>{letter.event_id}</code>{format!(" {} of {}, dead since {}", letter.event_type, letter.payment_id, letter.dead_at)}</li>
                         }).collect_view()}</ul>
-                        <label class="reason">
-                            "Reason (goes into the audit log)"
-                            <textarea name="reason" rows="2" prop:value=move || reason.get()
-                                on:input=move |event| reason.set(event_target_value(&event))></textarea>
-                        </label>
-                        <button type="button" class="button primary"
-                            disabled=move || reason.get().trim().chars().count() < 5 || redrive.pending().get()
-                            on:click=move |_| { redrive.dispatch((frozen.clone(), reason.get_untracked())); }>
-                            "Re-drive"
-                        </button>
+                        <ReasonAndApply reason pending=redrive.pending() label="Re-drive"
+                            on_apply=move || { redrive.dispatch((frozen.clone(), reason.get_untracked())); } />
                     </div>
                 }
             })}

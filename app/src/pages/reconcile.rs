@@ -2,12 +2,10 @@
 //! applying changes; then a typed reason; then apply, which the server re-checks (record
 //! version, provider answer) and audits in the same transaction.
 
+use super::widgets::ReasonAndApply;
 use crate::api::{apply_reconcile, preview_reconcile};
 use crate::dto::{ProviderEvidence, ReconcilePreview, ReconcileResult, RecordRef};
 use leptos::prelude::*;
-
-/// At least this many characters of reason (the server checks the same).
-const MIN_REASON: usize = 5;
 
 pub fn evidence_text(evidence: &ProviderEvidence) -> String {
     match evidence {
@@ -67,30 +65,17 @@ pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileRe
                                 <div class="preview" data-preview>
                                     <PreviewView preview=previewed />
                                     <Show when=move || can_apply>
-                                        <label class="reason">
-                                            "Reason (goes into the audit log)"
-                                            <textarea
-                                                name="reason"
-                                                rows="2"
-                                                prop:value=move || reason.get()
-                                                on:input=move |event| reason.set(event_target_value(&event))
-                                            ></textarea>
-                                        </label>
-                                        <button
-                                            type="button"
-                                            class="button primary"
-                                            disabled=move || {
-                                                reason.get().trim().chars().count() < MIN_REASON || apply.pending().get()
-                                            }
-                                            on:click={
+                                        <ReasonAndApply
+                                            reason
+                                            pending=apply.pending()
+                                            label="Apply"
+                                            on_apply={
                                                 let for_apply = for_apply.clone();
-                                                move |_| {
+                                                move || {
                                                     apply.dispatch((for_apply.clone(), reason.get_untracked()));
                                                 }
                                             }
-                                        >
-                                            "Apply"
-                                        </button>
+                                        />
                                     </Show>
                                 </div>
                             }

@@ -1,5 +1,5 @@
 use super::reconcile::evidence_text;
-use super::widgets::{StatusBadge, Time, load_error};
+use super::widgets::{ReasonAndApply, StatusBadge, Time, load_error};
 use crate::api::{bulk_preview, bulk_reconcile, get_recovery_queue, whoami};
 use crate::dto::{OperatorRole, ReconcilePreview, RecordRef};
 use leptos::prelude::*;
@@ -111,16 +111,8 @@ pub fn RecoveryPage() -> impl IntoView {
                                     </li>
                                 }).collect_view()}
                             </ul>
-                            <label class="reason">
-                                "Reason (goes into the audit log)"
-                                <textarea name="reason" rows="2" prop:value=move || reason.get()
-                                    on:input=move |event| reason.set(event_target_value(&event))></textarea>
-                            </label>
-                            <button type="button" class="button primary"
-                                disabled=move || reason.get().trim().chars().count() < 5 || apply.pending().get()
-                                on:click=move |_| { apply.dispatch((frozen.clone(), reason.get_untracked())); }>
-                                "Apply to these records"
-                            </button>
+                            <ReasonAndApply reason pending=apply.pending() label="Apply to these records"
+                                on_apply=move || { apply.dispatch((frozen.clone(), reason.get_untracked())); } />
                         </div>
                     }.into_any()
                 }

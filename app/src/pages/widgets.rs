@@ -95,3 +95,36 @@ pub fn age(seconds: f64) -> String {
         _ => format!("{} h", seconds / 3600),
     }
 }
+
+/// At least this many characters of reason (the server checks the same).
+const MIN_REASON: usize = 5;
+
+/// The reason an audited action needs, and the button that applies it: enabled once the
+/// reason says something and nothing is pending.
+#[component]
+pub fn ReasonAndApply(
+    reason: RwSignal<String>,
+    #[prop(into)] pending: Signal<bool>,
+    #[prop(into)] label: String,
+    on_apply: impl Fn() + Send + Sync + 'static,
+) -> impl IntoView {
+    view! {
+        <label class="reason">
+            "Reason (goes into the audit log)"
+            <textarea
+                name="reason"
+                rows="2"
+                prop:value=move || reason.get()
+                on:input=move |event| reason.set(event_target_value(&event))
+            ></textarea>
+        </label>
+        <button
+            type="button"
+            class="button primary"
+            disabled=move || reason.get().trim().chars().count() < MIN_REASON || pending.get()
+            on:click=move |_| on_apply()
+        >
+            {label}
+        </button>
+    }
+}

@@ -136,6 +136,10 @@ pub fn spawn_worker(store: Arc<dyn Store>, settings: CleanupSettings) {
         loop {
             ticks.tick().await;
             let report = cleanup.run_once(store.as_ref()).await;
+            // Console sessions past their expiry go too (they are refused already).
+            if let Err(error) = store.delete_expired_sessions(1_000).await {
+                tracing::warn!(%error, "cleanup: expired sessions not deleted");
+            }
             if report.purged + report.deleted > 0 {
                 tracing::info!(
                     purged = report.purged,

@@ -65,6 +65,9 @@ pub trait OperatorStore {
 
     async fn delete_session(&self, id_hash: &str) -> Result<(), StoreError>;
 
+    /// Deletes up to `limit` expired sessions (the cleanup worker's); returns how many.
+    async fn delete_expired_sessions(&self, limit: i64) -> Result<u64, StoreError>;
+
     async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
 
     /// Newest first, older than `before` when given.
@@ -85,6 +88,8 @@ pub(super) struct OperatorSql {
     pub load_session: &'static str,
     /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit.
     pub audit_page: &'static str,
+    /// `$1` limit: expired sessions, by their physical row id.
+    pub delete_expired_sessions: &'static str,
 }
 
 pub(super) const INSERT_OPERATOR: &str =
@@ -276,6 +281,10 @@ macro_rules! impl_operator_store {
                 )
                 .await?;
                 Ok(())
+            }
+
+            async fn delete_expired_sessions(&self, limit: i64) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::shared::write_one!(self.pool, $sql.delete_expired_sessions, limit).await
             }
 
             async fn append_audit(

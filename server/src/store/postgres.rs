@@ -114,6 +114,8 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
     load_session: "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > now()",
     audit_page: "select id, at, actor, action, target, reason, result, details from audit_log \
          where (at, id) < ($1::timestamptz, $2) order by at desc, id desc limit $3",
+    delete_expired_sessions: "delete from operator_sessions where ctid = any(array( \
+         select ctid from operator_sessions where expires_at <= now() limit $1))",
 };
 
 const CONSOLE_SQL: ConsoleSql = ConsoleSql {

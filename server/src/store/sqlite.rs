@@ -185,6 +185,11 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
     ),
     audit_page: "select id, at, actor, action, target, reason, result, details from audit_log \
          where (at, id) < ($1, $2) order by at desc, id desc limit $3",
+    delete_expired_sessions: concat!(
+        "delete from operator_sessions where rowid in (select rowid from operator_sessions where expires_at <= ",
+        now!(),
+        " limit $1)"
+    ),
 };
 
 /// Seconds (float) since the oldest `created_at` of the rows a query selects.

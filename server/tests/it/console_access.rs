@@ -152,3 +152,16 @@ conformance! {
         assert_eq!(whoami.status(), 200);
     }
 }
+
+conformance! {
+    async fn expired_sessions_are_refused_and_then_deleted(db) {
+        let store = db.migrated_store().await;
+        let hour = chrono::Duration::hours(1);
+        store.save_session("stale", "{}", chrono::Utc::now() - hour).await.expect("save");
+        store.save_session("live", "{}", chrono::Utc::now() + hour).await.expect("save");
+        assert!(store.load_session("stale").await.expect("load").is_none(), "an expired session is refused");
+        assert_eq!(store.delete_expired_sessions(10).await.expect("delete"), 1);
+        assert!(store.load_session("live").await.expect("load").is_some());
+        assert_eq!(db.query_i64("select count(*) from operator_sessions").await, 1);
+    }
+}

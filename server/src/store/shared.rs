@@ -290,13 +290,14 @@ macro_rules! impl_store {
                     Err(error) => return Err(error),
                 };
                 let event_id = $crate::payments::payment::new_event_id();
-                sqlx::query($crate::store::shared::INSERT_EVENT)
-                    .bind(event_id.as_str())
-                    .bind(payment.id.as_str())
-                    .bind("PaymentCreated")
-                    .bind(payment.created_event(&event_id))
-                    .execute(&mut **tx)
-                    .await?;
+                Self::insert_event_in(
+                    tx,
+                    &event_id,
+                    payment.id.as_str(),
+                    "PaymentCreated",
+                    &payment.created_event(&event_id),
+                )
+                .await?;
                 Ok(LocalStep::Created(payment_created_at))
             }
 
@@ -368,11 +369,29 @@ macro_rules! impl_store {
                         .execute(&mut **tx)
                         .await?;
                 }
+                Self::insert_event_in(
+                    tx,
+                    &completion.event_id,
+                    completion.payment_id.as_str(),
+                    event_type,
+                    &completion.event_payload,
+                )
+                .await
+            }
+
+            /// A payment's event in the outbox, inside the transaction of the change it announces.
+            async fn insert_event_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                event_id: &str,
+                payment_id: &str,
+                event_type: &str,
+                payload: &str,
+            ) -> Result<(), $crate::store::StoreError> {
                 sqlx::query($crate::store::shared::INSERT_EVENT)
-                    .bind(completion.event_id.as_str())
-                    .bind(completion.payment_id.as_str())
+                    .bind(event_id)
+                    .bind(payment_id)
                     .bind(event_type)
-                    .bind(completion.event_payload.as_str())
+                    .bind(payload)
                     .execute(&mut **tx)
                     .await?;
                 Ok(())
@@ -936,13 +955,7 @@ macro_rules! impl_store {
                     .rows_affected()
                     == 1;
                 if settled {
-                    sqlx::query($crate::store::shared::INSERT_EVENT)
-                        .bind(event_id)
-                        .bind(payment_id)
-                        .bind("PaymentSettled")
-                        .bind(payload)
-                        .execute(&mut *tx)
-                        .await?;
+                    Self::insert_event_in(&mut tx, event_id, payment_id, "PaymentSettled", payload).await?;
                 }
                 tx.commit().await?;
                 Ok(settled)

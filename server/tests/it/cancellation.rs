@@ -30,9 +30,14 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
     let mut command = idem_command(dir.path());
+    // A short lease and a busy recovery worker: an operation whose completion failed under
+    // load (a pool wait timed out) is taken over in seconds, not in the default half minute.
     command
         .env("DATABASE_URL", db.url())
         .env("IDEM_RATE_LIMIT_PER_SEC", "0")
+        .env("IDEM_LEASE_SECS", "3")
+        .env("IDEM_PROVIDER_TIMEOUT_MS", "2000")
+        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
         .stderr(Stdio::inherit());
     let server = IdemProcess::serve_with(command).await;
     let http = reqwest::Client::new();
@@ -76,29 +81,55 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
         .await;
     let acknowledged = outcomes.iter().filter(|(_, status)| *status == Some(201)).count();
     let aborted = outcomes.iter().filter(|(_, status)| status.is_none()).count();
+    // An overloaded instance may answer 503 (a database connection was not free in time);
+    // that is the contract's "try again", never a half-done operation.
+    let unavailable: Vec<usize> = outcomes
+        .iter()
+        .filter(|(_, status)| *status == Some(503))
+        .map(|(index, _)| *index)
+        .collect();
     assert!(
         aborted > REQUESTS / 10,
         "requests must really be aborted: {aborted}"
     );
     assert!(
-        acknowledged >= REQUESTS / 2,
-        "the others are answered: {acknowledged}"
+        acknowledged + unavailable.len() >= REQUESTS / 2,
+        "the others are answered: {acknowledged} + {} unavailable",
+        unavailable.len()
+    );
+    assert!(
+        unavailable.len() <= REQUESTS / 20,
+        "overload answers are the exception: {}",
+        unavailable.len()
     );
     assert!(
         outcomes
             .iter()
-            .all(|(_, status)| matches!(status, None | Some(201))),
-        "only successes or aborts: {:?}",
+            .all(|(_, status)| matches!(status, None | Some(201 | 503))),
+        "only successes, aborts or overload: {:?}",
         outcomes
             .iter()
-            .filter(|(_, status)| !matches!(status, None | Some(201)))
+            .filter(|(_, status)| !matches!(status, None | Some(201 | 503)))
             .take(5)
             .collect::<Vec<_>>()
     );
+    // Their clients retry, as told: each ends in the one payment of its key.
+    for index in &unavailable {
+        let mut status = 0;
+        for _ in 0..50 {
+            status = post(*index).send().await.expect("retry").status().as_u16();
+            if status == 201 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(status, 201, "the retry of request {index} settles");
+    }
 
-    // Let the operations whose clients left finish on their own.
+    // Let the operations whose clients left finish on their own (or be taken over after the
+    // lease, when their completion failed).
     let mut in_progress = i64::MAX;
-    for _ in 0..100 {
+    for _ in 0..300 {
         in_progress = db
             .query_i64("select count(*) from idempotency_records where status = 'IN_PROGRESS'")
             .await;
@@ -134,16 +165,21 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     );
     let idle_in_transaction = db
         .query_i64(
-            // Background workers are between two statements of a transaction now and then;
-            // a connection *left* inside one stays there.
+            // Background workers are between two statements of a transaction now and then
+            // (for long on a loaded machine); a connection *left* inside one stays there, in
+            // the same transaction.
             "select count(*) from pg_stat_activity where datname = current_database() \
-             and state like 'idle in transaction%' and state_change < now() - interval '2 seconds'",
+             and state like 'idle in transaction%' and xact_start < now() - interval '10 seconds'",
         )
         .await;
     assert_eq!(idle_in_transaction, 0, "no connection left inside a transaction");
 
     // Each acknowledged or started operation answers its retry with the stored result.
-    for (index, _) in outcomes.iter().filter(|(_, status)| status.is_some()).take(50) {
+    for (index, _) in outcomes
+        .iter()
+        .filter(|(_, status)| *status == Some(201))
+        .take(50)
+    {
         let replay = post(*index).send().await.expect("retry");
         assert_eq!(replay.status(), 201);
         assert_eq!(replay.headers()["idempotent-replayed"], "true");

@@ -5,9 +5,9 @@
 #[cfg(feature = "ssr")]
 use crate::dto::OperatorRole;
 use crate::dto::{
-    AuditEntryView, CurrentOperator, Dashboard, EventsOverview, ReconcileAction, ReconcilePreview,
-    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult,
-    RevealedResponse,
+    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, EventsOverview, OverrideOutcome,
+    OverrideRequestView, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
+    RecordPage, RecordRef, RecordSummary, RedriveResult, RevealedResponse,
 };
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
@@ -89,25 +89,25 @@ pub async fn apply_reconcile(
         .map_err(failed)
 }
 
-/// Reconciles exactly the records the operator saw in the preview (never "whatever matches
-/// now"), each guarded by the version it had then; one result per record.
+/// Starts a background reconciliation of exactly the records the operator saw in the preview
+/// (never "whatever matches now"), each guarded by the version it had then.
 #[server(endpoint = "console/reconcile/bulk", input = Json)]
-pub async fn bulk_reconcile(
+pub async fn start_bulk_reconcile(
     previews: Vec<(RecordRef, i64, ReconcileAction)>,
     reason: String,
-) -> Result<Vec<ReconcileResult>, ServerFnError> {
+) -> Result<BulkJobView, ServerFnError> {
     let operator = crate::auth::require(OperatorRole::Operator)?;
-    let backend = crate::backend::backend()?;
-    let mut results = Vec::with_capacity(previews.len());
-    for (record, version, action) in previews {
-        results.push(
-            backend
-                .apply_reconcile(&operator, record, version, action, reason.clone())
-                .await
-                .map_err(failed)?,
-        );
-    }
-    Ok(results)
+    crate::backend::backend()?
+        .start_bulk_reconcile(&operator, previews, reason)
+        .await
+        .map_err(failed)
+}
+
+/// A bulk reconciliation's progress and per-record results.
+#[server(endpoint = "console/reconcile/bulk-job")]
+pub async fn get_bulk_job(id: String) -> Result<Option<BulkJobView>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.bulk_job(id).await.map_err(failed)
 }
 
 /// Previews several records at once, for a bulk reconciliation.
@@ -120,6 +120,41 @@ pub async fn bulk_preview(records: Vec<RecordRef>) -> Result<Vec<ReconcilePrevie
         previews.push(backend.preview_reconcile(record).await.map_err(failed)?);
     }
     Ok(previews)
+}
+
+/// An admin asks for an override without the provider's evidence; a second admin decides.
+#[server(endpoint = "console/overrides/request", input = Json)]
+pub async fn request_override(
+    record: RecordRef,
+    version: i64,
+    outcome: OverrideOutcome,
+    reason: String,
+) -> Result<OverrideRequestView, ServerFnError> {
+    let admin = crate::auth::require(OperatorRole::Admin)?;
+    crate::backend::backend()?
+        .request_override(&admin, record, version, outcome, reason)
+        .await
+        .map_err(failed)
+}
+
+#[server(endpoint = "console/overrides")]
+pub async fn list_overrides() -> Result<Vec<OverrideRequestView>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.overrides().await.map_err(failed)
+}
+
+/// A second admin approves (and so applies) or rejects an override request.
+#[server(endpoint = "console/overrides/decide")]
+pub async fn decide_override(
+    id: String,
+    approve: bool,
+    reason: String,
+) -> Result<OverrideRequestView, ServerFnError> {
+    let admin = crate::auth::require(OperatorRole::Admin)?;
+    crate::backend::backend()?
+        .decide_override(&admin, id, approve, reason)
+        .await
+        .map_err(failed)
 }
 
 /// The events page: backlog, consumer lag, dead letters.

@@ -3,9 +3,9 @@
 //! render on the server without ever depending on sqlx or on `server`.
 
 use crate::dto::{
-    AuditEntryView, CurrentOperator, Dashboard, DashboardRange, EventsOverview, ReconcileAction,
-    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
-    RedriveResult, RevealedResponse,
+    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, DashboardRange, EventsOverview, OverrideOutcome,
+    OverrideRequestView, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
+    RecordPage, RecordRef, RecordSummary, RedriveResult, RevealedResponse,
 };
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -50,6 +50,43 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         action: ReconcileAction,
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError>;
+
+    /// Starts a background reconciliation of exactly these records, each at the version and
+    /// with the action its preview showed, all with one reason.
+    async fn start_bulk_reconcile(
+        &self,
+        operator: &CurrentOperator,
+        items: Vec<(RecordRef, i64, ReconcileAction)>,
+        reason: String,
+    ) -> Result<BulkJobView, ConsoleError>;
+
+    /// A bulk job's progress and per-record results.
+    async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError>;
+
+    /// An admin's override of a record that needs an operator, without the provider's
+    /// evidence: recorded (and audited) to wait for a second admin, bound to `version`.
+    async fn request_override(
+        &self,
+        admin: &CurrentOperator,
+        record: RecordRef,
+        version: i64,
+        outcome: OverrideOutcome,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError>;
+
+    /// Pending override requests first, then recently decided ones.
+    async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError>;
+
+    /// A second admin's decision: approving applies the override at once if the record is
+    /// still at the requested version (audited with the change); rejecting changes nothing
+    /// else. The requester can decide neither.
+    async fn decide_override(
+        &self,
+        admin: &CurrentOperator,
+        id: String,
+        approve: bool,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError>;
 
     /// Outbox backlog, consumer lag, dead letters.
     async fn events(&self) -> Result<EventsOverview, ConsoleError>;

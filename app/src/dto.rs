@@ -480,10 +480,51 @@ pub enum ReconcileAction {
     ApplyProviderResult,
     /// The provider has no charge: send it now, with the payment's own provider key.
     RetryCharge,
+    /// The provider has no charge: decline the payment (hold and merchant reference
+    /// released) and release the key, so that the client's retry executes anew.
+    MarkFailedAndReleaseKey,
+}
+
+impl ReconcileAction {
+    pub const ALL: [ReconcileAction; 3] = [
+        ReconcileAction::ApplyProviderResult,
+        ReconcileAction::RetryCharge,
+        ReconcileAction::MarkFailedAndReleaseKey,
+    ];
+
+    /// Its name in the audit log and in stored bulk jobs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReconcileAction::ApplyProviderResult => "apply_provider_result",
+            ReconcileAction::RetryCharge => "retry_charge",
+            ReconcileAction::MarkFailedAndReleaseKey => "mark_failed_and_release_key",
+        }
+    }
+
+    pub fn from_stored(stored: &str) -> Option<ReconcileAction> {
+        ReconcileAction::ALL
+            .into_iter()
+            .find(|action| action.as_str() == stored)
+    }
+
+    pub const fn title(self) -> &'static str {
+        match self {
+            ReconcileAction::ApplyProviderResult => "Apply the provider's result",
+            ReconcileAction::RetryCharge => "Retry the charge with the same provider key",
+            ReconcileAction::MarkFailedAndReleaseKey => "Mark failed and release the key",
+        }
+    }
+}
+
+/// One thing applying could do, and exactly what it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileOption {
+    pub action: ReconcileAction,
+    pub changes: Vec<String>,
 }
 
 /// The read-only first step of a reconciliation: what the provider says, and exactly what
-/// applying would change.
+/// each possible action would change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconcilePreview {
     pub record: RecordRef,
@@ -491,9 +532,86 @@ pub struct ReconcilePreview {
     /// The record's version when previewed: applying refuses if it changed.
     pub version: i64,
     pub evidence: ProviderEvidence,
-    /// `None` when nothing can be applied (the provider cannot be reached).
-    pub action: Option<ReconcileAction>,
-    pub changes: Vec<String>,
+    /// What may be applied, the one a bulk reconciliation applies first; empty when nothing
+    /// can be (then `blocked` says why).
+    pub options: Vec<ReconcileOption>,
+    pub blocked: Option<String>,
+}
+
+/// What two admins vouch for when they override a record without the provider's evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OverrideOutcome {
+    /// The provider charged it: the charge their evidence names.
+    Charged { charge_id: String },
+    /// The provider declined it.
+    Declined { charge_id: String },
+    /// The provider never charged it: mark failed and release the key.
+    NotCharged,
+}
+
+impl std::fmt::Display for OverrideOutcome {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OverrideOutcome::Charged { charge_id } => write!(formatter, "charged ({charge_id})"),
+            OverrideOutcome::Declined { charge_id } => write!(formatter, "declined ({charge_id})"),
+            OverrideOutcome::NotCharged => formatter.write_str("not charged: mark failed, release the key"),
+        }
+    }
+}
+
+/// Where an override request is: waiting for a second admin, then decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OverrideState {
+    Pending,
+    /// Approved by a second admin; being applied (or the process died applying it).
+    Approved,
+    Applied,
+    /// Approved, but the record had changed (or the store failed): nothing applied.
+    Failed,
+    Rejected,
+}
+
+impl OverrideState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OverrideState::Pending => "pending",
+            OverrideState::Approved => "approved",
+            OverrideState::Applied => "applied",
+            OverrideState::Failed => "failed",
+            OverrideState::Rejected => "rejected",
+        }
+    }
+
+    pub fn from_stored(stored: &str) -> Option<OverrideState> {
+        [
+            OverrideState::Pending,
+            OverrideState::Approved,
+            OverrideState::Applied,
+            OverrideState::Failed,
+            OverrideState::Rejected,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == stored)
+    }
+}
+
+/// An admin's override of a record, and a second admin's decision on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideRequestView {
+    pub id: String,
+    pub record: RecordRef,
+    /// The record's version when requested: approval refuses if it changed.
+    pub record_version: i64,
+    pub outcome: OverrideOutcome,
+    pub requested_by: String,
+    pub reason: String,
+    pub requested_at: String,
+    pub state: OverrideState,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+    pub decided_at: Option<String>,
+    /// What applying it did, once approved.
+    pub result: Option<String>,
 }
 
 /// How an applied reconciliation ended.
@@ -503,6 +621,33 @@ pub struct ReconcileResult {
     pub ok: bool,
     pub status: Option<RecordStatus>,
     pub message: String,
+}
+
+/// A bulk reconciliation running in the background, and how far it got.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkJobView {
+    pub id: String,
+    pub requested_by: String,
+    pub reason: String,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub items: Vec<BulkItemView>,
+}
+
+impl BulkJobView {
+    pub fn done(&self) -> usize {
+        self.items.iter().filter(|item| item.result.is_some()).count()
+    }
+}
+
+/// One record of a bulk job: what the preview froze, and its result once applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkItemView {
+    pub position: i32,
+    pub record: RecordRef,
+    pub version: i64,
+    pub action: ReconcileAction,
+    pub result: Option<ReconcileResult>,
 }
 
 #[cfg(test)]
@@ -515,5 +660,13 @@ mod tests {
             assert_eq!(status.as_str().parse::<RecordStatus>(), Ok(status));
         }
         assert!("in_progress".parse::<RecordStatus>().is_err());
+    }
+
+    #[test]
+    fn every_reconcile_action_round_trips_through_its_stored_name() {
+        for action in ReconcileAction::ALL {
+            assert_eq!(ReconcileAction::from_stored(action.as_str()), Some(action));
+        }
+        assert_eq!(ReconcileAction::from_stored("ApplyProviderResult"), None);
     }
 }

@@ -151,6 +151,66 @@ test("a bulk reconciliation of three records reports three results", async ({ pa
   await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
 });
 
+test("a payment the provider never charged is marked failed and its key executes anew", async ({ page, request }) => {
+  const key = `release-${Date.now()}`;
+  const fault = await request.post(`${simUrl}/_sim/faults`, { data: { mode: "fail_before_accept", count: 1 } });
+  expect(fault.status()).toBe(201);
+  expect((await pay(request, key)).status()).toBe(202);
+
+  await signIn(page, "operator");
+  await openRecord(page, key);
+  const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
+  await dialog.getByRole("button", { name: "Preview" }).click();
+  await expect(dialog.locator("[data-evidence]")).toContainText("no charge");
+  await dialog.getByLabel("Mark failed and release the key").check();
+  await dialog.getByLabel("Reason (goes into the audit log)").fill("customer left; the provider has no charge (e2e)");
+  await dialog.getByRole("button", { name: "Apply" }).click();
+  await expect(page.locator("p[data-result]")).toContainText("key released");
+  await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "FAILED_RETRYABLE");
+
+  const retried = await pay(request, key);
+  expect(retried.status()).toBe(201);
+  expect(retried.headers()["idempotent-replayed"]).toBeUndefined();
+});
+
+test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request }) => {
+  const key = `override-${Date.now()}`;
+  await unknownPayment(request, key);
+
+  await signIn(page, "admin");
+  await openRecord(page, key);
+  const form = page.getByRole("region", { name: "Override without the provider's evidence" });
+  await form.getByLabel("The provider charged it").check();
+  await form.getByLabel("Provider charge id").fill("ch_e2e_statement");
+  await form.getByLabel("Reason (goes into the audit log)").fill("the provider's statement shows it (e2e)");
+  await form.getByRole("button", { name: "Ask a second admin" }).click();
+  const requested = form.locator("[data-override-requested]");
+  await expect(requested).toBeVisible();
+  const id = await requested.getAttribute("data-override-requested");
+
+  // The requester cannot approve their own request: the page offers no button.
+  await page.goto("/recovery");
+  await hydrated(page);
+  const own = page.locator(`li[data-override="${id}"]`);
+  await expect(own).toHaveAttribute("data-state", "Pending");
+  await expect(own.getByRole("button", { name: "Approve and apply" })).toHaveCount(0);
+
+  const second = await browser.newPage({ baseURL: test.info().project.use.baseURL });
+  await signIn(second, "admin");
+  await second.goto("/recovery");
+  await hydrated(second);
+  const item = second.locator(`li[data-override="${id}"]`);
+  await item.getByLabel("Reason (goes into the audit log)").fill("checked the statement too (e2e)");
+  await item.getByRole("button", { name: "Approve and apply" }).click();
+  await expect(second.locator(`li[data-override="${id}"]`)).toHaveAttribute("data-state", "Applied");
+  await second.close();
+
+  await openRecord(page, key);
+  await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "COMPLETED");
+  await page.goto("/audit");
+  await expect(page.locator('tr[data-action="override.approve"]', { hasText: key })).toHaveCount(1);
+});
+
 test.describe("without JavaScript", () => {
   test.use({ javaScriptEnabled: false });
 

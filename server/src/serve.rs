@@ -41,6 +41,8 @@ pub enum ServeError {
 
 /// How often a running instance notes its response key as in use.
 const KEY_HEARTBEAT: Duration = Duration::from_secs(600);
+/// How often an instance looks for bulk reconciliations whose runner stopped.
+const BULK_RESUME_EVERY: Duration = Duration::from_secs(5);
 
 pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> Result<(), ServeError> {
     // An owner still waiting for the provider must never look dead to a retry or the worker.
@@ -128,6 +130,10 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
             max_attempts: args.recovery_max_attempts,
             batch: 50,
         },
+    );
+    crate::console::bulk::spawn_resumer(
+        crate::console::StoreConsole::new(store.clone(), engine.clone(), args.recovery_max_attempts),
+        BULK_RESUME_EVERY,
     );
     crate::payments::settlement::spawn_worker(
         engine.clone(),

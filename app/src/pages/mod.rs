@@ -3,6 +3,7 @@
 mod audit;
 mod dashboard;
 mod events;
+mod overrides;
 mod prefs;
 mod reconcile;
 mod records;

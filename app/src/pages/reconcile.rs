@@ -1,10 +1,11 @@
-//! Guarded reconciliation: a read-only preview that asks the provider and lists exactly what
-//! applying changes; then a typed reason; then apply, which the server re-checks (record
-//! version, provider answer) and audits in the same transaction.
+//! Guarded reconciliation: a read-only preview that asks the provider and lists, for each
+//! action its answer allows, exactly what applying changes; then a chosen action and a typed
+//! reason; then apply, which the server re-checks (record version, provider answer) and
+//! audits in the same transaction.
 
 use super::widgets::ReasonAndApply;
 use crate::api::{apply_reconcile, preview_reconcile};
-use crate::dto::{ProviderEvidence, ReconcilePreview, ReconcileResult, RecordRef};
+use crate::dto::{ProviderEvidence, ReconcileAction, ReconcilePreview, ReconcileResult, RecordRef};
 use leptos::prelude::*;
 
 pub fn evidence_text(evidence: &ProviderEvidence) -> String {
@@ -17,25 +18,52 @@ pub fn evidence_text(evidence: &ProviderEvidence) -> String {
     }
 }
 
+/// The options of a preview, as radio buttons (the first chosen), each with exactly what it
+/// changes; or why nothing can be applied.
 #[component]
-pub fn PreviewView(preview: ReconcilePreview) -> impl IntoView {
+fn OptionsView(preview: ReconcilePreview, chosen: RwSignal<Option<ReconcileAction>>) -> impl IntoView {
+    chosen.set(preview.options.first().map(|option| option.action));
+    let nothing_to_choose = preview.options.is_empty();
     view! {
         <p data-evidence>{evidence_text(&preview.evidence)}</p>
-        <p>"Applying will:"</p>
-        <ul class="changes">{preview.changes.into_iter().map(|change| view! { <li>{change}</li> }).collect_view()}</ul>
+        {preview.blocked.map(|blocked| view! { <p data-blocked>{blocked}</p> })}
+        <fieldset class="options" hidden=nothing_to_choose>
+            <legend>"Applying will:"</legend>
+            {preview
+                .options
+                .into_iter()
+                .map(|option| {
+                    let action = option.action;
+                    view! {
+                        <label class="option">
+                            <input
+                                type="radio"
+                                name="reconcile-action"
+                                prop:checked=move || chosen.get() == Some(action)
+                                on:change=move |_| chosen.set(Some(action))
+                            />
+                            <strong>{action.title()}</strong>
+                            <ul class="changes">
+                                {option.changes.into_iter().map(|change| view! { <li>{change}</li> }).collect_view()}
+                            </ul>
+                        </label>
+                    }
+                })
+                .collect_view()}
+        </fieldset>
     }
 }
 
 #[component]
 pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileResult>>) -> impl IntoView {
     let preview = Action::new(|record: &RecordRef| preview_reconcile(record.clone()));
-    let apply = Action::new(|(preview, reason): &(ReconcilePreview, String)| {
+    let chosen = RwSignal::new(None::<ReconcileAction>);
+    let apply = Action::new(move |(preview, reason): &(ReconcilePreview, String)| {
         let preview = preview.clone();
         let reason = reason.clone();
+        let action = chosen.get_untracked();
         async move {
-            let action = preview
-                .action
-                .ok_or_else(|| ServerFnError::new("nothing can be applied"))?;
+            let action = action.ok_or_else(|| ServerFnError::new("nothing can be applied"))?;
             apply_reconcile(preview.record, preview.version, action, reason).await
         }
     });
@@ -59,11 +87,11 @@ pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileRe
                     .map(|result| match result {
                         Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
                         Ok(previewed) => {
-                            let can_apply = previewed.action.is_some();
+                            let can_apply = !previewed.options.is_empty();
                             let for_apply = previewed.clone();
                             view! {
                                 <div class="preview" data-preview>
-                                    <PreviewView preview=previewed />
+                                    <OptionsView preview=previewed chosen />
                                     <Show when=move || can_apply>
                                         <ReasonAndApply
                                             reason

@@ -1,3 +1,4 @@
+use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
 use super::widgets::{StatusBadge, Time, load_error};
 use crate::api::{find_records, get_record, list_records, reveal_response, whoami};
@@ -206,19 +207,13 @@ pub fn RecordPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             <ErrorBoundary fallback=load_error>
                 {move || Suspend::new(async move {
-                    let can_reconcile = operator
-                        .await
-                        .is_ok_and(|operator| operator.role >= OperatorRole::Operator);
+                    let role = operator.await.map_or(OperatorRole::Viewer, |operator| operator.role);
                     detail
                         .await
                         .map(|detail| match detail {
                             Some(detail) => {
                                 view! {
-                                    <RecordView
-                                        detail
-                                        can_reconcile=can_reconcile
-                                        applied=set_applied
-                                    />
+                                    <RecordView detail role applied=set_applied />
                                 }
                                     .into_any()
                             }
@@ -241,7 +236,7 @@ pub fn RecordPage() -> impl IntoView {
 #[component]
 fn RecordView(
     detail: RecordDetail,
-    can_reconcile: bool,
+    role: OperatorRole,
     applied: WriteSignal<Option<ReconcileResult>>,
 ) -> impl IntoView {
     let needs_operator = matches!(
@@ -276,8 +271,10 @@ fn RecordView(
             <h2>"Command"</h2>
             <pre class="command">{command}</pre>
         </section>
-        {(can_reconcile && needs_operator)
+        {(role >= OperatorRole::Operator && needs_operator)
             .then(|| view! { <ReconcilePanel record=detail.record.clone() applied /> })}
+        {(role >= OperatorRole::Admin && needs_operator)
+            .then(|| view! { <OverrideRequestForm record=detail.record.clone() version=detail.lease_version /> })}
         <section class="panel">
             <h2>"Requests with this key"</h2>
             <table class="requests">
@@ -337,7 +334,7 @@ fn RecordView(
                 </tbody>
             </table>
         </section>
-        <StoredResponse record=detail.record.clone() can_reveal=can_reconcile />
+        <StoredResponse record=detail.record.clone() can_reveal={role >= OperatorRole::Operator} />
         <section class="panel">
             <h2>"Timeline and lease"</h2>
             <dl class="fields">

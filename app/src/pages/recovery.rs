@@ -1,7 +1,8 @@
+use super::overrides::OverridesPanel;
 use super::reconcile::evidence_text;
 use super::widgets::{ReasonAndApply, StatusBadge, Time, load_error};
-use crate::api::{bulk_preview, bulk_reconcile, get_recovery_queue, whoami};
-use crate::dto::{OperatorRole, ReconcilePreview, RecordRef};
+use crate::api::{bulk_preview, get_bulk_job, get_recovery_queue, start_bulk_reconcile, whoami};
+use crate::dto::{BulkJobView, OperatorRole, ReconcilePreview, RecordRef};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -21,16 +22,39 @@ pub fn RecoveryPage() -> impl IntoView {
             .iter()
             .filter_map(|preview| {
                 preview
-                    .action
-                    .map(|action| (preview.record.clone(), preview.version, action))
+                    .options
+                    .first()
+                    .map(|option| (preview.record.clone(), preview.version, option.action))
             })
             .collect();
-        bulk_reconcile(frozen, reason.clone())
+        start_bulk_reconcile(frozen, reason.clone())
     });
     let reason = RwSignal::new(String::new());
+    // The job runs on the server; its progress is read again until it is finished.
+    let job = RwSignal::new(None::<BulkJobView>);
+    let poll = Action::new(|id: &String| get_bulk_job(id.clone()));
     Effect::new(move |_| {
-        if apply.value().get().is_some() {
-            *set_refreshes.write() += 1;
+        if let Some(Ok(started)) = apply.value().get() {
+            job.set(Some(started));
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(Some(progress))) = poll.value().get() {
+            if progress.finished_at.is_some() {
+                *set_refreshes.write() += 1;
+            }
+            job.set(Some(progress));
+        }
+    });
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if let Some(unfinished) = job.get().filter(|job| job.finished_at.is_none()) {
+            set_timeout(
+                move || {
+                    poll.dispatch(unfinished.id);
+                },
+                std::time::Duration::from_millis(500),
+            );
         }
     });
     view! {
@@ -107,7 +131,12 @@ pub fn RecoveryPage() -> impl IntoView {
                                 {previews.into_iter().map(|preview| view! {
                                     <li data-key=preview.record.key.clone()>
                                         <code>{preview.record.key.clone()}</code>
-                                        {format!(" (version {}): {}", preview.version, evidence_text(&preview.evidence))}
+                                        {format!(
+                                            " (version {}): {}; {}",
+                                            preview.version,
+                                            evidence_text(&preview.evidence),
+                                            preview.options.first().map_or("nothing can be applied", |option| option.action.title()),
+                                        )}
                                     </li>
                                 }).collect_view()}
                             </ul>
@@ -117,22 +146,53 @@ pub fn RecoveryPage() -> impl IntoView {
                     }.into_any()
                 }
             })}
-            {move || apply.value().get().map(|result| match result {
-                Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
-                Ok(results) => {
-                    let count = results.len().to_string();
-                    view! {
-                    <ul class="results" data-bulk-results=count>
-                        {results.into_iter().map(|result| view! {
-                            <li data-ok=result.ok.to_string()>
-                                <code>{result.record.key.clone()}</code>
-                                {format!(": {}{}", result.message, result.status.map(|status| format!(" ({status})")).unwrap_or_default())}
-                            </li>
-                        }).collect_view()}
-                    </ul>
-                }.into_any()
-                }
+            {move || apply.value().get().and_then(Result::err).map(|error| view! {
+                <p class="error" role="alert">{error.to_string()}</p>
             })}
+            {move || job.get().map(|job| view! { <BulkProgress job /> })}
         </section>
+        <OverridesPanel />
+    }
+}
+
+/// A bulk job's progress, and each record's result as it comes.
+#[component]
+fn BulkProgress(job: BulkJobView) -> impl IntoView {
+    let done = job.done();
+    let total = job.items.len();
+    let finished = job.finished_at.is_some();
+    view! {
+        <div class="bulk-job" data-bulk-job=job.id.clone()>
+            <p role="status" data-bulk-progress=format!("{done}/{total}")>
+                {if finished {
+                    format!("Finished: {done} of {total} records")
+                } else {
+                    format!("Running in the background: {done} of {total} records done")
+                }}
+            </p>
+            <progress max=total value=done></progress>
+            <ul class="results" data-bulk-results=done.to_string()>
+                {job
+                    .items
+                    .into_iter()
+                    .filter_map(|item| {
+                        let action = item.action.title();
+                        item.result
+                            .map(|result| {
+                                view! {
+                                    <li data-ok=result.ok.to_string()>
+                                        <code>{result.record.key.clone()}</code>
+                                        {format!(
+                                            " ({action}): {}{}",
+                                            result.message,
+                                            result.status.map(|status| format!(" ({status})")).unwrap_or_default(),
+                                        )}
+                                    </li>
+                                }
+                            })
+                    })
+                    .collect_view()}
+            </ul>
+        </div>
     }
 }

@@ -99,15 +99,14 @@ pub fn age(seconds: f64) -> String {
 /// At least this many characters of reason (the server checks the same).
 const MIN_REASON: usize = 5;
 
-/// The reason an audited action needs, and the button that applies it: enabled once the
-/// reason says something and nothing is pending.
+/// Whether `reason` says enough for the server to take it.
+pub fn reason_given(reason: RwSignal<String>) -> bool {
+    reason.get().trim().chars().count() >= MIN_REASON
+}
+
+/// The reason an audited action needs.
 #[component]
-pub fn ReasonAndApply(
-    reason: RwSignal<String>,
-    #[prop(into)] pending: Signal<bool>,
-    #[prop(into)] label: String,
-    on_apply: impl Fn() + Send + Sync + 'static,
-) -> impl IntoView {
+pub fn ReasonField(reason: RwSignal<String>) -> impl IntoView {
     view! {
         <label class="reason">
             "Reason (goes into the audit log)"
@@ -118,10 +117,24 @@ pub fn ReasonAndApply(
                 on:input=move |event| reason.set(event_target_value(&event))
             ></textarea>
         </label>
+    }
+}
+
+/// The reason an audited action needs, and the button that applies it: enabled once the
+/// reason says something and nothing is pending.
+#[component]
+pub fn ReasonAndApply(
+    reason: RwSignal<String>,
+    #[prop(into)] pending: Signal<bool>,
+    #[prop(into)] label: String,
+    on_apply: impl Fn() + Send + Sync + 'static,
+) -> impl IntoView {
+    view! {
+        <ReasonField reason />
         <button
             type="button"
             class="button primary"
-            disabled=move || reason.get().trim().chars().count() < MIN_REASON || pending.get()
+            disabled=move || !reason_given(reason) || pending.get()
             on:click=move |_| on_apply()
         >
             {label}

@@ -2,6 +2,7 @@
 //! backend port (`app::backend::ConsoleBackend`) implemented over the store and the engine.
 
 pub mod access;
+pub mod bulk;
 mod diff;
 pub mod sessions;
 
@@ -11,15 +12,18 @@ use crate::idempotency::claim::Scope;
 use crate::idempotency::key::IdempotencyKey;
 use crate::metrics::Outcome;
 use crate::payments::command::CreatePayment;
-use crate::payments::engine::PaymentsEngine;
+use crate::payments::engine::{PaymentsEngine, Reconciled};
+use crate::store::approvals::{NewOverrideRequest, new_override_id};
+use crate::store::bulk::{BulkItem, ClaimedBulkJob, new_bulk_job_id};
 use crate::store::console::audit_target;
 use crate::store::operators::{AuditCursor, AuditEntry};
 use crate::store::{Store, StoreError};
 use app::backend::{ConsoleBackend, ConsoleError};
 use app::dto::{
-    AuditEntryView, ConsumerLag, CurrentOperator, Dashboard, DashboardRange, EventsOverview, LiveGauges,
-    ProviderEvidence, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
-    RecordPage, RecordRef, RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
+    AuditEntryView, BulkJobView, ConsumerLag, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
+    LiveGauges, OverrideOutcome, OverrideRequestView, OverrideState, ProviderEvidence, ReconcileAction,
+    ReconcileOption, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef,
+    RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
 };
 use chrono::{SecondsFormat, Utc};
 use std::sync::Arc;
@@ -27,6 +31,10 @@ use std::sync::Arc;
 /// Rows per records page.
 const PAGE: usize = 50;
 
+/// Records one bulk reconciliation takes at most.
+const MAX_BULK_ITEMS: usize = 500;
+
+#[derive(Clone)]
 pub struct StoreConsole {
     store: Arc<dyn Store>,
     engine: Arc<PaymentsEngine>,
@@ -225,25 +233,28 @@ impl ConsoleBackend for StoreConsole {
             .map_err(unavailable("reconcile preview"))?
             .ok_or_else(|| ConsoleError::Invalid("no such record".to_owned()))?;
         let status = found.record.status;
-        let needs_operator = match status {
-            RecordStatus::UnknownRequiresRecovery => true,
-            RecordStatus::InProgress => found.record.locked_until.is_none_or(|until| until <= found.now),
-            _ => false,
-        };
+        let needs_operator = found.needs_operator();
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
         let evidence = self.engine.provider_evidence(&payment_id).await;
-        let (action, changes) = if needs_operator {
-            proposal(status, &payment_id, &evidence)
+        let options = if needs_operator {
+            options(status, &payment_id, &evidence)
         } else {
-            (None, vec![format!("nothing to do: the record is {status}")])
+            Vec::new()
         };
+        let blocked = options.is_empty().then(|| match &evidence {
+            _ if !needs_operator => format!("nothing to do: the record is {status}"),
+            ProviderEvidence::Unreachable { problem } => {
+                format!("nothing can be applied: the provider did not answer ({problem})")
+            }
+            _ => "nothing can be applied".to_owned(),
+        });
         Ok(ReconcilePreview {
             record,
             status,
             version: found.record.lease_version,
             evidence,
-            action,
-            changes,
+            options,
+            blocked,
         })
     }
 
@@ -259,7 +270,7 @@ impl ConsoleBackend for StoreConsole {
         let scope = scope_of(&record)?;
         let audit = |result: &str, details: String| AuditEntry {
             actor: operator.username.clone(),
-            action: format!("reconcile.{}", action_name(action)),
+            action: format!("reconcile.{}", action.as_str()),
             target: Some(audit_target(&record)),
             reason: Some(reason.clone()),
             result: result.to_owned(),
@@ -267,9 +278,12 @@ impl ConsoleBackend for StoreConsole {
         };
         let applied = audit("ok", format!("previewed version {version}"));
         let (ok, message) = match self.engine.reconcile(&scope, version, action, &applied).await {
-            // The completion committed with its audit entry.
-            Ok(answer) if matches!(answer.response.status, 201 | 402) => (true, "applied".to_owned()),
-            Ok(answer) => {
+            // The completion (or the release) committed with its audit entry.
+            Ok(Reconciled::Answered(answer)) if matches!(answer.response.status, 201 | 402) => {
+                (true, "applied".to_owned())
+            }
+            Ok(Reconciled::KeyReleased) => (true, "applied: payment declined, key released".to_owned()),
+            Ok(Reconciled::Answered(answer)) => {
                 let message = format!(
                     "not settled: the provider call answered {}",
                     answer.response.status
@@ -295,6 +309,205 @@ impl ConsoleBackend for StoreConsole {
             status,
             message,
         })
+    }
+
+    async fn request_override(
+        &self,
+        admin: &CurrentOperator,
+        record: RecordRef,
+        version: i64,
+        outcome: OverrideOutcome,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let outcome = checked_outcome(outcome)?;
+        let scope = scope_of(&record)?;
+        let found = self
+            .store
+            .load_record(&scope)
+            .await
+            .map_err(unavailable("override request"))?
+            .ok_or_else(|| ConsoleError::Invalid("no such record".to_owned()))?;
+        if !found.needs_operator() || found.record.lease_version != version {
+            return Err(ConsoleError::Invalid(
+                "the record changed since you looked, or no longer needs an operator; reload it".to_owned(),
+            ));
+        }
+        let request = NewOverrideRequest {
+            id: new_override_id(),
+            record: record.clone(),
+            record_version: version,
+            outcome,
+            requested_by: admin.username.clone(),
+            reason: reason.clone(),
+        };
+        let audit = AuditEntry {
+            actor: admin.username.clone(),
+            action: "override.request".to_owned(),
+            target: Some(audit_target(&record)),
+            reason: Some(reason),
+            result: "ok".to_owned(),
+            details: Some(format!(
+                "{}: {} at version {version}; waits for a second admin",
+                request.id, request.outcome
+            )),
+        };
+        match self.store.request_override(&request, &audit).await {
+            Ok(()) => self.override_view(&request.id).await,
+            Err(StoreError::AlreadyExists) => Err(ConsoleError::Invalid(
+                "this record already has an override waiting for a second admin".to_owned(),
+            )),
+            Err(error) => Err(unavailable("override request")(error)),
+        }
+    }
+
+    async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError> {
+        self.store
+            .override_requests(100)
+            .await
+            .map_err(unavailable("override requests"))
+    }
+
+    async fn decide_override(
+        &self,
+        admin: &CurrentOperator,
+        id: String,
+        approve: bool,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let request = self.override_view(&id).await?;
+        let action = if approve {
+            "override.approve"
+        } else {
+            "override.reject"
+        };
+        let audit = |result: &str, details: String| AuditEntry {
+            actor: admin.username.clone(),
+            action: action.to_owned(),
+            target: Some(audit_target(&request.record)),
+            reason: Some(reason.clone()),
+            result: result.to_owned(),
+            details: Some(format!(
+                "{id}, requested by {}: {}; {details}",
+                request.requested_by, request.outcome
+            )),
+        };
+        let refuse = |why: &'static str| {
+            let entry = audit("refused", why.to_owned());
+            async move {
+                self.write_audit(entry).await;
+                Err(ConsoleError::Invalid(why.to_owned()))
+            }
+        };
+        if request.requested_by == admin.username {
+            return refuse("an override needs a second admin: its requester cannot decide it").await;
+        }
+        let decision = if approve {
+            OverrideState::Approved
+        } else {
+            OverrideState::Rejected
+        };
+        let rejected = audit("ok", "nothing applied".to_owned());
+        let decided = self
+            .store
+            .decide_override(
+                &id,
+                decision,
+                &admin.username,
+                &reason,
+                (!approve).then_some(&rejected),
+            )
+            .await
+            .map_err(unavailable("override decision"))?;
+        if !decided {
+            return refuse("the request is no longer pending").await;
+        }
+        if approve {
+            let scope = scope_of(&request.record)?;
+            let applied = audit("ok", format!("applied at version {}", request.record_version));
+            let (state, result) = match self
+                .engine
+                .override_outcome(&scope, request.record_version, &request.outcome, &applied)
+                .await
+            {
+                Ok(Reconciled::KeyReleased) => (
+                    OverrideState::Applied,
+                    "payment declined, key released".to_owned(),
+                ),
+                Ok(Reconciled::Answered(answer)) if matches!(answer.response.status, 201 | 402) => (
+                    OverrideState::Applied,
+                    format!("record settled with answer {}", answer.response.status),
+                ),
+                Ok(Reconciled::Answered(answer)) => {
+                    let message = format!("not settled: answered {}", answer.response.status);
+                    self.write_audit(audit("failed", message.clone())).await;
+                    (OverrideState::Failed, message)
+                }
+                Err(refusal) => {
+                    self.write_audit(audit("refused", refusal.to_string())).await;
+                    (OverrideState::Failed, refusal.to_string())
+                }
+            };
+            self.store
+                .finish_override(&id, state, &result)
+                .await
+                .map_err(unavailable("override result"))?;
+        }
+        self.override_view(&id).await
+    }
+
+    async fn start_bulk_reconcile(
+        &self,
+        operator: &CurrentOperator,
+        items: Vec<(RecordRef, i64, ReconcileAction)>,
+        reason: String,
+    ) -> Result<BulkJobView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        if items.is_empty() || items.len() > MAX_BULK_ITEMS {
+            return Err(ConsoleError::Invalid(format!(
+                "a bulk reconciliation takes 1 to {MAX_BULK_ITEMS} records"
+            )));
+        }
+        let items = items
+            .into_iter()
+            .zip(0..)
+            .map(|((record, version, action), position)| {
+                scope_of(&record)?;
+                Ok(BulkItem {
+                    position,
+                    record,
+                    version,
+                    action,
+                })
+            })
+            .collect::<Result<Vec<_>, ConsoleError>>()?;
+        let job = ClaimedBulkJob {
+            id: new_bulk_job_id(),
+            requested_by: operator.username.clone(),
+            reason,
+        };
+        self.store
+            .create_bulk_job(&job, &items)
+            .await
+            .map_err(unavailable("bulk reconcile"))?;
+        // Run it here and now; if this instance dies, another resumes it after the lease.
+        let claimed = self
+            .store
+            .claim_bulk_job(Some(&job.id), bulk::BULK_LEASE)
+            .await
+            .map_err(unavailable("bulk reconcile"))?;
+        if let Some(claimed) = claimed {
+            let console = self.clone();
+            tokio::spawn(async move { console.run_bulk_job(claimed).await });
+        }
+        self.bulk_job(job.id)
+            .await?
+            .ok_or_else(|| ConsoleError::Invalid("the job vanished".to_owned()))
+    }
+
+    async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError> {
+        self.store.bulk_job(&id).await.map_err(unavailable("bulk job"))
     }
 
     async fn events(&self) -> Result<EventsOverview, ConsoleError> {
@@ -425,6 +638,29 @@ impl StoreConsole {
             tracing::error!(%error, action = %entry.action, "console: audit entry not written");
         }
     }
+
+    async fn override_view(&self, id: &str) -> Result<OverrideRequestView, ConsoleError> {
+        self.store
+            .override_request(id)
+            .await
+            .map_err(unavailable("override request"))?
+            .ok_or_else(|| ConsoleError::Invalid("no such override request".to_owned()))
+    }
+}
+
+/// The charge two admins vouch for must name one: 1 to 128 visible characters.
+fn checked_outcome(outcome: OverrideOutcome) -> Result<OverrideOutcome, ConsoleError> {
+    let charge_id = match &outcome {
+        OverrideOutcome::Charged { charge_id } | OverrideOutcome::Declined { charge_id } => charge_id,
+        OverrideOutcome::NotCharged => return Ok(outcome),
+    };
+    let visible = |character: char| !character.is_whitespace() && !character.is_control();
+    if charge_id.is_empty() || charge_id.chars().count() > 128 || !charge_id.chars().all(visible) {
+        return Err(ConsoleError::Invalid(
+            "name the provider's charge id (1 to 128 characters, no spaces)".to_owned(),
+        ));
+    }
+    Ok(outcome)
 }
 
 /// An operator's reason for an action: it goes into the audit log, so it must say something.
@@ -439,34 +675,25 @@ fn checked_reason(reason: &str) -> Result<String, ConsoleError> {
     }
 }
 
-fn action_name(action: ReconcileAction) -> &'static str {
-    match action {
-        ReconcileAction::ApplyProviderResult => "apply_provider_result",
-        ReconcileAction::RetryCharge => "retry_charge",
-    }
-}
-
-/// What applying would do, in the operator's words, given what the provider said.
-fn proposal(
-    status: RecordStatus,
-    payment_id: &str,
-    evidence: &ProviderEvidence,
-) -> (Option<ReconcileAction>, Vec<String>) {
+/// What each possible action would do, in the operator's words, given what the provider
+/// said; the safest first.
+fn options(status: RecordStatus, payment_id: &str, evidence: &ProviderEvidence) -> Vec<ReconcileOption> {
+    let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
     match evidence {
         ProviderEvidence::Charged {
             charge_id,
             status: charge,
-        } if charge == "succeeded" => (
-            Some(ReconcileAction::ApplyProviderResult),
+        } if charge == "succeeded" => vec![option(
+            ReconcileAction::ApplyProviderResult,
             vec![
                 format!("record {status} -> COMPLETED"),
                 format!("payment {payment_id} PROCESSING -> PENDING, provider charge {charge_id}"),
                 "response 201 stored: retries with the key are answered with it".to_owned(),
                 "event PaymentAuthorized".to_owned(),
             ],
-        ),
-        ProviderEvidence::Charged { charge_id, .. } => (
-            Some(ReconcileAction::ApplyProviderResult),
+        )],
+        ProviderEvidence::Charged { charge_id, .. } => vec![option(
+            ReconcileAction::ApplyProviderResult,
             vec![
                 format!("record {status} -> FAILED_REPLAYABLE"),
                 format!(
@@ -475,21 +702,30 @@ fn proposal(
                 "response 402 PAYMENT_DECLINED stored: retries with the key are answered with it".to_owned(),
                 "event PaymentDeclined".to_owned(),
             ],
-        ),
-        ProviderEvidence::NoCharge => (
-            Some(ReconcileAction::RetryCharge),
-            vec![
-                format!(
-                    "the charge is sent now with the payment's provider key provider_payment_{payment_id}"
-                ),
-                format!("then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"),
-            ],
-        ),
-        ProviderEvidence::Unreachable { problem } => (
-            None,
-            vec![format!(
-                "nothing can be applied: the provider did not answer ({problem})"
-            )],
-        ),
+        )],
+        ProviderEvidence::NoCharge => vec![
+            option(
+                ReconcileAction::RetryCharge,
+                vec![
+                    format!(
+                        "the charge is sent now with the payment's provider key provider_payment_{payment_id}"
+                    ),
+                    format!(
+                        "then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"
+                    ),
+                ],
+            ),
+            option(
+                ReconcileAction::MarkFailedAndReleaseKey,
+                vec![
+                    format!("record {status} -> FAILED_RETRYABLE: the key's next retry executes anew"),
+                    format!(
+                        "payment {payment_id} PROCESSING -> DECLINED, not charged; the held amount and its merchant reference are released"
+                    ),
+                    "nothing is sent to the provider; event PaymentDeclined".to_owned(),
+                ],
+            ),
+        ],
+        ProviderEvidence::Unreachable { .. } => Vec::new(),
     }
 }

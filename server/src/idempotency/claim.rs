@@ -59,6 +59,39 @@ impl StoredResponse {
     }
 }
 
+/// What an operator's release of a key writes besides the record: the payment it declines
+/// (the provider has no charge for it), that payment's event, and the audit entry.
+#[derive(Debug, Clone)]
+pub struct KeyRelease {
+    pub payment_id: PaymentId,
+    pub event_id: String,
+    pub event_payload: String,
+    pub audit: crate::store::operators::AuditEntry,
+}
+
+/// How a claim came to own its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimedAs {
+    /// The key's first request.
+    New,
+    /// The key's earlier record was past its window (`new_operation` policy): an expired retry.
+    AfterExpiry,
+    /// An operator had marked the key's operation failed and released the key: this retry
+    /// executes it anew.
+    AfterRelease,
+}
+
+impl ClaimedAs {
+    pub fn from_stored(stored: &str) -> Option<ClaimedAs> {
+        match stored {
+            "new" => Some(ClaimedAs::New),
+            "after_expiry" => Some(ClaimedAs::AfterExpiry),
+            "after_release" => Some(ClaimedAs::AfterRelease),
+            _ => None,
+        }
+    }
+}
+
 /// What the claim of a new create_payment found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
@@ -69,9 +102,7 @@ pub enum ClaimOutcome {
         lease_version: i64,
         expires_at: DateTime<Utc>,
         payment_created_at: DateTime<Utc>,
-        /// The key's earlier record was past its window and is now this operation's
-        /// (`new_operation` policy): an expired retry.
-        renewed_expired_record: bool,
+        claimed_as: ClaimedAs,
     },
     /// Another request made the record first; `decide` says what this one gets.
     Existing(RecordAt),

@@ -43,3 +43,15 @@ pub struct RecordAt {
     pub record: StoredRecord,
     pub now: DateTime<Utc>,
 }
+
+impl RecordAt {
+    /// Whether only an operator (or a retry) can move it on: an unknown outcome, or an
+    /// in-progress record whose owner's lease ran out.
+    pub fn needs_operator(&self) -> bool {
+        match self.record.status {
+            RecordStatus::UnknownRequiresRecovery => true,
+            RecordStatus::InProgress => self.record.locked_until.is_none_or(|until| until <= self.now),
+            _ => false,
+        }
+    }
+}

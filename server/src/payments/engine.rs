@@ -14,25 +14,24 @@ use crate::crash::{CrashPoint, crash_point};
 use crate::expiry::{AfterExpiry, ExpiryPolicy};
 use crate::http::error::ApiError;
 use crate::idempotency::claim::{
-    ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
-    UnkeyedOutcome,
+    ClaimOutcome, ClaimedAs, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope,
+    StoredResponse, UnkeyedOutcome,
 };
 use crate::idempotency::decision::{Decision, decide};
 use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use crate::idempotency::journal::RequestJournal;
 use crate::idempotency::key::IdempotencyKey;
-use crate::idempotency::record::RecordStatus;
 use crate::idempotency::record::{ProgressStep, RecordAt};
 use crate::idempotency::sealing::ResponseSealer;
 use crate::metrics::{Outcome, OutcomeCounter};
 use crate::payments::command::FieldProblem;
-use crate::provider::ChargeStatus;
 use crate::provider::client::ProviderClient;
+use crate::provider::{Charge, ChargeStatus};
 use crate::store::Store;
 use crate::store::console::JournalEntry;
 use crate::store::operators::AuditEntry;
 use app::dto::RecordRef;
-use app::dto::{ProviderEvidence, ReconcileAction};
+use app::dto::{OverrideOutcome, ProviderEvidence, ReconcileAction};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -75,6 +74,16 @@ pub enum ReconcileRefusal {
     ProviderUnreachable(String),
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// How an applied reconciliation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The record was resolved and holds this answer for the key's retries (or, when the
+    /// provider call failed again, is still unresolved and the answer says so).
+    Answered(Answer),
+    /// The payment is declined and the key released: the key's next retry executes anew.
+    KeyReleased,
 }
 
 /// What the client is answered.
@@ -136,13 +145,16 @@ fn error_response(error: &ApiError) -> StoredResponse {
 }
 
 /// How a payment's owner reaches the provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Charging {
     /// The first owner: nothing was sent before.
     Send,
     /// A taker resuming at PROVIDER_REQUEST_SENT: ask by the payment's key first, and send
     /// (with the same key) only if the provider never accepted it.
     AskFirst,
+    /// Two admins vouch for the charge (an override without the provider's evidence):
+    /// nothing is sent or asked.
+    Vouched(Charge),
 }
 
 /// Who settles the payment: the holder of a key's lease (every write fenced by it), or, for
@@ -319,9 +331,9 @@ impl PaymentsEngine {
                 lease_version,
                 expires_at,
                 payment_created_at,
-                renewed_expired_record,
+                claimed_as,
             }) => {
-                if renewed_expired_record {
+                if claimed_as == ClaimedAs::AfterExpiry {
                     self.count(&scope.tenant_id, Outcome::ExpiredRetry);
                 }
                 self.count(&scope.tenant_id, Outcome::NewExecution);
@@ -397,6 +409,7 @@ impl PaymentsEngine {
                 Ok(None) => self.provider.create_charge(&payment.id, payment.amount).await,
                 Err(error) => Err(error),
             },
+            Charging::Vouched(charge) => Ok(charge),
         };
         let charge = match charge {
             Ok(charge) => charge,
@@ -511,7 +524,7 @@ impl PaymentsEngine {
             _ => return None,
         };
         Some(
-            self.take_over_and_resume(scope, &found, lease_version, None)
+            self.take_over_and_resume(scope, &found, lease_version, None, Charging::AskFirst)
                 .await,
         )
     }
@@ -589,43 +602,138 @@ impl PaymentsEngine {
         }
     }
 
-    /// An operator's reconciliation of a record that needs one (an unknown outcome, or a dead
-    /// owner's record): guarded by the version the operator previewed and by the provider's
-    /// answer, asked again now, which must still call for `action`. The completion and the
-    /// audit entry commit together.
-    pub async fn reconcile(
+    /// The record at the version an operator saw, if it still needs an operator (an unknown
+    /// outcome, or a dead owner's record).
+    async fn record_needing_operator(
         &self,
         scope: &Scope,
         previewed_version: i64,
-        action: ReconcileAction,
-        audit: &AuditEntry,
-    ) -> Result<Answer, ReconcileRefusal> {
+    ) -> Result<RecordAt, ReconcileRefusal> {
         let found = self
             .store
             .load_record(scope)
             .await
             .map_err(|error| ReconcileRefusal::Unavailable(error.to_string()))?
             .ok_or(ReconcileRefusal::Changed)?;
-        let needs_operator = match found.record.status {
-            RecordStatus::UnknownRequiresRecovery => true,
-            RecordStatus::InProgress => found.record.locked_until.is_none_or(|until| until <= found.now),
-            _ => false,
-        };
-        if !needs_operator || found.record.lease_version != previewed_version {
+        if !found.needs_operator() || found.record.lease_version != previewed_version {
             return Err(ReconcileRefusal::Changed);
         }
+        Ok(found)
+    }
+
+    /// An operator's reconciliation of a record that needs one: guarded by the version the
+    /// operator previewed and by the provider's answer, asked again now, which must still
+    /// call for `action`. The change and the audit entry commit together.
+    pub async fn reconcile(
+        &self,
+        scope: &Scope,
+        previewed_version: i64,
+        action: ReconcileAction,
+        audit: &AuditEntry,
+    ) -> Result<Reconciled, ReconcileRefusal> {
+        let found = self.record_needing_operator(scope, previewed_version).await?;
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
         match (self.provider_evidence(&payment_id).await, action) {
             (ProviderEvidence::Charged { .. }, ReconcileAction::ApplyProviderResult)
             | (ProviderEvidence::NoCharge, ReconcileAction::RetryCharge) => {}
+            (ProviderEvidence::NoCharge, ReconcileAction::MarkFailedAndReleaseKey) => {
+                return self
+                    .release_key(
+                        scope,
+                        PaymentId::from_stored(payment_id),
+                        previewed_version,
+                        audit,
+                    )
+                    .await;
+            }
             (ProviderEvidence::Unreachable { problem }, _) => {
                 return Err(ReconcileRefusal::ProviderUnreachable(problem));
             }
             _ => return Err(ReconcileRefusal::EvidenceChanged),
         }
-        Ok(self
-            .take_over_and_resume(scope, &found, previewed_version, Some(audit))
-            .await)
+        Ok(Reconciled::Answered(
+            self.take_over_and_resume(scope, &found, previewed_version, Some(audit), Charging::AskFirst)
+                .await,
+        ))
+    }
+
+    /// Two admins' override of a record that needs an operator, without the provider's
+    /// evidence (the provider cannot answer, or is wrong): settled as they vouch, guarded by
+    /// the version the request was made at; the change and the approver's audit entry commit
+    /// together. Nothing is sent to the provider.
+    pub async fn override_outcome(
+        &self,
+        scope: &Scope,
+        requested_version: i64,
+        outcome: &OverrideOutcome,
+        audit: &AuditEntry,
+    ) -> Result<Reconciled, ReconcileRefusal> {
+        let found = self.record_needing_operator(scope, requested_version).await?;
+        let payment_id = found.record.resource_id.clone().unwrap_or_default();
+        let (charge_id, status) = match outcome {
+            OverrideOutcome::NotCharged => {
+                return self
+                    .release_key(
+                        scope,
+                        PaymentId::from_stored(payment_id),
+                        requested_version,
+                        audit,
+                    )
+                    .await;
+            }
+            OverrideOutcome::Charged { charge_id } => (charge_id, ChargeStatus::Succeeded),
+            OverrideOutcome::Declined { charge_id } => (charge_id, ChargeStatus::Declined),
+        };
+        let vouched = Charge {
+            charge_id: charge_id.clone(),
+            status,
+            reference: payment_id,
+            settled: false,
+        };
+        Ok(Reconciled::Answered(
+            self.take_over_and_resume(
+                scope,
+                &found,
+                requested_version,
+                Some(audit),
+                Charging::Vouched(vouched),
+            )
+            .await,
+        ))
+    }
+
+    /// The provider has no charge for the payment (asked just now): the payment is declined,
+    /// its hold and merchant reference released, and the key released, so that the client's
+    /// retry executes anew (a new payment with its own provider key).
+    async fn release_key(
+        &self,
+        scope: &Scope,
+        payment_id: PaymentId,
+        previewed_version: i64,
+        audit: &AuditEntry,
+    ) -> Result<Reconciled, ReconcileRefusal> {
+        let event_id = new_event_id();
+        let release = KeyRelease {
+            event_payload: json!({
+                "eventId": event_id,
+                "type": "PaymentDeclined",
+                "paymentId": payment_id.as_str(),
+                "providerChargeId": null,
+                "reason": "not_charged_key_released",
+            })
+            .to_string(),
+            event_id,
+            payment_id,
+            audit: audit.clone(),
+        };
+        match self.store.release_key(scope, previewed_version, &release).await {
+            Ok(true) => {
+                tracing::warn!(tenant_id = %scope.tenant_id, payment_id = %release.payment_id, "key released by an operator");
+                Ok(Reconciled::KeyReleased)
+            }
+            Ok(false) => Err(ReconcileRefusal::Changed),
+            Err(error) => Err(ReconcileRefusal::Unavailable(error.to_string())),
+        }
     }
 
     /// A payment made without a key whose provider answer was lost: ask the provider by its
@@ -656,6 +764,7 @@ impl PaymentsEngine {
         found: &RecordAt,
         stale_lease_version: i64,
         audit: Option<&AuditEntry>,
+        charging: Charging,
     ) -> Answer {
         let expires_at = Some(found.record.expires_at);
         let taken = self
@@ -698,7 +807,7 @@ impl PaymentsEngine {
             expires_at,
             audit,
         };
-        self.execute(owner, &scope.tenant_id, &payment, version, Charging::AskFirst)
+        self.execute(owner, &scope.tenant_id, &payment, version, charging)
             .await
     }
 
@@ -782,10 +891,15 @@ impl PaymentsEngine {
             Decision::TakeOver {
                 lease_version,
                 resume_from: ProgressStep::ProviderRequestSent,
-            } => Box::pin(self.take_over_and_resume(scope, found, lease_version, None)).await,
+            } => {
+                Box::pin(self.take_over_and_resume(scope, found, lease_version, None, Charging::AskFirst))
+                    .await
+            }
             // No other step is ever left durable by an owner (the local transaction moves a
-            // record to PROVIDER_REQUEST_SENT at once), and no key is released into
-            // FAILED_RETRYABLE yet: such a record waits like an in-progress one.
+            // record to PROVIDER_REQUEST_SENT at once). A released key (FAILED_RETRYABLE) is
+            // renewed by the claim itself when the retry's fingerprint matches in the current
+            // fingerprint version; one released under an older version is not re-executed
+            // (the claim cannot compare it) and waits like an in-progress record.
             Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
                 tracing::error!(tenant_id = %scope.tenant_id, "record in a state no owner leaves; not taken over");
                 Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at)
@@ -796,7 +910,8 @@ impl PaymentsEngine {
                 retry_after_secs,
             ),
             Decision::Recover { lease_version } => {
-                Box::pin(self.take_over_and_resume(scope, found, lease_version, None)).await
+                Box::pin(self.take_over_and_resume(scope, found, lease_version, None, Charging::AskFirst))
+                    .await
             }
             Decision::Expired => match self.settings.expiry.after_expiry {
                 AfterExpiry::Reject => {

@@ -4,6 +4,8 @@
 //! Time comparisons that matter (leases, windows) use the database's clock, never an
 //! instance's, so that several `serve` instances agree.
 
+pub mod approvals;
+pub mod bulk;
 pub mod console;
 pub mod events;
 pub mod operators;
@@ -107,6 +109,8 @@ pub enum Readiness {
 pub trait Store:
     retention::RetentionStore
     + operators::OperatorStore
+    + approvals::ApprovalStore
+    + bulk::BulkStore
     + console::ConsoleStore
     + events::EventStore
     + Send
@@ -170,6 +174,18 @@ pub trait Store:
         scope: &Scope,
         lease_version: i64,
         completion: &PaymentCompletion,
+    ) -> Result<bool, StoreError>;
+
+    /// An operator's release of a key whose payment the provider never charged: the record
+    /// (still needing an operator, still at `previewed_version`) becomes FAILED_RETRYABLE with
+    /// a higher lease version, its payment DECLINED and released (hold returned, merchant
+    /// reference freed), with a PaymentDeclined event and the audit entry, in one
+    /// transaction. `false` (nothing written) when the record changed since the preview.
+    async fn release_key(
+        &self,
+        scope: &Scope,
+        previewed_version: i64,
+        release: &crate::idempotency::claim::KeyRelease,
     ) -> Result<bool, StoreError>;
 
     /// The local transaction of a create_payment without an idempotency key (tenants that do

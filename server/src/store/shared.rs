@@ -73,13 +73,21 @@ pub(super) struct DialectSql {
     pub take_payments_to_settle: &'static str,
     /// `$1` payment id: PENDING -> SETTLED.
     pub settle_payment: &'static str,
+    /// `$1`..`$3` scope, `$4` the previewed lease version: a record that still needs an
+    /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
+    /// returns its payment id.
+    pub release_record: &'static str,
+    /// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
+    pub release_payment: &'static str,
 }
 
-/// The claim's answer to a scoped key that already has a record: under the `new_operation`
-/// expiry policy (`$13`), a settled record past its window is taken for the new operation in
-/// the same statement, with a higher lease version; any other record is left alone (nothing
-/// returned).
-macro_rules! renew_expired_record {
+/// The claim's answer to a scoped key that already has a record. It is taken for the new
+/// operation in the same statement, with a higher lease version, when it is a settled record
+/// past its window under the `new_operation` expiry policy (`$13`), or a record an operator
+/// released (FAILED_RETRYABLE) that this retry repeats exactly (same fingerprint, same
+/// fingerprint version); any other record is left alone (nothing returned). `claimed_as`
+/// says which.
+macro_rules! renew_released_or_expired_record {
     ($now:expr) => {
         concat!(
             " on conflict (tenant_id, operation_name, idempotency_key) do update set ",
@@ -95,16 +103,26 @@ macro_rules! renew_expired_record {
             ", updated_at = ",
             $now,
             ", completed_at = null, expires_at = excluded.expires_at, settled_status = null, ",
-            "purged_at = null, expired_retries = idempotency_records.expired_retries + 1 ",
-            "where $13 and idempotency_records.expires_at <= ",
+            "purged_at = null, recovery_attempts = 0, next_recovery_at = null, ",
+            "claimed_as = case when idempotency_records.expires_at <= ",
+            $now,
+            " then 'after_expiry' else 'after_release' end, ",
+            "expired_retries = idempotency_records.expired_retries + case when idempotency_records.expires_at <= ",
+            $now,
+            " then 1 else 0 end ",
+            "where (idempotency_records.status = 'FAILED_RETRYABLE' and idempotency_records.expires_at > ",
+            $now,
+            " and idempotency_records.fingerprint_version = excluded.fingerprint_version",
+            " and idempotency_records.request_fingerprint = excluded.request_fingerprint) ",
+            "or ($13 and idempotency_records.expires_at <= ",
             $now,
             " and idempotency_records.status in ",
-            "('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED') ",
-            "returning lease_version, expires_at"
+            "('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) ",
+            "returning lease_version, expires_at, claimed_as"
         )
     };
 }
-pub(super) use renew_expired_record;
+pub(super) use renew_released_or_expired_record;
 
 /// The record columns `decide` needs, then the database's clock.
 macro_rules! select_record {
@@ -130,8 +148,8 @@ pub(super) const INSERT_RESPONSE: &str = "insert into idempotency_responses \
 pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
      merchant_reference, channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8) \
      returning created_at";
-pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str =
-    "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3";
+pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str = "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3 \
+     and released_at is null";
 pub(super) const PAYMENT_HOLD: &str =
     "select tenant_id, account_id, amount_minor from payments where id = $1";
 pub(super) const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
@@ -555,7 +573,7 @@ macro_rules! impl_store {
 
                 // Insert first: exactly one request wins the scoped key; the others wait for
                 // its transaction and then find its row.
-                let inserted: Option<(i64, chrono::DateTime<chrono::Utc>)> =
+                let inserted: Option<(i64, chrono::DateTime<chrono::Utc>, String)> =
                     sqlx::query_as($sql.claim_record)
                         .bind(scope.tenant_id.as_str())
                         .bind(scope.operation)
@@ -572,7 +590,7 @@ macro_rules! impl_store {
                         .bind(claim.after_expiry == $crate::idempotency::claim::AfterExpiry::NewOperation)
                         .fetch_optional(&mut *tx)
                         .await?;
-                let Some((lease_version, expires_at)) = inserted else {
+                let Some((lease_version, expires_at, claimed_as)) = inserted else {
                     tx.rollback().await?;
                     return match self.load_record(scope).await? {
                         Some(found) => Ok(ClaimOutcome::Existing(found)),
@@ -585,9 +603,10 @@ macro_rules! impl_store {
                 };
 
                 $crate::crash::crash_point($crate::crash::CrashPoint::InsideLocalTransaction);
-                // A renewed expired record: its old answer is not this operation's.
-                let renewed_expired_record = lease_version > 1;
-                if renewed_expired_record {
+                let claimed_as = $crate::idempotency::claim::ClaimedAs::from_stored(&claimed_as)
+                    .ok_or_else(|| $crate::store::StoreError::Corrupt(format!("claimed_as {claimed_as}")))?;
+                // A renewed record: its old answer is not this operation's.
+                if claimed_as != $crate::idempotency::claim::ClaimedAs::New {
                     sqlx::query($crate::store::shared::DELETE_RESPONSE)
                         .bind(scope.tenant_id.as_str())
                         .bind(scope.operation)
@@ -632,7 +651,7 @@ macro_rules! impl_store {
                     lease_version,
                     expires_at,
                     payment_created_at,
-                    renewed_expired_record,
+                    claimed_as,
                 })
             }
 
@@ -675,6 +694,68 @@ macro_rules! impl_store {
                 if let Some(audit) = &completion.audit {
                     Self::audit_in(&mut tx, audit).await?;
                 }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn release_key(
+                &self,
+                scope: &$crate::idempotency::claim::Scope,
+                previewed_version: i64,
+                release: &$crate::idempotency::claim::KeyRelease,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let released: Option<Option<String>> = sqlx::query_scalar($sql.release_record)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation)
+                    .bind(scope.key.as_str())
+                    .bind(previewed_version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                match released {
+                    None => {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    Some(payment_id) if payment_id.as_deref() != Some(release.payment_id.as_str()) => {
+                        return Err($crate::store::StoreError::Corrupt(format!(
+                            "record's payment {payment_id:?} is not {}",
+                            release.payment_id
+                        )));
+                    }
+                    Some(_) => {}
+                }
+                let declined = sqlx::query($sql.release_payment)
+                    .bind(release.payment_id.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if declined == 0 {
+                    return Err($crate::store::StoreError::Corrupt(format!(
+                        "payment {} is no longer PROCESSING",
+                        release.payment_id
+                    )));
+                }
+                let (tenant_id, account_id, amount): (String, String, i64) =
+                    sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
+                        .bind(release.payment_id.as_str())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                sqlx::query($sql.release_hold)
+                    .bind(amount)
+                    .bind(tenant_id)
+                    .bind(account_id)
+                    .execute(&mut *tx)
+                    .await?;
+                Self::insert_event_in(
+                    &mut tx,
+                    &release.event_id,
+                    release.payment_id.as_str(),
+                    "PaymentDeclined",
+                    &release.event_payload,
+                )
+                .await?;
+                Self::audit_in(&mut tx, &release.audit).await?;
                 tx.commit().await?;
                 Ok(true)
             }

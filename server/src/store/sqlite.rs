@@ -1,9 +1,11 @@
 use super::StoreError;
+use super::approvals::{ApprovalSql, impl_approval_store};
+use super::bulk::{BulkSql, impl_bulk_store};
 use super::console::{ConsoleSql, impl_console_store};
 use super::events::{EventSql, impl_event_store};
 use super::operators::{OperatorSql, impl_operator_store};
 use super::retention::{RetentionSql, impl_retention_store, purge_batch};
-use super::shared::{DialectSql, impl_store, renew_expired_record, select_record};
+use super::shared::{DialectSql, impl_store, renew_released_or_expired_record, select_record};
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -45,7 +47,7 @@ const SQL: DialectSql = DialectSql {
         ", $11, ",
         now!("$12"),
         ")",
-        renew_expired_record!(now!())
+        renew_released_or_expired_record!(now!())
     ),
     // The claim's insert already holds SQLite's single write lock for this transaction.
     account_for_update: "select currency, balance_minor from accounts where tenant_id = $1 and id = $2",
@@ -145,6 +147,24 @@ const SQL: DialectSql = DialectSql {
         now!(),
         " where id = $1 and status = 'PENDING'"
     ),
+    release_record: concat!(
+        "update idempotency_records set status = 'FAILED_RETRYABLE', ",
+        "lease_version = lease_version + 1, locked_until = null, next_recovery_at = null, completed_at = ",
+        now!(),
+        ", updated_at = ",
+        now!(),
+        " where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 ",
+        "and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= ",
+        now!(),
+        "))) returning resource_id"
+    ),
+    release_payment: concat!(
+        "update payments set status = 'DECLINED', released_at = ",
+        now!(),
+        ", updated_at = ",
+        now!(),
+        " where id = $1 and status = 'PROCESSING'"
+    ),
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {
@@ -242,6 +262,40 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 };
 
+const BULK_SQL: BulkSql = BulkSql {
+    claim_job: concat!(
+        "update bulk_jobs set runner_until = ",
+        now!("$1"),
+        " where id in (select id from bulk_jobs where finished_at is null ",
+        "and (runner_until is null or runner_until <= ",
+        now!(),
+        ") and ($2 = '' or id = $2) order by created_at limit 1) returning id, requested_by, reason"
+    ),
+    renew_job: concat!(
+        "update bulk_jobs set runner_until = ",
+        now!("$2"),
+        " where id = $1"
+    ),
+    finish_item: concat!(
+        "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = ",
+        now!(),
+        " where job_id = $1 and position = $2"
+    ),
+    finish_job: concat!(
+        "update bulk_jobs set finished_at = ",
+        now!(),
+        ", runner_until = null where id = $1"
+    ),
+};
+
+const APPROVAL_SQL: ApprovalSql = ApprovalSql {
+    decide_override: concat!(
+        "update override_requests set state = $2, decided_by = $3, decision_reason = $4, decided_at = ",
+        now!(),
+        " where id = $1 and state = 'pending' and requested_by <> $3"
+    ),
+};
+
 const EVENT_SQL: EventSql = EventSql {
     consumer_lag: "select count(*) from outbox_events e \
          where not exists (select 1 from consumer_inbox i where i.consumer_name = $1 and i.message_id = e.id) \
@@ -322,4 +376,6 @@ impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
 impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);
 impl_operator_store!(SqliteStore, sqlx::Sqlite, OPERATOR_SQL);
 impl_console_store!(SqliteStore, sqlx::Sqlite, CONSOLE_SQL);
+impl_approval_store!(SqliteStore, APPROVAL_SQL);
+impl_bulk_store!(SqliteStore, BULK_SQL);
 impl_event_store!(SqliteStore, sqlx::Sqlite, EVENT_SQL);

@@ -3,7 +3,7 @@
 //! reconciliation (roles on the server, typed reason, version re-check, audit).
 
 use crate::support::{
-    Dialect, IdemProcess, TestDatabase, admin, seed_tenant, serve_recovering, session_cookie,
+    Dialect, IdemProcess, TestDatabase, admin, conformance, seed_tenant, serve_recovering, session_cookie,
 };
 use serde_json::{Value, json};
 
@@ -57,11 +57,42 @@ impl Console {
             .expect("server function")
     }
 
+    /// A server function that takes JSON; its answer as JSON, or the error text.
+    async fn post_json(&self, endpoint: &str, body: &Value) -> Result<Value, String> {
+        let response = self
+            .http
+            .post(format!("{}/api/console/{endpoint}", self.base))
+            .header("origin", &self.base)
+            .header("cookie", &self.cookie)
+            .json(body)
+            .send()
+            .await
+            .expect("server function");
+        let ok = response.status().is_success();
+        let text = response.text().await.expect("text");
+        if ok {
+            Ok(serde_json::from_str(&text).expect("json"))
+        } else {
+            Err(text)
+        }
+    }
+
     async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
         let response = self.call(endpoint, form).await;
         assert_eq!(response.status(), 200, "{endpoint}");
         response.json().await.expect("json")
     }
+}
+
+/// A second admin's decision on an override request: the answer's text.
+async fn decide(console: &Console, id: &str, approve: &str, reason: &str) -> String {
+    let form = [("id", id), ("approve", approve), ("reason", reason)];
+    console
+        .call("overrides/decide", &form)
+        .await
+        .text()
+        .await
+        .expect("text")
 }
 
 fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)> {
@@ -165,7 +196,11 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let preview = operator
         .json("reconcile/preview", &record_form(&tenant_id, "k-unknown"))
         .await;
-    assert_eq!(preview["action"], "ApplyProviderResult", "{preview}");
+    assert_eq!(
+        preview["options"][0]["action"], "ApplyProviderResult",
+        "{preview}"
+    );
+    assert_eq!(preview["options"].as_array().map(Vec::len), Some(1), "{preview}");
     assert_eq!(preview["evidence"]["Charged"]["status"], "succeeded");
     let version = preview["version"].as_i64().expect("version").to_string();
     assert_eq!(
@@ -350,4 +385,292 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
     );
     let events = viewer.json("events", &[]).await;
     assert_eq!(events["dead_letters"].as_array().expect("list").len(), 0);
+}
+
+conformance! {
+    async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_executes_anew(db) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+        let sim = IdemProcess::provider_sim().await;
+        let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_MAX_ATTEMPTS", "0")]).await;
+        let http = reqwest::Client::new();
+        let pay = |key: &'static str, body: String| {
+            http.post(format!("http://{}/payments", server.address))
+                .bearer_auth(&api_key)
+                .header("idempotency-key", key)
+                .body(body)
+                .send()
+        };
+        // The provider refuses before accepting anything: the outcome is unknown to Idem.
+        sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 })).await;
+        let unknown = pay("k-release", BODY.to_owned()).await.expect("pay");
+        assert_eq!(unknown.status(), 202);
+        let first_payment = unknown.json::<Value>().await.expect("json")["paymentId"]
+            .as_str()
+            .expect("payment id")
+            .to_owned();
+        assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000, "held");
+
+        let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+        let found = operator.json("find", &[("needle", "k-release")]).await;
+        let tenant_id = found[0]["record"]["tenant_id"].as_str().expect("tenant").to_owned();
+        let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-release")).await;
+        assert_eq!(preview["evidence"], "NoCharge", "{preview}");
+        let actions: Vec<&str> = preview["options"]
+            .as_array()
+            .expect("options")
+            .iter()
+            .filter_map(|option| option["action"].as_str())
+            .collect();
+        assert_eq!(actions, ["RetryCharge", "MarkFailedAndReleaseKey"]);
+        let version = preview["version"].as_i64().expect("version").to_string();
+        let mut apply = record_form(&tenant_id, "k-release");
+        apply.extend([
+            ("version", version.as_str()),
+            ("action", "MarkFailedAndReleaseKey"),
+            ("reason", "customer abandoned checkout; provider has no charge (OPS-12)"),
+        ]);
+        let released = operator.json("reconcile/apply", &apply).await;
+        assert_eq!(released["ok"], true, "{released}");
+        assert_eq!(released["status"], "FAILED_RETRYABLE");
+        assert_eq!(
+            db.query_i64(&format!(
+                "select count(*) from payments where id = '{first_payment}' \
+                 and status = 'DECLINED' and released_at is not null"
+            ))
+            .await,
+            1,
+            "the payment is declined and released"
+        );
+        assert_eq!(db.query_i64("select balance_minor from accounts").await, 10_000, "hold released");
+        assert_eq!(
+            db.query_i64(&format!(
+                "select count(*) from outbox_events where payment_id = '{first_payment}' \
+                 and event_type = 'PaymentDeclined'"
+            ))
+            .await,
+            1
+        );
+        assert_eq!(
+            db.query_i64(
+                "select count(*) from audit_log where action = 'reconcile.mark_failed_and_release_key' \
+                 and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'"
+            )
+            .await,
+            1,
+            "audited with the release"
+        );
+        assert!(sim.sim_charges().await.is_empty(), "nothing was sent to the provider");
+
+        // The same preview cannot be applied twice.
+        let again = operator.json("reconcile/apply", &apply).await;
+        assert_eq!(again["ok"], false, "{again}");
+
+        // The key is still bound to its command...
+        let different = pay("k-release", BODY.replace("10.00", "11.00")).await.expect("pay");
+        assert_eq!(different.status(), 409);
+        // ...and the same command executes anew: a new payment, which takes the merchant
+        // reference the released one let go.
+        let anew = pay("k-release", BODY.to_owned()).await.expect("pay");
+        assert_eq!(anew.status(), 201);
+        assert!(anew.headers().get("idempotent-replayed").is_none());
+        let second_payment = anew.json::<Value>().await.expect("json")["paymentId"]
+            .as_str()
+            .expect("payment id")
+            .to_owned();
+        assert_ne!(second_payment, first_payment);
+        let charges = sim.sim_charges().await;
+        assert_eq!(charges.len(), 1, "one charge in all");
+        assert_eq!(charges[0].reference, second_payment);
+        assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000);
+        assert_eq!(
+            db.query_i64(
+                "select count(*) from idempotency_records where idempotency_key = 'k-release' \
+                 and status = 'COMPLETED' and claimed_as = 'after_release' and expired_retries = 0"
+            )
+            .await,
+            1
+        );
+        let replay = pay("k-release", BODY.to_owned()).await.expect("pay");
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        assert_eq!(replay.json::<Value>().await.expect("json")["paymentId"], second_payment);
+        // The business key now protects the new payment.
+        let duplicate = pay("k-other", BODY.to_owned()).await.expect("pay");
+        assert_eq!(duplicate.status(), 409);
+        assert_eq!(
+            duplicate.json::<Value>().await.expect("json")["details"]["paymentId"],
+            second_payment
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_override_without_provider_evidence_needs_a_second_admin() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
+    let sim = IdemProcess::provider_sim().await;
+    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_MAX_ATTEMPTS", "0")]).await;
+    let http = reqwest::Client::new();
+    let pay = |key: &'static str, body: String| {
+        http.post(format!("http://{}/payments", server.address))
+            .bearer_auth(&api_key)
+            .header("idempotency-key", key)
+            .body(body)
+            .send()
+    };
+    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(
+        pay("k-vouched", BODY.to_owned()).await.expect("pay").status(),
+        202
+    );
+    sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
+        .await;
+    assert_eq!(
+        pay("k-rejected", BODY.replace("inv-1", "inv-2"))
+            .await
+            .expect("pay")
+            .status(),
+        202
+    );
+    // From now on the provider cannot say what happened.
+    sim.sim_fault(&json!({ "mode": "lookups_unavailable", "count": 1000 }))
+        .await;
+
+    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+    let ada = Console::sign_in(&server, dir.path(), &db, "ada", "admin").await;
+    let bob = Console::sign_in(&server, dir.path(), &db, "bob", "admin").await;
+    let found = operator.json("find", &[("needle", "k-vouched")]).await;
+    let record = found[0]["record"].clone();
+    let tenant_id = record["tenant_id"].as_str().expect("tenant").to_owned();
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-vouched"))
+        .await;
+    assert_eq!(preview["options"], json!([]), "{preview}");
+    assert!(
+        preview["blocked"]
+            .as_str()
+            .expect("blocked")
+            .contains("did not answer")
+    );
+    let version = preview["version"].clone();
+    let charged = json!({
+        "record": record,
+        "version": version,
+        "outcome": { "Charged": { "charge_id": "ch_from_the_statement" } },
+        "reason": "provider statement line 42 shows the charge (OPS-21)",
+    });
+
+    let refused = operator
+        .post_json("overrides/request", &charged)
+        .await
+        .expect_err("operator");
+    assert!(refused.contains("needs the admin role"), "{refused}");
+    let mut no_charge_id = charged.clone();
+    no_charge_id["outcome"] = json!({ "Charged": { "charge_id": " " } });
+    let refused = ada
+        .post_json("overrides/request", &no_charge_id)
+        .await
+        .expect_err("charge id");
+    assert!(refused.contains("charge id"), "{refused}");
+
+    let requested = ada
+        .post_json("overrides/request", &charged)
+        .await
+        .expect("request");
+    assert_eq!(requested["state"], "Pending", "{requested}");
+    let id = requested["id"].as_str().expect("id").to_owned();
+    let twice = ada
+        .post_json("overrides/request", &charged)
+        .await
+        .expect_err("one pending");
+    assert!(twice.contains("already has an override waiting"), "{twice}");
+
+    let own = decide(&ada, &id, "true", "I am sure about this one").await;
+    assert!(own.contains("second admin"), "{own}");
+    assert_eq!(
+        db.query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
+            .await,
+        2,
+        "nothing applied by the requester"
+    );
+    let approved: Value =
+        serde_json::from_str(&decide(&bob, &id, "true", "checked the statement too (OPS-21)").await)
+            .expect("json");
+    assert_eq!(approved["state"], "Applied", "{approved}");
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from payments where status = 'PENDING' and provider_charge_id = 'ch_from_the_statement'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from idempotency_records where idempotency_key = 'k-vouched' and status = 'COMPLETED' \
+             and provider_reference = 'ch_from_the_statement'"
+        )
+        .await,
+        1
+    );
+    let again = decide(&bob, &id, "true", "double click, should do nothing").await;
+    assert!(again.contains("no longer pending"), "{again}");
+    let audit = |action: &str, actor: &str, result: &str| {
+        format!(
+            "select count(*) from audit_log where action = '{action}' and actor = '{actor}' and result = '{result}'"
+        )
+    };
+    assert_eq!(db.query_i64(&audit("override.request", "ada", "ok")).await, 1);
+    assert_eq!(
+        db.query_i64(&audit("override.approve", "ada", "refused")).await,
+        1
+    );
+    assert_eq!(db.query_i64(&audit("override.approve", "bob", "ok")).await, 1);
+    assert_eq!(
+        db.query_i64(&audit("override.approve", "bob", "refused")).await,
+        1
+    );
+    let replay = pay("k-vouched", BODY.to_owned()).await.expect("retry");
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        sim.sim_charges().await.len(),
+        1,
+        "nothing more was sent to the provider"
+    );
+
+    // A rejected request changes nothing else.
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-rejected"))
+        .await;
+    let not_charged = json!({
+        "record": preview["record"],
+        "version": preview["version"],
+        "outcome": "NotCharged",
+        "reason": "customer says the card was never charged",
+    });
+    let requested = bob
+        .post_json("overrides/request", &not_charged)
+        .await
+        .expect("request");
+    let id = requested["id"].as_str().expect("id").to_owned();
+    let form = [
+        ("id", id.as_str()),
+        ("approve", "false"),
+        ("reason", "a customer's word is not evidence"),
+    ];
+    let rejected = ada.json("overrides/decide", &form).await;
+    assert_eq!(rejected["state"], "Rejected", "{rejected}");
+    assert_eq!(db.query_i64(&audit("override.reject", "ada", "ok")).await, 1);
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from idempotency_records where idempotency_key = 'k-rejected' \
+             and status = 'UNKNOWN_REQUIRES_RECOVERY'"
+        )
+        .await,
+        1
+    );
+    let listed = operator.json("overrides", &[]).await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
 }

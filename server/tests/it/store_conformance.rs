@@ -271,3 +271,205 @@ mod outcome_buckets {
         }
     }
 }
+
+mod console_jobs {
+    use crate::support::conformance;
+    use app::dto::{
+        OverrideOutcome, OverrideState, ReconcileAction, ReconcileResult, RecordRef, RecordStatus,
+    };
+    use idem::store::StoreError;
+    use idem::store::approvals::NewOverrideRequest;
+    use idem::store::bulk::{BulkItem, ClaimedBulkJob};
+    use idem::store::operators::AuditEntry;
+    use std::time::Duration;
+
+    fn record(key: &str) -> RecordRef {
+        RecordRef {
+            tenant_id: "ten_1".into(),
+            operation: "create_payment".into(),
+            key: key.into(),
+        }
+    }
+
+    fn audit(actor: &str, action: &str) -> AuditEntry {
+        AuditEntry {
+            actor: actor.into(),
+            action: action.into(),
+            target: None,
+            reason: Some("because".into()),
+            result: "ok".into(),
+            details: None,
+        }
+    }
+
+    conformance! {
+        async fn a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease(db) {
+            let store = db.migrated_store().await;
+            let job = ClaimedBulkJob { id: "blk_1".into(), requested_by: "otto".into(), reason: "OPS-1".into() };
+            let items: Vec<BulkItem> = ["k-1", "k-2"]
+                .into_iter()
+                .zip(0..)
+                .map(|(key, position)| BulkItem {
+                    position,
+                    record: record(key),
+                    version: 3,
+                    action: ReconcileAction::MarkFailedAndReleaseKey,
+                })
+                .collect();
+            store.create_bulk_job(&job, &items).await.expect("create");
+            let lease = Duration::from_millis(300);
+            let claimed = store.claim_bulk_job(Some("blk_1"), lease).await.expect("claim");
+            assert_eq!(claimed.as_ref().map(|job| job.requested_by.as_str()), Some("otto"));
+            assert_eq!(store.claim_bulk_job(None, lease).await.expect("claim"), None, "held");
+            assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items);
+
+            let done = ReconcileResult {
+                record: record("k-1"),
+                ok: true,
+                status: Some(RecordStatus::FailedRetryable),
+                message: "applied".into(),
+            };
+            store.finish_bulk_item("blk_1", 0, &done, lease).await.expect("item");
+            let view = store.bulk_job("blk_1").await.expect("read").expect("job");
+            assert_eq!((view.done(), view.items.len(), view.finished_at), (1, 2, None));
+            assert_eq!(view.items[0].result.as_ref(), Some(&done));
+            assert_eq!(view.items[1].action, ReconcileAction::MarkFailedAndReleaseKey);
+
+            // The runner stopped: after its lease another takes the rest.
+            tokio::time::sleep(lease * 2).await;
+            let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
+            assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
+            assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items[1..]);
+            store.finish_bulk_job("blk_1").await.expect("finish");
+            tokio::time::sleep(lease * 2).await;
+            assert_eq!(store.claim_bulk_job(None, lease).await.expect("claim"), None, "finished");
+            assert!(store.bulk_job("blk_1").await.expect("read").expect("job").finished_at.is_some());
+            assert_eq!(store.bulk_job("blk_2").await.expect("read"), None);
+        }
+
+        async fn an_override_request_is_decided_once_and_never_by_its_requester(db) {
+            let store = db.migrated_store().await;
+            let request = NewOverrideRequest {
+                id: "ovr_1".into(),
+                record: record("k-1"),
+                record_version: 4,
+                outcome: OverrideOutcome::Charged { charge_id: "ch_9".into() },
+                requested_by: "ada".into(),
+                reason: "statement".into(),
+            };
+            store.request_override(&request, &audit("ada", "override.request")).await.expect("request");
+            let second = NewOverrideRequest { id: "ovr_2".into(), ..request.clone() };
+            assert!(matches!(
+                store.request_override(&second, &audit("ada", "override.request")).await,
+                Err(StoreError::AlreadyExists)
+            ));
+            assert!(!store
+                .decide_override("ovr_1", OverrideState::Approved, "ada", "mine", None)
+                .await
+                .expect("decide"));
+            assert!(store
+                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None)
+                .await
+                .expect("decide"));
+            assert!(!store
+                .decide_override("ovr_1", OverrideState::Rejected, "cy", "late", None)
+                .await
+                .expect("decide"), "decided once");
+            store.finish_override("ovr_1", OverrideState::Applied, "settled").await.expect("finish");
+            let view = store.override_request("ovr_1").await.expect("read").expect("request");
+            assert_eq!(view.state, OverrideState::Applied);
+            assert_eq!(view.outcome, request.outcome);
+            assert_eq!(view.decided_by.as_deref(), Some("bob"));
+            assert_eq!(view.result.as_deref(), Some("settled"));
+            // Decided, so the record may have another request now.
+            store.request_override(&second, &audit("ada", "override.request")).await.expect("request");
+            let listed = store.override_requests(10).await.expect("list");
+            assert_eq!(listed.iter().map(|request| request.id.as_str()).collect::<Vec<_>>(), ["ovr_2", "ovr_1"]);
+            assert_eq!(
+                db.query_i64("select count(*) from audit_log where action = 'override.request'").await,
+                2,
+                "the refused duplicate wrote no audit entry"
+            );
+        }
+    }
+}
+
+mod upgrades {
+    use crate::support::conformance;
+    use idem::store::DatabaseTarget;
+    use sqlx::migrate::Migrator;
+
+    /// The migrations an older binary carried: those numbered up to `last`, as files.
+    async fn migrations_up_to(target: &DatabaseTarget, last: i64) -> (tempfile::TempDir, Migrator) {
+        let dialect = match target {
+            DatabaseTarget::Postgres { .. } => "postgres",
+            _ => "sqlite",
+        };
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations")
+            .join(dialect);
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for entry in std::fs::read_dir(source).expect("migrations") {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .expect("name")
+                .to_owned();
+            let version: i64 = name[..4].parse().expect("numbered");
+            if version <= last {
+                std::fs::copy(&path, dir.path().join(&name)).expect("copy");
+            }
+        }
+        let migrator = Migrator::new(dir.path()).await.expect("migrator");
+        (dir, migrator)
+    }
+
+    conformance! {
+        async fn a_database_holding_payments_upgrades_through_the_business_key_change(db) {
+            let (_files, older) = migrations_up_to(&db.target, 11).await;
+            match &db.target {
+                DatabaseTarget::Postgres { url } => {
+                    let pool = sqlx::PgPool::connect(url).await.expect("connect");
+                    older.run(&pool).await.expect("older migrations");
+                    pool.close().await;
+                }
+                _ => {
+                    use std::str::FromStr;
+                    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url())
+                        .expect("url")
+                        .foreign_keys(true)
+                        .create_if_missing(true);
+                    let pool = sqlx::SqlitePool::connect_with(options).await.expect("connect");
+                    older.run(&pool).await.expect("older migrations");
+                    pool.close().await;
+                }
+            }
+            db.execute(
+                "insert into tenants (id, name) values ('ten_1', 'acme'); \
+                 insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 1000); \
+                 insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status) \
+                 values ('pay_1', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'DECLINED'); \
+                 insert into outbox_events (id, payment_id, event_type, payload) \
+                 values ('evt_1', 'pay_1', 'PaymentDeclined', '{}');",
+            )
+            .await
+            .expect("data of the older version");
+
+            db.migrated_store().await;
+            assert_eq!(db.query_i64("select count(*) from payments where released_at is null").await, 1);
+            assert_eq!(db.query_i64("select count(*) from outbox_events where payment_id = 'pay_1'").await, 1);
+            let same_reference = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
+                 merchant_reference, channel, status) values ('pay_2', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'PROCESSING')";
+            assert!(db.execute(same_reference).await.is_err(), "the business key still holds");
+            db.execute("update payments set released_at = '2030-01-01T00:00:00Z' where id = 'pay_1'")
+                .await
+                .expect("release");
+            db.execute(same_reference).await.expect("a released payment's reference is free");
+            let orphan = db.execute(
+                "insert into outbox_events (id, payment_id, event_type, payload) values ('evt_2', 'pay_x', 'PaymentCreated', '{}')",
+            );
+            assert!(orphan.await.is_err(), "events still need their payment");
+        }
+    }
+}

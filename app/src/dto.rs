@@ -413,6 +413,10 @@ pub struct RecordDetail {
     pub updated_at: String,
     pub completed_at: Option<String>,
     pub expires_at: String,
+    /// How its current execution was claimed: `new`, `after_expiry`, `after_release`.
+    pub claimed_as: String,
+    /// Every change of status, step or lease, oldest first.
+    pub steps: Vec<StepView>,
     pub payment: Option<PaymentSummary>,
     pub events: Vec<EventView>,
     pub requests: Vec<RequestView>,
@@ -455,6 +459,16 @@ pub struct RedriveResult {
     pub event_id: String,
     pub ok: bool,
     pub message: String,
+}
+
+/// One change of a record's status, step or lease, as it committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepView {
+    pub at: String,
+    pub status: String,
+    pub step: String,
+    pub lease_version: i64,
+    pub lease_owner: Option<String>,
 }
 
 /// A stored response, opened for an operator (the reveal is audited).

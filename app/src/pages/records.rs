@@ -337,7 +337,28 @@ fn RecordView(
         <StoredResponse record=detail.record.clone() can_reveal={role >= OperatorRole::Operator} />
         <section class="panel">
             <h2>"Timeline and lease"</h2>
+            <ol class="steps" aria-label="Steps, oldest first">
+                {detail
+                    .steps
+                    .into_iter()
+                    .map(|step| {
+                        let holder = step.lease_owner.map(|owner| format!(", held by {owner}")).unwrap_or_default();
+                        let status = step.status.clone();
+                        view! {
+                            <li data-status=status>
+                                <Time at=step.at />
+                                " "
+                                <strong>{step.status}</strong>
+                                " at step "
+                                <code>{step.step}</code>
+                                {format!(" (lease version {}{holder})", step.lease_version)}
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ol>
             <dl class="fields">
+                {field("This execution began as", claimed_as_text(&detail.claimed_as).to_owned())}
                 {field("Created", detail.created_at)}
                 {field("Updated", detail.updated_at)}
                 {field("Completed", optional(&detail.completed_at))}
@@ -388,6 +409,15 @@ fn RecordView(
             <h2>"Audit"</h2>
             <super::audit::AuditTable entries=detail.audit />
         </section>
+    }
+}
+
+fn claimed_as_text(claimed_as: &str) -> &str {
+    match claimed_as {
+        "new" => "the key's first request",
+        "after_expiry" => "a retry after the window (a new operation)",
+        "after_release" => "a retry after an operator released the key",
+        other => other,
     }
 }
 

@@ -105,7 +105,7 @@ pub(super) const FIND_RECORDS: &str = "select tenant_id, operation_name, idempot
 pub(super) const RECORD_DETAIL: &str = "select status, progress_step, settled_status, \
      cast(fingerprint_version as integer), request_fingerprint, canonical_command, resource_id, \
      provider_reference, response_status_code, lease_owner, lease_version, locked_until, recovery_attempts, \
-     next_recovery_at, expired_retries, created_by, created_at, updated_at, completed_at, expires_at \
+     next_recovery_at, expired_retries, created_by, created_at, updated_at, completed_at, expires_at, claimed_as \
      from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3";
 pub(super) const RECORD_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, status, \
      provider_charge_id from payments where tenant_id = $1 and id = $2";
@@ -114,6 +114,9 @@ pub(super) const PAYMENT_EVENTS: &str = "select id, event_type, created_at, publ
 pub(super) const RECORD_JOURNAL: &str = "select at, fingerprint, canonical_command, status_code, error_code, replayed \
      from idempotency_requests where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
      order by at, id limit 500";
+pub(super) const RECORD_STEPS: &str = "select at, status, progress_step, lease_version, lease_owner \
+     from record_steps where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
+     order by at, lease_version limit 200";
 pub(super) const TARGET_AUDIT: &str = "select id, at, actor, action, target, reason, result, details from audit_log \
      where target = $1 order by at desc, id desc limit 100";
 
@@ -358,6 +361,19 @@ macro_rules! impl_console_store {
                 let updated_at: chrono::DateTime<chrono::Utc> = row.try_get(17)?;
                 let completed_at: Option<chrono::DateTime<chrono::Utc>> = row.try_get(18)?;
                 let expires_at: chrono::DateTime<chrono::Utc> = row.try_get(19)?;
+                let claimed_as: String = row.try_get(20)?;
+                let steps: Vec<(
+                    chrono::DateTime<chrono::Utc>,
+                    String,
+                    String,
+                    i64,
+                    Option<String>,
+                )> = sqlx::query_as($crate::store::console::RECORD_STEPS)
+                    .bind(record.tenant_id.as_str())
+                    .bind(record.operation.as_str())
+                    .bind(record.key.as_str())
+                    .fetch_all(&self.pool)
+                    .await?;
                 let payment = match resource_id.as_deref() {
                     Some(payment_id) => {
                         let row: Option<(String, String, i64, String, String, String, Option<String>)> =
@@ -446,6 +462,19 @@ macro_rules! impl_console_store {
                     updated_at: at(updated_at),
                     completed_at: completed_at.map(at),
                     expires_at: at(expires_at),
+                    claimed_as,
+                    steps: steps
+                        .into_iter()
+                        .map(
+                            |(when, status, step, lease_version, lease_owner)| app::dto::StepView {
+                                at: at(when),
+                                status,
+                                step,
+                                lease_version,
+                                lease_owner,
+                            },
+                        )
+                        .collect(),
                     payment,
                     events: events
                         .into_iter()

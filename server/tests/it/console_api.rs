@@ -184,7 +184,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let refused = viewer
         .call("reconcile/preview", &record_form(&tenant_id, "k-unknown"))
         .await;
-    assert!(refused.status().is_server_error(), "{}", refused.status());
+    assert_eq!(refused.status(), 403);
     assert!(
         refused
             .text()
@@ -262,7 +262,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
 
     // The stored response is revealed to operators only, and every reveal is audited.
     let refused = viewer.call("reveal", &record_form(&tenant_id, "k-unknown")).await;
-    assert!(refused.status().is_server_error());
+    assert_eq!(refused.status(), 403);
     let revealed = operator
         .json("reveal", &record_form(&tenant_id, "k-unknown"))
         .await;
@@ -493,6 +493,20 @@ conformance! {
         );
         let replay = pay("k-release", BODY.to_owned()).await.expect("pay");
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        // The record page tells the whole story, step by step.
+        let detail = operator.json("record", &record_form(&tenant_id, "k-release")).await;
+        assert_eq!(detail["claimed_as"], "after_release");
+        let statuses: Vec<&str> = detail["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .filter_map(|step| step["status"].as_str())
+            .collect();
+        assert_eq!(
+            statuses,
+            ["IN_PROGRESS", "UNKNOWN_REQUIRES_RECOVERY", "FAILED_RETRYABLE", "IN_PROGRESS", "COMPLETED"],
+            "{detail}"
+        );
         assert_eq!(replay.json::<Value>().await.expect("json")["paymentId"], second_payment);
         // The business key now protects the new payment.
         let duplicate = pay("k-other", BODY.to_owned()).await.expect("pay");

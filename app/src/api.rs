@@ -12,9 +12,16 @@ use crate::dto::{
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
+/// A backend failure as the caller gets it: 400 for a request that cannot be carried out as
+/// asked (the message says why), 503 when the store is unavailable.
 #[cfg(feature = "ssr")]
 fn failed(error: crate::backend::ConsoleError) -> ServerFnError {
-    ServerFnError::new(error.to_string())
+    use crate::backend::ConsoleError;
+    let status = match error {
+        ConsoleError::Invalid(_) => http::StatusCode::BAD_REQUEST,
+        ConsoleError::StoreUnavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+    };
+    crate::auth::refused(status, error.to_string())
 }
 
 /// The signed-in operator (the server refuses this call without a session).

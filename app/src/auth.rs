@@ -14,15 +14,36 @@ pub fn current_operator() -> Option<CurrentOperator> {
         .cloned()
 }
 
-/// The signed-in operator, if their role is at least `role`; otherwise the call fails (and
-/// the failure names what was missing, never more).
+/// A refused server-function call: `status` on the response (a server function's error is
+/// otherwise a 500, which would blame the server for the caller's mistake), `message` in its
+/// body.
+pub fn refused(status: http::StatusCode, message: impl Into<String>) -> ServerFnError {
+    // A page rendered on the server calls server functions as plain functions: their refusal
+    // is shown on the page and must not become the page's own status.
+    let server_function_call = use_context::<http::request::Parts>()
+        .is_some_and(|parts| parts.uri.path().starts_with(SERVER_FUNCTIONS_PREFIX));
+    if server_function_call && let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(status);
+    }
+    ServerFnError::new(message.into())
+}
+
+/// Where Leptos mounts server functions (its default prefix).
+const SERVER_FUNCTIONS_PREFIX: &str = "/api/";
+
+/// The signed-in operator, if their role is at least `role`; otherwise the call fails with
+/// 401 or 403 (and the failure names what was missing, never more).
 pub fn require(role: OperatorRole) -> Result<CurrentOperator, ServerFnError> {
-    let operator = current_operator().ok_or_else(|| ServerFnError::new("sign in first"))?;
+    let operator =
+        current_operator().ok_or_else(|| refused(http::StatusCode::UNAUTHORIZED, "sign in first"))?;
     if operator.role < role {
-        return Err(ServerFnError::new(format!(
-            "this needs the {role} role; {} is {}",
-            operator.username, operator.role
-        )));
+        return Err(refused(
+            http::StatusCode::FORBIDDEN,
+            format!(
+                "this needs the {role} role; {} is {}",
+                operator.username, operator.role
+            ),
+        ));
     }
     Ok(operator)
 }

@@ -375,17 +375,7 @@ macro_rules! impl_store {
                     )));
                 }
                 if completion.verdict == ProviderVerdict::Declined {
-                    let (tenant_id, account_id, amount): (String, String, i64) =
-                        sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
-                            .bind(completion.payment_id.as_str())
-                            .fetch_one(&mut **tx)
-                            .await?;
-                    sqlx::query($sql.release_hold)
-                        .bind(amount)
-                        .bind(tenant_id)
-                        .bind(account_id)
-                        .execute(&mut **tx)
-                        .await?;
+                    Self::release_hold_in(tx, completion.payment_id.as_str()).await?;
                 }
                 Self::insert_event_in(
                     tx,
@@ -395,6 +385,25 @@ macro_rules! impl_store {
                     &completion.event_payload,
                 )
                 .await
+            }
+
+            /// Gives a payment's held amount back to its account, inside `tx`.
+            async fn release_hold_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                payment_id: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let (tenant_id, account_id, amount): (String, String, i64) =
+                    sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
+                        .bind(payment_id)
+                        .fetch_one(&mut **tx)
+                        .await?;
+                sqlx::query($sql.release_hold)
+                    .bind(amount)
+                    .bind(tenant_id)
+                    .bind(account_id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
             }
 
             /// A payment's event in the outbox, inside the transaction of the change it announces.
@@ -736,17 +745,7 @@ macro_rules! impl_store {
                         release.payment_id
                     )));
                 }
-                let (tenant_id, account_id, amount): (String, String, i64) =
-                    sqlx::query_as($crate::store::shared::PAYMENT_HOLD)
-                        .bind(release.payment_id.as_str())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                sqlx::query($sql.release_hold)
-                    .bind(amount)
-                    .bind(tenant_id)
-                    .bind(account_id)
-                    .execute(&mut *tx)
-                    .await?;
+                Self::release_hold_in(&mut tx, release.payment_id.as_str()).await?;
                 Self::insert_event_in(
                     &mut tx,
                     &release.event_id,

@@ -103,45 +103,62 @@ fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)
     ]
 }
 
-#[tokio::test]
-async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    // No worker recovery: the unknown outcome waits for an operator.
-    let server = serve_recovering(
-        dir.path(),
-        &db,
-        &sim,
-        &[
-            ("IDEM_RECOVERY_MAX_ATTEMPTS", "0"),
-            ("IDEM_METRICS_FLUSH_MS", "100"),
-        ],
-    )
-    .await;
-    let http = reqwest::Client::new();
-    let pay = |key: &'static str, body: String| {
-        http.post(format!("http://{}/payments", server.address))
-            .bearer_auth(&api_key)
+/// A real `idem serve` whose recovery worker leaves unknown outcomes to operators, with its
+/// provider simulator and a tenant holding 100.00 on acc_1.
+struct Installation {
+    dir: tempfile::TempDir,
+    api_key: String,
+    sim: IdemProcess,
+    server: IdemProcess,
+    http: reqwest::Client,
+}
+
+impl Installation {
+    async fn start(db: &TestDatabase, env: &[(&str, &str)]) -> Installation {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let api_key = seed_tenant(dir.path(), db, "acme", "100.00").await;
+        let sim = IdemProcess::provider_sim().await;
+        let mut env = env.to_vec();
+        env.push(("IDEM_RECOVERY_MAX_ATTEMPTS", "0"));
+        let server = serve_recovering(dir.path(), db, &sim, &env).await;
+        Installation {
+            dir,
+            api_key,
+            sim,
+            server,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn pay(&self, key: &str, body: String) -> reqwest::Response {
+        self.http
+            .post(format!("http://{}/payments", self.server.address))
+            .bearer_auth(&self.api_key)
             .header("idempotency-key", key)
             .body(body)
             .send()
-    };
-    assert_eq!(pay("k-diff", BODY.to_owned()).await.expect("pay").status(), 201);
-    assert_eq!(
-        pay("k-diff", BODY.to_owned()).await.expect("replay").status(),
-        201
-    );
-    let conflict = pay("k-diff", BODY.replace("10.00", "100.00"))
-        .await
-        .expect("conflict");
+            .await
+            .expect("POST /payments")
+    }
+
+    async fn console(&self, db: &TestDatabase, username: &str, role: &str) -> Console {
+        Console::sign_in(&self.server, self.dir.path(), db, username, role).await
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    // No worker recovery: the unknown outcome waits for an operator.
+    let app = Installation::start(&db, &[("IDEM_METRICS_FLUSH_MS", "100")]).await;
+    assert_eq!(app.pay("k-diff", BODY.to_owned()).await.status(), 201);
+    assert_eq!(app.pay("k-diff", BODY.to_owned()).await.status(), 201);
+    let conflict = app.pay("k-diff", BODY.replace("10.00", "100.00")).await;
     assert_eq!(conflict.status(), 409);
-    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    app.sim
+        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
-    let unknown = pay("k-unknown", BODY.replace("inv-1", "inv-2"))
-        .await
-        .expect("pay");
+    let unknown = app.pay("k-unknown", BODY.replace("inv-1", "inv-2")).await;
     assert_eq!(unknown.status(), 202);
 
     db.eventually_i64(
@@ -150,8 +167,8 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
         "journal flushed",
     )
     .await;
-    let viewer = Console::sign_in(&server, dir.path(), &db, "vera", "viewer").await;
-    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+    let viewer = app.console(&db, "vera", "viewer").await;
+    let operator = app.console(&db, "otto", "operator").await;
 
     let found = viewer.json("find", &[("needle", "k-diff")]).await;
     let tenant_id = found[0]["record"]["tenant_id"]
@@ -251,12 +268,10 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
             .await,
         1
     );
-    assert_eq!(sim.sim_charges().await.len(), 2, "no second charge");
+    assert_eq!(app.sim.sim_charges().await.len(), 2, "no second charge");
 
     // The client's retry now gets the reconciled answer.
-    let retried = pay("k-unknown", BODY.replace("inv-1", "inv-2"))
-        .await
-        .expect("retry");
+    let retried = app.pay("k-unknown", BODY.replace("inv-1", "inv-2")).await;
     assert_eq!(retried.status(), 201);
     assert_eq!(retried.headers()["idempotent-replayed"], "true");
 
@@ -389,21 +404,10 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
 
 conformance! {
     async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_executes_anew(db) {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-        let sim = IdemProcess::provider_sim().await;
-        let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_MAX_ATTEMPTS", "0")]).await;
-        let http = reqwest::Client::new();
-        let pay = |key: &'static str, body: String| {
-            http.post(format!("http://{}/payments", server.address))
-                .bearer_auth(&api_key)
-                .header("idempotency-key", key)
-                .body(body)
-                .send()
-        };
+        let app = Installation::start(&db, &[]).await;
         // The provider refuses before accepting anything: the outcome is unknown to Idem.
-        sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 })).await;
-        let unknown = pay("k-release", BODY.to_owned()).await.expect("pay");
+        app.sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 })).await;
+        let unknown = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(unknown.status(), 202);
         let first_payment = unknown.json::<Value>().await.expect("json")["paymentId"]
             .as_str()
@@ -411,7 +415,7 @@ conformance! {
             .to_owned();
         assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000, "held");
 
-        let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+        let operator = app.console(&db, "otto", "operator").await;
         let found = operator.json("find", &[("needle", "k-release")]).await;
         let tenant_id = found[0]["record"]["tenant_id"].as_str().expect("tenant").to_owned();
         let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-release")).await;
@@ -460,18 +464,18 @@ conformance! {
             1,
             "audited with the release"
         );
-        assert!(sim.sim_charges().await.is_empty(), "nothing was sent to the provider");
+        assert!(app.sim.sim_charges().await.is_empty(), "nothing was sent to the provider");
 
         // The same preview cannot be applied twice.
         let again = operator.json("reconcile/apply", &apply).await;
         assert_eq!(again["ok"], false, "{again}");
 
         // The key is still bound to its command...
-        let different = pay("k-release", BODY.replace("10.00", "11.00")).await.expect("pay");
+        let different = app.pay("k-release", BODY.replace("10.00", "11.00")).await;
         assert_eq!(different.status(), 409);
         // ...and the same command executes anew: a new payment, which takes the merchant
         // reference the released one let go.
-        let anew = pay("k-release", BODY.to_owned()).await.expect("pay");
+        let anew = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(anew.status(), 201);
         assert!(anew.headers().get("idempotent-replayed").is_none());
         let second_payment = anew.json::<Value>().await.expect("json")["paymentId"]
@@ -479,7 +483,7 @@ conformance! {
             .expect("payment id")
             .to_owned();
         assert_ne!(second_payment, first_payment);
-        let charges = sim.sim_charges().await;
+        let charges = app.sim.sim_charges().await;
         assert_eq!(charges.len(), 1, "one charge in all");
         assert_eq!(charges[0].reference, second_payment);
         assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000);
@@ -491,7 +495,7 @@ conformance! {
             .await,
             1
         );
-        let replay = pay("k-release", BODY.to_owned()).await.expect("pay");
+        let replay = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
         // The record page tells the whole story, step by step.
         let detail = operator.json("record", &record_form(&tenant_id, "k-release")).await;
@@ -509,7 +513,7 @@ conformance! {
         );
         assert_eq!(replay.json::<Value>().await.expect("json")["paymentId"], second_payment);
         // The business key now protects the new payment.
-        let duplicate = pay("k-other", BODY.to_owned()).await.expect("pay");
+        let duplicate = app.pay("k-other", BODY.to_owned()).await;
         assert_eq!(duplicate.status(), 409);
         assert_eq!(
             duplicate.json::<Value>().await.expect("json")["details"]["paymentId"],
@@ -521,40 +525,28 @@ conformance! {
 #[tokio::test]
 async fn an_override_without_provider_evidence_needs_a_second_admin() {
     let db = TestDatabase::create(Dialect::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_MAX_ATTEMPTS", "0")]).await;
-    let http = reqwest::Client::new();
-    let pay = |key: &'static str, body: String| {
-        http.post(format!("http://{}/payments", server.address))
-            .bearer_auth(&api_key)
-            .header("idempotency-key", key)
-            .body(body)
-            .send()
-    };
-    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    let app = Installation::start(&db, &[]).await;
+    app.sim
+        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(app.pay("k-vouched", BODY.to_owned()).await.status(), 202);
+    app.sim
+        .sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
         .await;
     assert_eq!(
-        pay("k-vouched", BODY.to_owned()).await.expect("pay").status(),
-        202
-    );
-    sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
-        .await;
-    assert_eq!(
-        pay("k-rejected", BODY.replace("inv-1", "inv-2"))
+        app.pay("k-rejected", BODY.replace("inv-1", "inv-2"))
             .await
-            .expect("pay")
             .status(),
         202
     );
     // From now on the provider cannot say what happened.
-    sim.sim_fault(&json!({ "mode": "lookups_unavailable", "count": 1000 }))
+    app.sim
+        .sim_fault(&json!({ "mode": "lookups_unavailable", "count": 1000 }))
         .await;
 
-    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
-    let ada = Console::sign_in(&server, dir.path(), &db, "ada", "admin").await;
-    let bob = Console::sign_in(&server, dir.path(), &db, "bob", "admin").await;
+    let operator = app.console(&db, "otto", "operator").await;
+    let ada = app.console(&db, "ada", "admin").await;
+    let bob = app.console(&db, "bob", "admin").await;
     let found = operator.json("find", &[("needle", "k-vouched")]).await;
     let record = found[0]["record"].clone();
     let tenant_id = record["tenant_id"].as_str().expect("tenant").to_owned();
@@ -645,11 +637,11 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
         db.query_i64(&audit("override.approve", "bob", "refused")).await,
         1
     );
-    let replay = pay("k-vouched", BODY.to_owned()).await.expect("retry");
+    let replay = app.pay("k-vouched", BODY.to_owned()).await;
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(
-        sim.sim_charges().await.len(),
+        app.sim.sim_charges().await.len(),
         1,
         "nothing more was sent to the provider"
     );

@@ -15,7 +15,7 @@ use crate::payments::command::CreatePayment;
 use crate::payments::engine::{PaymentsEngine, Reconciled};
 use crate::store::approvals::{NewOverrideRequest, new_override_id};
 use crate::store::bulk::{BulkItem, ClaimedBulkJob, new_bulk_job_id};
-use crate::store::console::audit_target;
+use crate::store::console::{RecordQuery, audit_target};
 use crate::store::operators::{AuditCursor, AuditEntry};
 use crate::store::{Store, StoreError};
 use app::backend::{ConsoleBackend, ConsoleError};
@@ -162,18 +162,12 @@ impl ConsoleBackend for StoreConsole {
     }
 
     async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError> {
-        if !filter.status.is_empty() && filter.status.parse::<RecordStatus>().is_err() {
-            return Err(ConsoleError::Invalid(format!(
-                "unknown status {:?}",
-                filter.status
-            )));
-        }
-        let mut rows = match self.store.list_records(&filter, (PAGE + 1) as i64).await {
-            Ok(rows) => rows,
-            // The filter's times or cursor did not parse.
-            Err(StoreError::Corrupt(problem)) => return Err(ConsoleError::Invalid(problem)),
-            Err(error) => return Err(unavailable("records")(error)),
-        };
+        let query = RecordQuery::parse(&filter).map_err(ConsoleError::Invalid)?;
+        let mut rows = self
+            .store
+            .list_records(&query, (PAGE + 1) as i64)
+            .await
+            .map_err(unavailable("records"))?;
         let next = (rows.len() > PAGE).then(|| rows[PAGE - 1].cursor.clone());
         rows.truncate(PAGE);
         Ok(RecordPage { rows, next })

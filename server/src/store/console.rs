@@ -61,8 +61,7 @@ pub trait ConsoleStore {
     async fn tenant_options(&self) -> Result<Vec<TenantOption>, StoreError>;
 
     /// Newest first, after `filter.after`; `limit` rows at most.
-    async fn list_records(&self, filter: &RecordFilter, limit: i64)
-    -> Result<Vec<RecordSummary>, StoreError>;
+    async fn list_records(&self, query: &RecordQuery, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
 
     /// Records whose key, payment id or provider charge id is exactly `needle`.
     async fn find_records(&self, needle: &str, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
@@ -179,36 +178,53 @@ pub(super) fn summary_of(
     })
 }
 
-/// The bind values of a records query: the filter with "any" made explicit.
-pub(super) struct ListBinds {
-    pub key_prefix: String,
-    pub from: String,
-    pub to: String,
-    pub cursor: [String; 4],
+/// A records-browser filter, parsed: every part checked, "any" made explicit, as the query
+/// binds it. Built by [`RecordQuery::parse`] from what the browser sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordQuery {
+    pub(super) status: String,
+    pub(super) step: String,
+    pub(super) tenant: String,
+    pub(super) operation: String,
+    pub(super) key_prefix: String,
+    pub(super) from: String,
+    pub(super) to: String,
+    pub(super) cursor: [String; 4],
 }
 
-pub(super) fn list_binds(filter: &RecordFilter) -> Result<ListBinds, StoreError> {
-    let bound = |text: &str, default: &str| -> Result<String, StoreError> {
-        if text.is_empty() {
-            return Ok(default.to_owned());
+impl RecordQuery {
+    /// What is wrong with the filter, in the operator's words, when it cannot be used.
+    pub fn parse(filter: &RecordFilter) -> Result<RecordQuery, String> {
+        if !filter.status.is_empty() && filter.status.parse::<RecordStatus>().is_err() {
+            return Err(format!("unknown status {:?}", filter.status));
         }
-        DateTime::parse_from_rfc3339(text)
-            .map(|at| crate::store::rfc3339_millis(at.with_timezone(&Utc)))
-            .map_err(|_| StoreError::Corrupt(format!("not an RFC 3339 time: {text:?}")))
-    };
-    let cursor = if filter.after.is_empty() {
-        [MAX_TIME.to_owned(), String::new(), String::new(), String::new()]
-    } else {
-        let parts: [String; 4] = serde_json::from_str(&filter.after)
-            .map_err(|_| StoreError::Corrupt("not a page cursor".to_owned()))?;
-        parts
-    };
-    Ok(ListBinds {
-        key_prefix: filter.key_prefix.clone(),
-        from: bound(&filter.from, MIN_TIME)?,
-        to: bound(&filter.to, MAX_TIME)?,
-        cursor,
-    })
+        if !filter.step.is_empty() && filter.step.parse::<app::dto::ProgressStep>().is_err() {
+            return Err(format!("unknown step {:?}", filter.step));
+        }
+        let bound = |text: &str, default: &str| -> Result<String, String> {
+            if text.is_empty() {
+                return Ok(default.to_owned());
+            }
+            DateTime::parse_from_rfc3339(text)
+                .map(|at| crate::store::rfc3339_millis(at.with_timezone(&Utc)))
+                .map_err(|_| format!("not an RFC 3339 time: {text:?}"))
+        };
+        let cursor = if filter.after.is_empty() {
+            [MAX_TIME.to_owned(), String::new(), String::new(), String::new()]
+        } else {
+            serde_json::from_str(&filter.after).map_err(|_| "not a page cursor".to_owned())?
+        };
+        Ok(RecordQuery {
+            status: filter.status.clone(),
+            step: filter.step.clone(),
+            tenant: filter.tenant.clone(),
+            operation: filter.operation.clone(),
+            key_prefix: filter.key_prefix.clone(),
+            from: bound(&filter.from, MIN_TIME)?,
+            to: bound(&filter.to, MAX_TIME)?,
+            cursor,
+        })
+    }
 }
 
 const MIN_TIME: &str = "0001-01-01T00:00:00.000Z";
@@ -277,19 +293,18 @@ macro_rules! impl_console_store {
 
             async fn list_records(
                 &self,
-                filter: &app::dto::RecordFilter,
+                query: &$crate::store::console::RecordQuery,
                 limit: i64,
             ) -> Result<Vec<app::dto::RecordSummary>, $crate::store::StoreError> {
-                let binds = $crate::store::console::list_binds(filter)?;
-                let [at, tenant, operation, key] = binds.cursor;
+                let [at, tenant, operation, key] = &query.cursor;
                 let rows: Vec<$crate::store::console::SummaryRow> = sqlx::query_as($sql.list_records)
-                    .bind(filter.status.as_str())
-                    .bind(filter.step.as_str())
-                    .bind(filter.tenant.as_str())
-                    .bind(filter.operation.as_str())
-                    .bind(binds.key_prefix)
-                    .bind(binds.from)
-                    .bind(binds.to)
+                    .bind(query.status.as_str())
+                    .bind(query.step.as_str())
+                    .bind(query.tenant.as_str())
+                    .bind(query.operation.as_str())
+                    .bind(query.key_prefix.as_str())
+                    .bind(query.from.as_str())
+                    .bind(query.to.as_str())
                     .bind(at)
                     .bind(tenant)
                     .bind(operation)

@@ -3,8 +3,11 @@
 use crate::support::conformance;
 use app::dto::{RecordFilter, RecordStatus};
 use idem::store::Readiness;
-use idem::store::StoreError;
-use idem::store::console::RecordGauges;
+use idem::store::console::{RecordGauges, RecordQuery};
+
+fn query(filter: &RecordFilter) -> RecordQuery {
+    RecordQuery::parse(filter).expect("a valid filter")
+}
 
 /// A tenant and one record per listed status; SQL valid in both dialects.
 fn records_sql(statuses: &[&str]) -> String {
@@ -52,7 +55,7 @@ conformance! {
         let mut seen = Vec::new();
         let mut filter = completed.clone();
         loop {
-            let page = store.list_records(&filter, 2).await.expect("page");
+            let page = store.list_records(&query(&filter), 2).await.expect("page");
             seen.extend(page.iter().map(|row| row.record.key.clone()));
             match page.last() {
                 Some(last) if page.len() == 2 => filter.after = last.cursor.clone(),
@@ -61,14 +64,20 @@ conformance! {
         }
         assert_eq!(seen, ["key-4", "key-1", "key-0"]);
         let prefixed = RecordFilter { key_prefix: "key-3".into(), ..RecordFilter::default() };
-        let rows = store.list_records(&prefixed, 10).await.expect("page");
+        let rows = store.list_records(&query(&prefixed), 10).await.expect("page");
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].status, RecordStatus::InProgress);
         let found = store.find_records("key-2", 10).await.expect("find");
         assert_eq!(found.len(), 1);
         assert_eq!(store.recovery_queue(10).await.expect("queue").len(), 1, "the unknown outcome");
-        let bad_time = RecordFilter { from: "yesterday".into(), ..RecordFilter::default() };
-        assert!(matches!(store.list_records(&bad_time, 10).await, Err(StoreError::Corrupt(_))));
+        for bad in [
+            RecordFilter { from: "yesterday".into(), ..RecordFilter::default() },
+            RecordFilter { after: "[1]".into(), ..RecordFilter::default() },
+            RecordFilter { status: "DONE".into(), ..RecordFilter::default() },
+            RecordFilter { step: "halfway".into(), ..RecordFilter::default() },
+        ] {
+            assert!(RecordQuery::parse(&bad).is_err(), "{bad:?}");
+        }
     }
 
     async fn the_schema_rejects_a_status_outside_the_state_machine(db) {

@@ -1,5 +1,5 @@
 import { expect, test, type APIRequestContext, type Page } from "@playwright/test";
-import { hydrated, idem, signIn, simUrl } from "./support";
+import { hydrated, idem, signIn, simUrl, sqlite } from "./support";
 
 // One tenant for this file's traffic, made with the CLI as an operator of Idem would.
 const tenant = `e2e-${Date.now().toString(36)}`;
@@ -209,6 +209,45 @@ test("an override without the provider's evidence waits for a second admin, who 
   await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "COMPLETED");
   await page.goto("/audit");
   await expect(page.locator('tr[data-action="override.approve"]', { hasText: key })).toHaveCount(1);
+});
+
+test("a dead letter is re-driven from the events page, exactly the one previewed", async ({ page, request }) => {
+  const key = `dead-${Date.now()}`;
+  const paid = await pay(request, key);
+  expect(paid.status()).toBe(201);
+  const paymentId: string = (await paid.json()).paymentId;
+  // Once published, the authorisation is made a dead letter, as if the broker had refused it
+  // ten times.
+  await expect(() => {
+    expect(
+      sqlite(
+        "update outbox_events set dead_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), published_at = null, " +
+          `attempts = 10, last_error = 'broker down (e2e)' where payment_id = '${paymentId}' ` +
+          "and event_type = 'PaymentAuthorized' and published_at is not null",
+      ),
+    ).toBe(1);
+  }).toPass({ timeout: 10_000 });
+
+  await signIn(page, "operator");
+  await page.goto("/events");
+  await hydrated(page);
+  await expect(page.locator('[data-gauge="dead_letters"] .gauge-value')).not.toHaveText("0");
+  const row = page.locator("tr[data-event]", { hasText: paymentId });
+  await expect(row).toContainText("broker down (e2e)");
+  const eventId = (await row.getAttribute("data-event")) ?? "";
+  await page.getByLabel(`select ${eventId}`).check();
+  await page.getByRole("button", { name: "Preview re-drive of 1" }).click();
+  const dialog = page.getByRole("dialog", { name: "Re-drive dead letters" });
+  await expect(dialog.locator("li")).toHaveCount(1);
+  await expect(dialog).toContainText(eventId);
+  await dialog.getByLabel("Reason (goes into the audit log)").fill("the broker is back (e2e)");
+  await dialog.getByRole("button", { name: "Re-drive" }).click();
+  await expect(page.locator('[data-redrive-results="1"] li[data-ok="true"]')).toHaveCount(1);
+  await expect(page.locator(`tr[data-event="${eventId}"]`)).toHaveCount(0);
+  // The publisher delivers it again; the consumers' inboxes make that harmless.
+  await expect(() => {
+    expect(sqlite(`select count(*) from outbox_events where id = '${eventId}' and published_at is not null`)).toBe(1);
+  }).toPass({ timeout: 10_000 });
 });
 
 test.describe("without JavaScript", () => {

@@ -13,6 +13,22 @@ export function idem(...args: string[]): string {
   }).trim();
 }
 
+/**
+ * Runs one SQL statement on the suite's embedded database (to stage what traffic cannot
+ * produce, like a broker refusing an event ten times, or to check what happened after): a
+ * query's first value, or the number of rows a change touched.
+ */
+export function sqlite(sql: string): number {
+  const script =
+    "import sqlite3, sys\n" +
+    "db = sqlite3.connect(sys.argv[1], timeout=10)\n" +
+    "cursor = db.execute(sys.argv[2])\n" +
+    "row = cursor.fetchone() if cursor.description else None\n" +
+    "db.commit()\n" +
+    "print(row[0] if row else cursor.rowcount)";
+  return Number(execFileSync("python3", ["-c", script, `${dataDir}/idem.db`, sql], { encoding: "utf8" }).trim());
+}
+
 export type Role = "viewer" | "operator" | "admin";
 
 /** Creates an operator with a unique name; returns the name and the generated password. */

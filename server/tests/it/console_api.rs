@@ -680,3 +680,53 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     let listed = operator.json("overrides", &[]).await;
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
 }
+
+#[tokio::test]
+async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
+    let db = TestDatabase::create(Dialect::Postgres).await;
+    let app = Installation::start(&db, &[]).await;
+    app.sim
+        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(app.pay("k-orphan", BODY.to_owned()).await.status(), 202);
+    let operator = app.console(&db, "otto", "operator").await;
+    let found = operator.json("find", &[("needle", "k-orphan")]).await;
+    let tenant_id = found[0]["record"]["tenant_id"]
+        .as_str()
+        .expect("tenant")
+        .to_owned();
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-orphan"))
+        .await;
+    let version = preview["version"].as_i64().expect("version");
+
+    // A job as an instance left it when it died: started, its lease run out, nothing done.
+    db.execute(&format!(
+        "insert into bulk_jobs (id, requested_by, reason, runner_until) \
+         values ('blk_orphan', 'otto', 'provider shows the charges (OPS-30)', now() - interval '1 minute'); \
+         insert into bulk_job_items (job_id, position, tenant_id, operation_name, idempotency_key, \
+         record_version, action) values ('blk_orphan', 0, '{tenant_id}', 'create_payment', 'k-orphan', \
+         {version}, 'apply_provider_result');"
+    ))
+    .await
+    .expect("an orphaned job");
+
+    db.eventually_i64(
+        "select count(*) from bulk_jobs where id = 'blk_orphan' and finished_at is not null",
+        |count| count == 1,
+        "resumed and finished",
+    )
+    .await;
+    let job = operator.json("reconcile/bulk-job", &[("id", "blk_orphan")]).await;
+    assert_eq!(job["items"][0]["result"]["ok"], true, "{job}");
+    assert_eq!(job["items"][0]["result"]["status"], "COMPLETED");
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+             and actor = 'otto' and result = 'ok' and reason like '%OPS-30%'"
+        )
+        .await,
+        1,
+        "applied in the name of the operator who started it"
+    );
+}

@@ -342,7 +342,7 @@ fn RecordView(
                     .steps
                     .into_iter()
                     .map(|step| {
-                        let holder = step.lease_owner.map(|owner| format!(", held by {owner}")).unwrap_or_default();
+                        let owner = step.lease_owner.map(|owner| format!(", owner {owner}")).unwrap_or_default();
                         let status = step.status.clone();
                         view! {
                             <li data-status=status>
@@ -351,7 +351,7 @@ fn RecordView(
                                 <strong>{step.status}</strong>
                                 " at step "
                                 <code>{step.step}</code>
-                                {format!(" (lease version {}{holder})", step.lease_version)}
+                                {format!(" (lease version {}{owner})", step.lease_version)}
                             </li>
                         }
                     })

@@ -146,8 +146,9 @@ test("a bulk reconciliation of three records reports three results", async ({ pa
   for (const key of keys) await expect(preview.locator(`li[data-key="${key}"]`)).toContainText("succeeded");
   await preview.getByLabel("Reason (goes into the audit log)").fill("bulk: provider shows the charges");
   await preview.getByRole("button", { name: "Apply to these records" }).click();
+  // The job runs in the background; the page reads its progress until it is finished.
   const results = page.locator('[data-bulk-results="3"] li');
-  await expect(results).toHaveCount(3);
+  await expect(results).toHaveCount(3, { timeout: 15_000 });
   await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
 });
 
@@ -202,7 +203,7 @@ test("an override without the provider's evidence waits for a second admin, who 
   const item = second.locator(`li[data-override="${id}"]`);
   await item.getByLabel("Reason (goes into the audit log)").fill("checked the statement too (e2e)");
   await item.getByRole("button", { name: "Approve and apply" }).click();
-  await expect(second.locator(`li[data-override="${id}"]`)).toHaveAttribute("data-state", "Applied");
+  await expect(second.locator(`li[data-override="${id}"]`)).toHaveAttribute("data-state", "Applied", { timeout: 10_000 });
   await second.close();
 
   await openRecord(page, key);

@@ -10,6 +10,7 @@ use crate::auth::tenant::TenantId;
 use crate::events::consumers::{LEDGER, RECEIPTS};
 use crate::idempotency::claim::Scope;
 use crate::idempotency::key::IdempotencyKey;
+use crate::idempotency::record::RecordAt;
 use crate::metrics::Outcome;
 use crate::payments::command::CreatePayment;
 use crate::payments::engine::{PaymentsEngine, Reconciled};
@@ -219,13 +220,7 @@ impl ConsoleBackend for StoreConsole {
     }
 
     async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError> {
-        let scope = scope_of(&record)?;
-        let found = self
-            .store
-            .load_record(&scope)
-            .await
-            .map_err(unavailable("reconcile preview"))?
-            .ok_or_else(|| ConsoleError::Invalid("no such record".to_owned()))?;
+        let found = self.existing_record(&record, "reconcile preview").await?;
         let status = found.record.status;
         let needs_operator = found.needs_operator();
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
@@ -315,13 +310,7 @@ impl ConsoleBackend for StoreConsole {
     ) -> Result<OverrideRequestView, ConsoleError> {
         let reason = checked_reason(&reason)?;
         let outcome = checked_outcome(outcome)?;
-        let scope = scope_of(&record)?;
-        let found = self
-            .store
-            .load_record(&scope)
-            .await
-            .map_err(unavailable("override request"))?
-            .ok_or_else(|| ConsoleError::Invalid("no such record".to_owned()))?;
+        let found = self.existing_record(&record, "override request").await?;
         if !found.needs_operator() || found.record.lease_version != version {
             return Err(ConsoleError::Invalid(
                 "the record changed since you looked, or no longer needs an operator; reload it".to_owned(),
@@ -631,6 +620,19 @@ impl StoreConsole {
         if let Err(error) = self.store.append_audit(&entry).await {
             tracing::error!(%error, action = %entry.action, "console: audit entry not written");
         }
+    }
+
+    /// The record an operator named, as it is now.
+    async fn existing_record(
+        &self,
+        record: &RecordRef,
+        during: &'static str,
+    ) -> Result<RecordAt, ConsoleError> {
+        self.store
+            .load_record(&scope_of(record)?)
+            .await
+            .map_err(unavailable(during))?
+            .ok_or_else(|| ConsoleError::Invalid("no such record".to_owned()))
     }
 
     async fn override_view(&self, id: &str) -> Result<OverrideRequestView, ConsoleError> {

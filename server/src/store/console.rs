@@ -96,11 +96,32 @@ pub(super) struct ConsoleSql {
     pub insert_journal: &'static str,
 }
 
+macro_rules! find_records_by {
+    ($condition:literal) => {
+        concat!(
+            "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, ",
+            "provider_reference, created_at, updated_at, recovery_attempts from idempotency_records ",
+            $condition
+        )
+    };
+}
+
 pub(super) const TENANT_OPTIONS: &str = "select id, name from tenants order by name";
-pub(super) const FIND_RECORDS: &str = "select tenant_id, operation_name, idempotency_key, status, progress_step, \
-     resource_id, provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
-     where idempotency_key = $1 or resource_id = $2 or provider_reference = $3 \
-     order by created_at desc limit $4";
+/// One index probe per way of naming a record: its key, its payment, its provider charge, or a
+/// payment the key made earlier (released by an operator, so no longer the record's).
+pub(super) const FIND_RECORDS: &str = concat!(
+    find_records_by!("where idempotency_key = $1"),
+    " union ",
+    find_records_by!("where resource_id = $2"),
+    " union ",
+    find_records_by!("where provider_reference = $3"),
+    " union ",
+    find_records_by!(
+        "where operation_name = 'create_payment' and (tenant_id, idempotency_key) = \
+         (select tenant_id, idempotency_key from payments where id = $2)"
+    ),
+    " order by created_at desc limit $4"
+);
 pub(super) const RECORD_DETAIL: &str = "select status, progress_step, settled_status, \
      cast(fingerprint_version as integer), request_fingerprint, canonical_command, resource_id, \
      provider_reference, response_status_code, lease_owner, lease_version, locked_until, recovery_attempts, \

@@ -497,6 +497,10 @@ conformance! {
         );
         let replay = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        // The released payment still finds its key's record.
+        let found = operator.json("find", &[("needle", first_payment.as_str())]).await;
+        assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
+        assert_eq!(found[0]["record"]["key"], "k-release");
         // The record page tells the whole story, step by step.
         let detail = operator.json("record", &record_form(&tenant_id, "k-release")).await;
         assert_eq!(detail["claimed_as"], "after_release");

@@ -259,6 +259,8 @@ pub struct LiveGauges {
     pub outbox_oldest_secs: f64,
     pub cleanup_to_purge: u64,
     pub cleanup_to_delete: u64,
+    /// Released payments the provider charged after all (to refund).
+    pub charged_after_release: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -417,6 +419,8 @@ pub struct RecordDetail {
     pub claimed_as: String,
     /// Every change of status, step or lease, oldest first.
     pub steps: Vec<StepView>,
+    /// Payments this key made earlier that an operator released, oldest first.
+    pub released_payments: Vec<ReleasedPaymentView>,
     pub payment: Option<PaymentSummary>,
     pub events: Vec<EventView>,
     pub requests: Vec<RequestView>,
@@ -459,6 +463,15 @@ pub struct RedriveResult {
     pub event_id: String,
     pub ok: bool,
     pub message: String,
+}
+
+/// A payment an operator declined and released (the provider had no charge for it then).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedPaymentView {
+    pub id: String,
+    pub released_at: String,
+    /// A charge the provider showed for it after all: money to refund.
+    pub late_charge_id: Option<String>,
 }
 
 /// One change of a record's status, step or lease, as it committed.

@@ -170,6 +170,13 @@ fn Gauges(live: LiveGauges) -> impl IntoView {
                 format!("{} tombstones past retention", live.cleanup_to_delete),
                 false,
             )}
+            {tile(
+                "charged_after_release",
+                "Charged after release",
+                live.charged_after_release,
+                "released payments to refund".to_owned(),
+                true,
+            )}
         </div>
     }
 }

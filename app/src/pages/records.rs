@@ -371,6 +371,38 @@ fn RecordView(
                 {field("Retries after expiry", detail.expired_retries.to_string())}
             </dl>
         </section>
+        {(!detail.released_payments.is_empty())
+            .then(|| {
+                view! {
+                    <section class="panel">
+                        <h2>"Payments this key released"</h2>
+                        <ul class="released">
+                            {detail
+                                .released_payments
+                                .into_iter()
+                                .map(|payment| {
+                                    let charged = payment.late_charge_id.is_some();
+                                    let id = payment.id.clone();
+                                    view! {
+                                        <li data-released=id class:alarm=charged>
+                                            <code>{payment.id}</code>
+                                            " declined and released "
+                                            <Time at=payment.released_at />
+                                            {payment
+                                                .late_charge_id
+                                                .map(|charge| {
+                                                    format!(
+                                                        ": the provider charged it after all ({charge}); refund it",
+                                                    )
+                                                })}
+                                        </li>
+                                    }
+                                })
+                                .collect_view()}
+                        </ul>
+                    </section>
+                }
+            })}
         <section class="panel">
             <h2>"Payment and events"</h2>
             {detail

@@ -133,6 +133,11 @@ impl ConsoleBackend for StoreConsole {
             .retention_backlog(self.engine.settings().expiry.retention)
             .await
             .map_err(unavailable("cleanup backlog"))?;
+        let charged_after_release = self
+            .store
+            .late_charges()
+            .await
+            .map_err(unavailable("late charges"))?;
         let count = |value: i64| u64::try_from(value).unwrap_or(0);
         Ok(Dashboard {
             range,
@@ -152,6 +157,7 @@ impl ConsoleBackend for StoreConsole {
                 outbox_oldest_secs: outbox.oldest_unpublished_age_seconds,
                 cleanup_to_purge: count(cleanup.to_purge),
                 cleanup_to_delete: count(cleanup.to_delete),
+                charged_after_release: count(charged_after_release),
             },
             tenants: self
                 .store

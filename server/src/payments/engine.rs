@@ -585,6 +585,47 @@ impl PaymentsEngine {
         settled
     }
 
+    /// Asks the provider again about payments released in the last `watch`: a charge found
+    /// under a released payment's key means money moved for a payment Idem declined (the
+    /// provider took the request after Idem's call gave up). It is kept on the payment,
+    /// counted and logged as an error, for an operator to refund. Returns how many were found.
+    pub async fn watch_released(&self, watch: Duration, recheck_after: Duration, limit: i64) -> usize {
+        let ids = match self
+            .store
+            .take_released_payments_to_watch(watch, recheck_after, limit)
+            .await
+        {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "release watch: cannot list payments");
+                return 0;
+            }
+        };
+        let mut charged = 0;
+        for payment_id in ids {
+            match self.provider.find_charge(&payment_id).await {
+                Ok(Some(charge)) => match self.store.note_late_charge(&payment_id, &charge.charge_id).await {
+                    Ok(true) => {
+                        charged += 1;
+                        metrics::counter!("idempotency_released_payment_charged_total").increment(1);
+                        tracing::error!(
+                            %payment_id,
+                            charge_id = %charge.charge_id,
+                            "a payment released as not charged was charged after all: refund it"
+                        );
+                    }
+                    Ok(false) => {}
+                    Err(error) => tracing::warn!(%error, %payment_id, "release watch: not recorded; later"),
+                },
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, %payment_id, "release watch: provider look-up failed; later")
+                }
+            }
+        }
+        charged
+    }
+
     /// What the provider says about a payment right now.
     pub async fn provider_evidence(&self, payment_id: &str) -> ProviderEvidence {
         match self.provider.find_charge(payment_id).await {

@@ -42,6 +42,9 @@ pub enum FaultMode {
     ErrorAfterAccept,
     Decline,
     LookupsUnavailable,
+    /// Answers 503 at once ("nothing was charged") and records the charge `delayMs` later, as
+    /// a provider that took the request after its client had given up.
+    AcceptLate,
 }
 
 /// `POST /_sim/faults` body: the next `count` matching calls misbehave.
@@ -178,6 +181,7 @@ async fn create_charge(
             FaultMode::DropResponseAfterAccept,
             FaultMode::ErrorAfterAccept,
             FaultMode::Decline,
+            FaultMode::AcceptLate,
         ],
         Some(&request.reference),
     );
@@ -190,48 +194,33 @@ async fn create_charge(
         let delay_ms = fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000);
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     }
+    if mode == Some(FaultMode::AcceptLate) {
+        let delay = Duration::from_millis(fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            // Whatever a retry did meanwhile under the same key stands.
+            let _ = record_charge(&sim, key, amount, request.reference, false);
+        });
+        return nothing_charged();
+    }
     if mode == Some(FaultMode::FailBeforeAccept) {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "Try again later; nothing was charged.",
-        );
+        return nothing_charged();
     }
 
-    let charge = {
-        let mut ledger = sim.ledger();
-        if let Some(existing) = ledger.charges.get_mut(&key) {
-            existing.create_calls += 1;
-            let same_request = existing.amount == amount.to_string()
-                && existing.currency == amount.currency().code()
-                && existing.reference == request.reference;
-            if !same_request {
-                return error(
-                    StatusCode::CONFLICT,
-                    "idempotency_key_reused",
-                    "This idempotency key was used for a different charge.",
-                );
-            }
-            existing.clone()
-        } else {
-            ledger.next_charge += 1;
-            let declined = mode == Some(FaultMode::Decline);
-            let charge = SimCharge {
-                charge_id: format!("ch_{:06}", ledger.next_charge),
-                idempotency_key: key.clone(),
-                reference: request.reference.clone(),
-                amount: amount.to_string(),
-                currency: amount.currency().code().to_owned(),
-                status: if declined {
-                    ChargeStatus::Declined
-                } else {
-                    ChargeStatus::Succeeded
-                },
-                create_calls: 1,
-                settled: false,
-            };
-            ledger.charges.insert(key, charge.clone());
-            charge
+    let charge = match record_charge(
+        &sim,
+        key,
+        amount,
+        request.reference,
+        mode == Some(FaultMode::Decline),
+    ) {
+        Ok(charge) => charge,
+        Err(KeyReused) => {
+            return error(
+                StatusCode::CONFLICT,
+                "idempotency_key_reused",
+                "This idempotency key was used for a different charge.",
+            );
         }
     };
 
@@ -253,6 +242,56 @@ async fn create_charge(
         ),
         _ => (StatusCode::CREATED, Json(public_charge(&charge))).into_response(),
     }
+}
+
+fn nothing_charged() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "Try again later; nothing was charged.",
+    )
+}
+
+/// The idempotency key already names a charge for something else.
+struct KeyReused;
+
+/// Records a charge under its idempotency key, or counts one more call for the charge the key
+/// already has.
+fn record_charge(
+    sim: &Simulator,
+    key: String,
+    amount: Amount,
+    reference: String,
+    declined: bool,
+) -> Result<SimCharge, KeyReused> {
+    let mut ledger = sim.ledger();
+    if let Some(existing) = ledger.charges.get_mut(&key) {
+        existing.create_calls += 1;
+        let same_request = existing.amount == amount.to_string()
+            && existing.currency == amount.currency().code()
+            && existing.reference == reference;
+        if !same_request {
+            return Err(KeyReused);
+        }
+        return Ok(existing.clone());
+    }
+    ledger.next_charge += 1;
+    let charge = SimCharge {
+        charge_id: format!("ch_{:06}", ledger.next_charge),
+        idempotency_key: key.clone(),
+        reference,
+        amount: amount.to_string(),
+        currency: amount.currency().code().to_owned(),
+        status: if declined {
+            ChargeStatus::Declined
+        } else {
+            ChargeStatus::Succeeded
+        },
+        create_calls: 1,
+        settled: false,
+    };
+    ledger.charges.insert(key, charge.clone());
+    Ok(charge)
 }
 
 /// The fault a test value asks for (see the module's table).

@@ -78,6 +78,9 @@ pub trait ConsoleStore {
     /// Records needing attention: unknown outcomes (oldest first) and in-progress records
     /// whose owner's lease ran out.
     async fn recovery_queue(&self, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
+
+    /// Released payments whose provider key showed a charge after all (to refund).
+    async fn late_charges(&self) -> Result<i64, StoreError>;
 }
 
 pub(super) struct ConsoleSql {
@@ -137,6 +140,9 @@ pub(super) const RECORD_JOURNAL: &str = "select at, fingerprint, canonical_comma
 pub(super) const RECORD_STEPS: &str = "select at, status, progress_step, lease_version, lease_owner \
      from record_steps where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
      order by at, lease_version limit 200";
+pub(super) const LATE_CHARGES: &str = "select count(*) from payments where late_charge_id is not null";
+pub(super) const RELEASED_PAYMENTS: &str = "select id, released_at, late_charge_id from payments \
+     where tenant_id = $1 and idempotency_key = $2 and released_at is not null order by released_at";
 pub(super) const TARGET_AUDIT: &str = "select id, at, actor, action, target, reason, result, details from audit_log \
      where target = $1 order by at desc, id desc limit 100";
 
@@ -398,6 +404,12 @@ macro_rules! impl_console_store {
                 let completed_at: Option<chrono::DateTime<chrono::Utc>> = row.try_get(18)?;
                 let expires_at: chrono::DateTime<chrono::Utc> = row.try_get(19)?;
                 let claimed_as: String = row.try_get(20)?;
+                let released: Vec<(String, chrono::DateTime<chrono::Utc>, Option<String>)> =
+                    sqlx::query_as($crate::store::console::RELEASED_PAYMENTS)
+                        .bind(record.tenant_id.as_str())
+                        .bind(record.key.as_str())
+                        .fetch_all(&self.pool)
+                        .await?;
                 let steps: Vec<(
                     chrono::DateTime<chrono::Utc>,
                     String,
@@ -499,6 +511,16 @@ macro_rules! impl_console_store {
                     completed_at: completed_at.map(at),
                     expires_at: at(expires_at),
                     claimed_as,
+                    released_payments: released
+                        .into_iter()
+                        .map(
+                            |(id, released_at, late_charge_id)| app::dto::ReleasedPaymentView {
+                                id,
+                                released_at: at(released_at),
+                                late_charge_id,
+                            },
+                        )
+                        .collect(),
                     steps: steps
                         .into_iter()
                         .map(
@@ -569,6 +591,12 @@ macro_rules! impl_console_store {
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn late_charges(&self) -> Result<i64, $crate::store::StoreError> {
+                Ok(sqlx::query_scalar($crate::store::console::LATE_CHARGES)
+                    .fetch_one(&self.pool)
+                    .await?)
             }
 
             async fn recovery_queue(

@@ -261,6 +261,19 @@ pub trait Store:
         limit: i64,
     ) -> Result<Vec<String>, StoreError>;
 
+    /// Takes released payments of the last `watch` (that showed no late charge yet) not
+    /// checked for `recheck_after`, each by stamping its check; returns their ids.
+    async fn take_released_payments_to_watch(
+        &self,
+        watch: std::time::Duration,
+        recheck_after: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Keeps the charge a released payment showed after all; `false` when one was noted
+    /// already.
+    async fn note_late_charge(&self, payment_id: &str, charge_id: &str) -> Result<bool, StoreError>;
+
     /// PENDING -> SETTLED with its PaymentSettled event, in one transaction; `false` when the
     /// payment was not PENDING (nothing written).
     async fn settle_payment(

@@ -92,6 +92,12 @@ const SQL: DialectSql = DialectSql {
          returning resource_id",
     release_payment: "update payments set status = 'DECLINED', released_at = now(), updated_at = now() \
          where id = $1 and status = 'PROCESSING'",
+    take_released_payments_to_watch: "update payments set release_checked_at = now() where id in ( \
+             select id from payments where released_at is not null and late_charge_id is null \
+             and released_at > now() - make_interval(secs => $1) \
+             and (release_checked_at is null or release_checked_at <= now() - make_interval(secs => $2)) \
+             order by release_checked_at nulls first limit $3 for update skip locked) \
+         returning id",
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {

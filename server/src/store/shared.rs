@@ -79,6 +79,9 @@ pub(super) struct DialectSql {
     pub release_record: &'static str,
     /// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
     pub release_payment: &'static str,
+    /// `$1` watch seconds, `$2` recheck seconds, `$3` limit: released payments to ask the
+    /// provider about again, each taken by stamping `release_checked_at`; returns ids.
+    pub take_released_payments_to_watch: &'static str,
 }
 
 /// The claim's answer to a scoped key that already has a record. It is taken for the new
@@ -150,6 +153,7 @@ pub(super) const INSERT_PAYMENT: &str = "insert into payments (id, tenant_id, ac
      returning created_at";
 pub(super) const PAYMENT_BY_MERCHANT_REFERENCE: &str = "select id from payments where tenant_id = $1 and account_id = $2 and merchant_reference = $3 \
      and released_at is null";
+pub(super) const NOTE_LATE_CHARGE: &str = "update payments set late_charge_id = $2 where id = $1 and released_at is not null and late_charge_id is null";
 pub(super) const PAYMENT_HOLD: &str =
     "select tenant_id, account_id, amount_minor from payments where id = $1";
 pub(super) const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
@@ -1019,6 +1023,38 @@ macro_rules! impl_store {
                     .await?;
                 tx.commit().await?;
                 Ok(ids)
+            }
+
+            async fn take_released_payments_to_watch(
+                &self,
+                watch: std::time::Duration,
+                recheck_after: std::time::Duration,
+                limit: i64,
+            ) -> Result<Vec<String>, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let ids: Vec<String> = sqlx::query_scalar($sql.take_released_payments_to_watch)
+                    .bind(watch.as_secs_f64())
+                    .bind(recheck_after.as_secs_f64())
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(ids)
+            }
+
+            async fn note_late_charge(
+                &self,
+                payment_id: &str,
+                charge_id: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                Ok($crate::store::shared::write_one!(
+                    self.pool,
+                    $crate::store::shared::NOTE_LATE_CHARGE,
+                    payment_id,
+                    charge_id
+                )
+                .await?
+                    == 1)
             }
 
             async fn settle_payment(

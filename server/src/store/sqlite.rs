@@ -165,6 +165,14 @@ const SQL: DialectSql = DialectSql {
         now!(),
         " where id = $1 and status = 'PROCESSING'"
     ),
+    take_released_payments_to_watch: concat!(
+        "update payments set release_checked_at = ",
+        now!(),
+        " where id in (select id from payments where released_at is not null and late_charge_id is null ",
+        "and released_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') ",
+        "and (release_checked_at is null or release_checked_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $2 || ' seconds')) ",
+        "order by release_checked_at limit $3) returning id"
+    ),
 };
 
 const RETENTION_SQL: RetentionSql = RetentionSql {

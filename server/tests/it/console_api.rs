@@ -734,3 +734,48 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
         "applied in the name of the operator who started it"
     );
 }
+
+conformance! {
+    async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db) {
+        let app = Installation::start(&db, &[("IDEM_SETTLEMENT_INTERVAL_MS", "200")]).await;
+        let operator = app.console(&db, "otto", "operator").await;
+        // The provider answers 503 "nothing was charged", and takes the request 5 s later.
+        app.sim
+            .sim_fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 5000 }))
+            .await;
+        let unknown = app.pay("k-late", BODY.to_owned()).await;
+        assert_eq!(unknown.status(), 202);
+        let released_payment = unknown.json::<Value>().await.expect("json")["paymentId"]
+            .as_str()
+            .expect("payment id")
+            .to_owned();
+        let found = operator.json("find", &[("needle", "k-late")]).await;
+        let tenant_id = found[0]["record"]["tenant_id"].as_str().expect("tenant").to_owned();
+        let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-late")).await;
+        assert_eq!(preview["evidence"], "NoCharge", "{preview}");
+        let version = preview["version"].as_i64().expect("version").to_string();
+        let mut apply = record_form(&tenant_id, "k-late");
+        apply.extend([
+            ("version", version.as_str()),
+            ("action", "MarkFailedAndReleaseKey"),
+            ("reason", "the provider has no charge (OPS-40)"),
+        ]);
+        assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
+
+        db.eventually_i64(
+            &format!(
+                "select count(*) from payments where id = '{released_payment}' and late_charge_id is not null"
+            ),
+            |count| count == 1,
+            "the late charge is found by the watch",
+        )
+        .await;
+        let dashboard = operator
+            .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+            .await;
+        assert_eq!(dashboard["live"]["charged_after_release"], 1, "{}", dashboard["live"]);
+        let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
+        assert_eq!(detail["released_payments"][0]["id"], released_payment.as_str());
+        assert!(detail["released_payments"][0]["late_charge_id"].is_string(), "{detail}");
+    }
+}

@@ -77,11 +77,28 @@ impl Console {
         }
     }
 
+    /// The tenant of the record found under `key`.
+    async fn tenant_of(&self, key: &str) -> String {
+        let found = self.json("find", &[("needle", key)]).await;
+        found[0]["record"]["tenant_id"]
+            .as_str()
+            .expect("tenant")
+            .to_owned()
+    }
+
     async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
         let response = self.call(endpoint, form).await;
         assert_eq!(response.status(), 200, "{endpoint}");
         response.json().await.expect("json")
     }
+}
+
+/// The payment an answer of `POST /payments` names.
+async fn payment_id_of(answer: reqwest::Response) -> String {
+    answer.json::<Value>().await.expect("json")["paymentId"]
+        .as_str()
+        .expect("payment id")
+        .to_owned()
 }
 
 /// A second admin's decision on an override request: the answer's text.
@@ -170,11 +187,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let viewer = app.console(&db, "vera", "viewer").await;
     let operator = app.console(&db, "otto", "operator").await;
 
-    let found = viewer.json("find", &[("needle", "k-diff")]).await;
-    let tenant_id = found[0]["record"]["tenant_id"]
-        .as_str()
-        .expect("tenant")
-        .to_owned();
+    let tenant_id = viewer.tenant_of("k-diff").await;
     let detail = viewer.json("record", &record_form(&tenant_id, "k-diff")).await;
     let requests = detail["requests"].as_array().expect("requests");
     assert_eq!(requests.len(), 3, "{detail}");
@@ -409,15 +422,11 @@ conformance! {
         app.sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 })).await;
         let unknown = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(unknown.status(), 202);
-        let first_payment = unknown.json::<Value>().await.expect("json")["paymentId"]
-            .as_str()
-            .expect("payment id")
-            .to_owned();
+        let first_payment = payment_id_of(unknown).await;
         assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000, "held");
 
         let operator = app.console(&db, "otto", "operator").await;
-        let found = operator.json("find", &[("needle", "k-release")]).await;
-        let tenant_id = found[0]["record"]["tenant_id"].as_str().expect("tenant").to_owned();
+        let tenant_id = operator.tenant_of("k-release").await;
         let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-release")).await;
         assert_eq!(preview["evidence"], "NoCharge", "{preview}");
         let actions: Vec<&str> = preview["options"]
@@ -478,10 +487,7 @@ conformance! {
         let anew = app.pay("k-release", BODY.to_owned()).await;
         assert_eq!(anew.status(), 201);
         assert!(anew.headers().get("idempotent-replayed").is_none());
-        let second_payment = anew.json::<Value>().await.expect("json")["paymentId"]
-            .as_str()
-            .expect("payment id")
-            .to_owned();
+        let second_payment = payment_id_of(anew).await;
         assert_ne!(second_payment, first_payment);
         let charges = app.sim.sim_charges().await;
         assert_eq!(charges.len(), 1, "one charge in all");
@@ -694,11 +700,7 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
         .await;
     assert_eq!(app.pay("k-orphan", BODY.to_owned()).await.status(), 202);
     let operator = app.console(&db, "otto", "operator").await;
-    let found = operator.json("find", &[("needle", "k-orphan")]).await;
-    let tenant_id = found[0]["record"]["tenant_id"]
-        .as_str()
-        .expect("tenant")
-        .to_owned();
+    let tenant_id = operator.tenant_of("k-orphan").await;
     let preview = operator
         .json("reconcile/preview", &record_form(&tenant_id, "k-orphan"))
         .await;
@@ -745,12 +747,8 @@ conformance! {
             .await;
         let unknown = app.pay("k-late", BODY.to_owned()).await;
         assert_eq!(unknown.status(), 202);
-        let released_payment = unknown.json::<Value>().await.expect("json")["paymentId"]
-            .as_str()
-            .expect("payment id")
-            .to_owned();
-        let found = operator.json("find", &[("needle", "k-late")]).await;
-        let tenant_id = found[0]["record"]["tenant_id"].as_str().expect("tenant").to_owned();
+        let released_payment = payment_id_of(unknown).await;
+        let tenant_id = operator.tenant_of("k-late").await;
         let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-late")).await;
         assert_eq!(preview["evidence"], "NoCharge", "{preview}");
         let version = preview["version"].as_i64().expect("version").to_string();

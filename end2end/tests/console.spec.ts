@@ -172,6 +172,9 @@ test("a payment the provider never charged is marked failed and its key executes
   const retried = await pay(request, key);
   expect(retried.status()).toBe(201);
   expect(retried.headers()["idempotent-replayed"]).toBeUndefined();
+  await openRecord(page, key);
+  await expect(page.locator("ol.steps li")).toHaveCount(5);
+  await page.screenshot({ path: test.info().outputPath("released-record.png"), fullPage: true });
 });
 
 test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request }) => {
@@ -202,6 +205,7 @@ test("an override without the provider's evidence waits for a second admin, who 
   await hydrated(second);
   const item = second.locator(`li[data-override="${id}"]`);
   await item.getByLabel("Reason (goes into the audit log)").fill("checked the statement too (e2e)");
+  await second.screenshot({ path: test.info().outputPath("override-approval.png"), fullPage: true });
   await item.getByRole("button", { name: "Approve and apply" }).click();
   await expect(second.locator(`li[data-override="${id}"]`)).toHaveAttribute("data-state", "Applied", { timeout: 10_000 });
   await second.close();

@@ -741,9 +741,10 @@ conformance! {
     async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db) {
         let app = Installation::start(&db, &[("IDEM_SETTLEMENT_INTERVAL_MS", "200")]).await;
         let operator = app.console(&db, "otto", "operator").await;
-        // The provider answers 503 "nothing was charged", and takes the request 5 s later.
+        // The provider answers 503 "nothing was charged", and takes the request 8 s later (long
+        // after the release below, even on a slow machine).
         app.sim
-            .sim_fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 5000 }))
+            .sim_fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 8000 }))
             .await;
         let unknown = app.pay("k-late", BODY.to_owned()).await;
         assert_eq!(unknown.status(), 202);

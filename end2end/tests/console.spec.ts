@@ -93,6 +93,8 @@ test("an unknown outcome is reconciled through preview, reason and apply, with o
   const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
   await dialog.getByRole("button", { name: "Preview" }).click();
   await expect(dialog.locator("[data-evidence]")).toContainText("succeeded");
+  // The keyboard is on the first choice, ready to go on.
+  await expect(dialog.getByRole("radio").first()).toBeFocused();
   await expect(dialog.locator("ul.changes")).toContainText("-> COMPLETED");
   const apply = dialog.getByRole("button", { name: "Apply" });
   await expect(apply).toBeDisabled();
@@ -144,6 +146,7 @@ test("a bulk reconciliation of three records reports three results", async ({ pa
   await page.getByRole("button", { name: "Preview 3 selected" }).click();
   const preview = page.getByRole("dialog", { name: "Bulk reconciliation" });
   for (const key of keys) await expect(preview.locator(`li[data-key="${key}"]`)).toContainText("succeeded");
+  await expect(preview.getByLabel("Reason (goes into the audit log)")).toBeFocused();
   await preview.getByLabel("Reason (goes into the audit log)").fill("bulk: provider shows the charges");
   await preview.getByRole("button", { name: "Apply to these records" }).click();
   // The job runs in the background; the page reads its progress until it is finished.

@@ -115,7 +115,7 @@ pub fn EventsPage() -> impl IntoView {
                         <ul>{letters.into_iter().map(|letter| view! {
                             <li><code>{letter.event_id}</code>{format!(" {} of {}, dead since {}", letter.event_type, letter.payment_id, letter.dead_at)}</li>
                         }).collect_view()}</ul>
-                        <ReasonAndApply reason pending=redrive.pending() label="Re-drive"
+                        <ReasonAndApply reason pending=redrive.pending() label="Re-drive" focused=true
                             on_apply=move || { redrive.dispatch((frozen.clone(), reason.get_untracked())); } />
                     </div>
                 }

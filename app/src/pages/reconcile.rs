@@ -3,7 +3,7 @@
 //! reason; then apply, which the server re-checks (record version, provider answer) and
 //! audits in the same transaction.
 
-use super::widgets::ReasonAndApply;
+use super::widgets::{ReasonAndApply, take_focus};
 use crate::api::{apply_reconcile, preview_reconcile};
 use crate::dto::{ProviderEvidence, ReconcileAction, ReconcilePreview, ReconcileResult, RecordRef};
 use leptos::prelude::*;
@@ -24,6 +24,9 @@ pub fn evidence_text(evidence: &ProviderEvidence) -> String {
 fn OptionsView(preview: ReconcilePreview, chosen: RwSignal<Option<ReconcileAction>>) -> impl IntoView {
     chosen.set(preview.options.first().map(|option| option.action));
     let nothing_to_choose = preview.options.is_empty();
+    // The dialog just opened: the keyboard goes to its first choice.
+    let first_choice = NodeRef::<leptos::html::Input>::new();
+    take_focus(first_choice, true);
     view! {
         <p data-evidence>{evidence_text(&preview.evidence)}</p>
         {preview.blocked.map(|blocked| view! { <p data-blocked>{blocked}</p> })}
@@ -32,13 +35,16 @@ fn OptionsView(preview: ReconcilePreview, chosen: RwSignal<Option<ReconcileActio
             {preview
                 .options
                 .into_iter()
-                .map(|option| {
+                .enumerate()
+                .map(|(index, option)| {
                     let action = option.action;
+                    let choice = if index == 0 { first_choice } else { NodeRef::new() };
                     view! {
                         <label class="option">
                             <input
                                 type="radio"
                                 name="reconcile-action"
+                                node_ref=choice
                                 prop:checked=move || chosen.get() == Some(action)
                                 on:change=move |_| chosen.set(Some(action))
                             />

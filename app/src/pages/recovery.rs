@@ -140,7 +140,7 @@ pub fn RecoveryPage() -> impl IntoView {
                                     </li>
                                 }).collect_view()}
                             </ul>
-                            <ReasonAndApply reason pending=apply.pending() label="Apply to these records"
+                            <ReasonAndApply reason pending=apply.pending() label="Apply to these records" focused=true
                                 on_apply=move || { apply.dispatch((frozen.clone(), reason.get_untracked())); } />
                         </div>
                     }.into_any()

@@ -104,20 +104,41 @@ pub fn reason_given(reason: RwSignal<String>) -> bool {
     reason.get().trim().chars().count() >= MIN_REASON
 }
 
-/// The reason an audited action needs.
+/// The reason an audited action needs; `focused`: it takes the keyboard focus when it
+/// appears (in a dialog that just opened).
 #[component]
-pub fn ReasonField(reason: RwSignal<String>) -> impl IntoView {
+pub fn ReasonField(reason: RwSignal<String>, #[prop(optional)] focused: bool) -> impl IntoView {
+    let field = NodeRef::<leptos::html::Textarea>::new();
+    take_focus(field, focused);
     view! {
         <label class="reason">
             "Reason (goes into the audit log)"
             <textarea
                 name="reason"
                 rows="2"
+                node_ref=field
                 prop:value=move || reason.get()
                 on:input=move |event| reason.set(event_target_value(&event))
             ></textarea>
         </label>
     }
+}
+
+/// Moves the keyboard focus to `element` once it is in the page, when `wanted`.
+pub fn take_focus<E>(element: NodeRef<E>, wanted: bool)
+where
+    E: leptos::html::ElementType,
+    E::Output: AsRef<leptos::web_sys::HtmlElement> + Clone + 'static,
+    NodeRef<E>: Get<Value = Option<E::Output>>,
+{
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if let Some(element) = element.get().filter(|_| wanted) {
+            let _ = element.as_ref().focus();
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (element, wanted);
 }
 
 /// The reason an audited action needs, and the button that applies it: enabled once the
@@ -128,9 +149,10 @@ pub fn ReasonAndApply(
     #[prop(into)] pending: Signal<bool>,
     #[prop(into)] label: String,
     on_apply: impl Fn() + Send + Sync + 'static,
+    #[prop(optional)] focused: bool,
 ) -> impl IntoView {
     view! {
-        <ReasonField reason />
+        <ReasonField reason focused />
         <button
             type="button"
             class="button primary"

@@ -20,6 +20,20 @@ macro_rules! write_one {
 }
 pub(super) use write_one;
 
+/// One statement that takes rows and returns their ids (`update … returning id`), in its own
+/// transaction like [`write_one!`]; evaluates to a future of the ids.
+macro_rules! take_ids {
+    ($pool:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
+        async {
+            let mut tx = $pool.begin().await?;
+            let ids: Vec<String> = sqlx::query_scalar($sql)$(.bind($arg))*.fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<Vec<String>, $crate::store::StoreError>(ids)
+        }
+    };
+}
+pub(super) use take_ids;
+
 /// Statements that differ by dialect. Placeholders are `$1`, `$2`, … in order of first use,
 /// which both PostgreSQL and SQLite bind positionally.
 pub(super) struct DialectSql {
@@ -1015,14 +1029,13 @@ macro_rules! impl_store {
                 recheck_after: std::time::Duration,
                 limit: i64,
             ) -> Result<Vec<String>, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let ids: Vec<String> = sqlx::query_scalar($sql.take_payments_to_settle)
-                    .bind(recheck_after.as_secs_f64())
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(ids)
+                $crate::store::shared::take_ids!(
+                    self.pool,
+                    $sql.take_payments_to_settle,
+                    recheck_after.as_secs_f64(),
+                    limit
+                )
+                .await
             }
 
             async fn take_released_payments_to_watch(
@@ -1031,15 +1044,14 @@ macro_rules! impl_store {
                 recheck_after: std::time::Duration,
                 limit: i64,
             ) -> Result<Vec<String>, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let ids: Vec<String> = sqlx::query_scalar($sql.take_released_payments_to_watch)
-                    .bind(watch.as_secs_f64())
-                    .bind(recheck_after.as_secs_f64())
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(ids)
+                $crate::store::shared::take_ids!(
+                    self.pool,
+                    $sql.take_released_payments_to_watch,
+                    watch.as_secs_f64(),
+                    recheck_after.as_secs_f64(),
+                    limit
+                )
+                .await
             }
 
             async fn note_late_charge(

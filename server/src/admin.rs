@@ -7,7 +7,7 @@ use crate::cli::{AccountCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
 use crate::payments::account::NewAccount;
 use crate::payments::command::AccountId;
 use crate::payments::money::{Balance, Currency};
-use crate::store::operators::StoredOperator;
+use crate::store::operators::{AuditEntry, OperatorChange, StoredOperator};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +114,8 @@ pub async fn account(store: &dyn Store, command: AccountCommand) -> Result<Strin
     }
 }
 
-/// Runs an operator command; prints the generated password (and only that) on success.
+/// Runs an operator command; prints the generated password (and only that) when it makes
+/// one. Every change is written to the audit log with it, in the name of the command line.
 pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<String, AdminError> {
     match command {
         OperatorCommand::Create { username, role } => {
@@ -128,7 +129,8 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
                 role,
                 disabled: false,
             };
-            match store.create_operator(&operator).await {
+            let audit = command_line_audit("create", &operator.username, format!("role {role}"));
+            match store.create_operator(&operator, &audit).await {
                 Err(StoreError::AlreadyExists) => Err(AdminError::OperatorExists(username)),
                 other => other.map_err(AdminError::from),
             }?;
@@ -137,12 +139,56 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
         }
         OperatorCommand::ResetPassword { username } => {
             let password = Password::generate();
-            if store.set_operator_password(&username, &password.hash()).await? {
-                tracing::info!(operator = %username, "operator password reset; their sessions end");
-                Ok(password.expose().to_owned())
-            } else {
-                Err(AdminError::UnknownOperator(username))
-            }
+            let change = OperatorChange::Password(password.hash());
+            let audit = command_line_audit("reset_password", &username, "sessions ended".to_owned());
+            change_operator(store, &username, &change, &audit).await?;
+            tracing::info!(operator = %username, "operator password reset; their sessions end");
+            Ok(password.expose().to_owned())
         }
+        OperatorCommand::SetRole { username, role } => {
+            let audit = command_line_audit("set_role", &username, format!("role {role}"));
+            change_operator(store, &username, &OperatorChange::Role(role), &audit).await?;
+            tracing::info!(operator = %username, %role, "operator role changed");
+            Ok(format!("operator {username} is now {role}"))
+        }
+        OperatorCommand::Disable { username } => {
+            let audit = command_line_audit("disable", &username, "sessions ended".to_owned());
+            change_operator(store, &username, &OperatorChange::Disable, &audit).await?;
+            tracing::info!(operator = %username, "operator disabled");
+            Ok(format!("operator {username} is disabled"))
+        }
+        OperatorCommand::Enable { username } => {
+            let audit = command_line_audit("enable", &username, String::new());
+            change_operator(store, &username, &OperatorChange::Enable, &audit).await?;
+            tracing::info!(operator = %username, "operator enabled");
+            Ok(format!("operator {username} is enabled"))
+        }
+    }
+}
+
+async fn change_operator(
+    store: &dyn Store,
+    username: &str,
+    change: &OperatorChange,
+    audit: &AuditEntry,
+) -> Result<(), AdminError> {
+    if store.change_operator(username, change, audit).await? {
+        Ok(())
+    } else {
+        Err(AdminError::UnknownOperator(username.to_owned()))
+    }
+}
+
+/// The command line has no console identity: its entries name the system user who ran it
+/// (`cli:<user>`, which no console username can be: they have no colon).
+fn command_line_audit(action: &str, username: &str, details: String) -> AuditEntry {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
+    AuditEntry {
+        actor: format!("cli:{user}"),
+        action: format!("operator.{action}"),
+        target: Some(format!("operator {username}")),
+        reason: None,
+        result: "ok".to_owned(),
+        details: (!details.is_empty()).then_some(details),
     }
 }

@@ -81,6 +81,18 @@ pub enum OperatorCommand {
     },
     /// Give an operator a new generated password (printed once); their sessions end.
     ResetPassword { username: String },
+    /// Change an operator's role; it applies from their next request, including to bulk
+    /// reconcile jobs they started.
+    SetRole {
+        username: String,
+        #[arg(long, value_parser = parse_role)]
+        role: OperatorRole,
+    },
+    /// Disable an operator: their sessions stop working at once and their unfinished bulk
+    /// jobs apply nothing more; nothing of theirs is deleted.
+    Disable { username: String },
+    /// Enable a disabled operator again (they sign in anew).
+    Enable { username: String },
 }
 
 fn parse_role(text: &str) -> Result<OperatorRole, String> {

@@ -15,6 +15,18 @@ pub struct StoredOperator {
     pub disabled: bool,
 }
 
+/// A change to an existing operator, made from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorChange {
+    /// A new Argon2 hash; sessions started with the old password stop working.
+    Password(String),
+    /// Takes effect on the operator's next request (their role is read on every request).
+    Role(OperatorRole),
+    /// Their sessions stop working at once; nothing of theirs is deleted.
+    Disable,
+    Enable,
+}
+
 /// One line of the audit log, as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
@@ -35,11 +47,18 @@ pub struct AuditCursor {
 
 #[async_trait::async_trait]
 pub trait OperatorStore {
-    /// `Err(AlreadyExists)` when the username is taken.
-    async fn create_operator(&self, operator: &StoredOperator) -> Result<(), StoreError>;
+    /// Creates the operator and writes `audit`, in one transaction; `Err(AlreadyExists)` when
+    /// the username is taken.
+    async fn create_operator(&self, operator: &StoredOperator, audit: &AuditEntry) -> Result<(), StoreError>;
 
-    /// `false` when there is no such operator.
-    async fn set_operator_password(&self, username: &str, password_hash: &str) -> Result<bool, StoreError>;
+    /// Applies `change` to the operator named `username` and writes `audit`, in one
+    /// transaction; `false` (nothing written) when there is no such operator.
+    async fn change_operator(
+        &self,
+        username: &str,
+        change: &OperatorChange,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
 
     async fn operator_by_username(&self, username: &str) -> Result<Option<StoredOperator>, StoreError>;
 
@@ -90,11 +109,15 @@ pub(super) struct OperatorSql {
     pub audit_page: &'static str,
     /// `$1` limit: expired sessions, by their physical row id.
     pub delete_expired_sessions: &'static str,
+    /// `$1` username: disabled now, unless it already was.
+    pub disable_operator: &'static str,
 }
 
 pub(super) const INSERT_OPERATOR: &str =
     "insert into operators (id, username, password_hash, role) values ($1, $2, $3, $4)";
 pub(super) const SET_OPERATOR_PASSWORD: &str = "update operators set password_hash = $1 where username = $2";
+pub(super) const SET_OPERATOR_ROLE: &str = "update operators set role = $1 where username = $2";
+pub(super) const ENABLE_OPERATOR: &str = "update operators set disabled_at = null where username = $1";
 pub(super) const OPERATOR_BY_USERNAME: &str = "select id, username, password_hash, role, \
      case when disabled_at is null then 0 else 1 end from operators where username = $1";
 pub(super) const OPERATOR_BY_ID: &str = "select id, username, password_hash, role, \
@@ -177,32 +200,49 @@ macro_rules! impl_operator_store {
             async fn create_operator(
                 &self,
                 operator: &$crate::store::operators::StoredOperator,
+                audit: &$crate::store::operators::AuditEntry,
             ) -> Result<(), $crate::store::StoreError> {
-                $crate::store::shared::write_one!(
-                    self.pool,
-                    $crate::store::operators::INSERT_OPERATOR,
-                    operator.id.as_str(),
-                    operator.username.as_str(),
-                    operator.password_hash.as_str(),
-                    operator.role.as_str()
-                )
-                .await?;
+                let mut tx = self.pool.begin().await?;
+                sqlx::query($crate::store::operators::INSERT_OPERATOR)
+                    .bind(operator.id.as_str())
+                    .bind(operator.username.as_str())
+                    .bind(operator.password_hash.as_str())
+                    .bind(operator.role.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                Self::audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
                 Ok(())
             }
 
-            async fn set_operator_password(
+            async fn change_operator(
                 &self,
                 username: &str,
-                password_hash: &str,
+                change: &$crate::store::operators::OperatorChange,
+                audit: &$crate::store::operators::AuditEntry,
             ) -> Result<bool, $crate::store::StoreError> {
-                Ok($crate::store::shared::write_one!(
-                    self.pool,
-                    $crate::store::operators::SET_OPERATOR_PASSWORD,
-                    password_hash,
-                    username
-                )
-                .await?
-                    == 1)
+                use $crate::store::operators::{
+                    ENABLE_OPERATOR, OperatorChange, SET_OPERATOR_PASSWORD, SET_OPERATOR_ROLE,
+                };
+                let statement = match change {
+                    OperatorChange::Password(hash) => sqlx::query(SET_OPERATOR_PASSWORD).bind(hash.as_str()),
+                    OperatorChange::Role(role) => sqlx::query(SET_OPERATOR_ROLE).bind(role.as_str()),
+                    OperatorChange::Disable => sqlx::query($sql.disable_operator),
+                    OperatorChange::Enable => sqlx::query(ENABLE_OPERATOR),
+                };
+                let mut tx = self.pool.begin().await?;
+                if statement
+                    .bind(username)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    != 1
+                {
+                    return Ok(false);
+                }
+                Self::audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(true)
             }
 
             async fn operator_by_username(

@@ -133,6 +133,7 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
          where (at, id) < ($1::timestamptz, $2) order by at desc, id desc limit $3",
     delete_expired_sessions: "delete from operator_sessions where ctid = any(array( \
          select ctid from operator_sessions where expires_at <= now() limit $1))",
+    disable_operator: "update operators set disabled_at = coalesce(disabled_at, now()) where username = $1",
 };
 
 const CONSOLE_SQL: ConsoleSql = ConsoleSql {

@@ -218,6 +218,11 @@ const OPERATOR_SQL: OperatorSql = OperatorSql {
         now!(),
         " limit $1)"
     ),
+    disable_operator: concat!(
+        "update operators set disabled_at = coalesce(disabled_at, ",
+        now!(),
+        ") where username = $1"
+    ),
 };
 
 /// Seconds (float) since the oldest `created_at` of the rows a query selects.

@@ -167,3 +167,92 @@ async fn bad_arguments_get_a_clear_error_and_change_nothing() {
         .expect("count");
     assert_eq!(accounts, 0);
 }
+
+#[tokio::test]
+async fn operators_are_managed_from_the_command_line_and_every_change_is_audited() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path();
+    let created = idem(
+        data,
+        &["operator", "create", "--username", "olga", "--role", "admin"],
+    )
+    .await;
+    assert_eq!(created.code, Some(0), "{}", created.stderr);
+    let password = created.stdout.trim_end().to_owned();
+    assert!(
+        password.len() >= 20 && !password.contains('\n'),
+        "the password alone"
+    );
+
+    let steps: [(&[&str], &str); 4] = [
+        (
+            &["operator", "set-role", "olga", "--role", "viewer"],
+            "operator olga is now viewer",
+        ),
+        (&["operator", "disable", "olga"], "operator olga is disabled"),
+        (&["operator", "enable", "olga"], "operator olga is enabled"),
+        (&["operator", "disable", "olga"], "operator olga is disabled"),
+    ];
+    for (args, printed) in steps {
+        let outcome = idem(data, args).await;
+        assert_eq!(outcome.code, Some(0), "{args:?}: {}", outcome.stderr);
+        assert_eq!(outcome.stdout.trim_end(), printed);
+    }
+    let reset = idem(data, &["operator", "reset-password", "olga"]).await;
+    assert_eq!(reset.code, Some(0), "{}", reset.stderr);
+    assert_ne!(reset.stdout.trim_end(), password, "a new password");
+    assert!(
+        !reset.stderr.contains(reset.stdout.trim_end()),
+        "the password never reaches the logs"
+    );
+
+    let refused: [(&[&str], &str); 3] = [
+        (
+            &["operator", "disable", "nobody"],
+            "no operator is named \"nobody\"",
+        ),
+        (
+            &["operator", "set-role", "nobody", "--role", "admin"],
+            "no operator is named",
+        ),
+        (
+            &["operator", "set-role", "olga", "--role", "root"],
+            "invalid value 'root'",
+        ),
+    ];
+    for (args, message) in refused {
+        let outcome = idem(data, args).await;
+        assert_ne!(outcome.code, Some(0), "{args:?}");
+        assert!(outcome.stderr.contains(message), "{args:?}: {}", outcome.stderr);
+        assert!(outcome.stdout.is_empty(), "{args:?} printed {:?}", outcome.stdout);
+    }
+
+    let mut db = open_database(data).await;
+    let operator: (String, bool) =
+        sqlx::query_as("select role, disabled_at is not null from operators where username = 'olga'")
+            .fetch_one(&mut db)
+            .await
+            .expect("operator");
+    assert_eq!(operator, ("viewer".to_owned(), true));
+    let audit: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "select action, target, details from audit_log where actor like 'cli:%' order by at, rowid",
+    )
+    .fetch_all(&mut db)
+    .await
+    .expect("audit");
+    let actions: Vec<&str> = audit.iter().map(|(action, _, _)| action.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "operator.create",
+            "operator.set_role",
+            "operator.disable",
+            "operator.enable",
+            "operator.disable",
+            "operator.reset_password"
+        ],
+        "one entry per change made, none for refusals"
+    );
+    assert!(audit.iter().all(|(_, target, _)| target == "operator olga"));
+    assert_eq!(audit[1].2.as_deref(), Some("role viewer"));
+}

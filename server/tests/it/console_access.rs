@@ -1,10 +1,24 @@
 //! Console access: deny by default, sessions in the database, roles checked on the server,
 //! same-origin mutations, rate-limited and audited sign-in.
 
-use crate::support::{OPERATOR_PASSWORD, conformance, session_cookie, spawn_app, spawn_app_with_store};
+use crate::support::{
+    OPERATOR_PASSWORD, conformance, create_operator, session_cookie, spawn_app, spawn_app_with_store,
+};
 use app::dto::OperatorRole;
 use idem::auth::operator::Password;
-use idem::store::operators::StoredOperator;
+use idem::store::operators::{AuditEntry, OperatorChange};
+
+/// An audit entry as the command line writes one for `action` on an operator.
+fn command_line_audit(action: &str, username: &str) -> AuditEntry {
+    AuditEntry {
+        actor: "cli:test".to_owned(),
+        action: format!("operator.{action}"),
+        target: Some(format!("operator {username}")),
+        reason: None,
+        result: "ok".to_owned(),
+        details: None,
+    }
+}
 
 conformance! {
     async fn without_a_session_nothing_but_the_sign_in_page_is_served(db) {
@@ -102,8 +116,49 @@ conformance! {
         assert_eq!(app.server_fn("console/whoami").await.status(), 200);
         let store = app.db.store().await;
         let new_hash = Password::parse("another long password").expect("password").hash();
-        assert!(store.set_operator_password("opal", &new_hash).await.expect("reset"));
+        let reset = OperatorChange::Password(new_hash);
+        let audit = command_line_audit("reset_password", "opal");
+        assert!(store.change_operator("opal", &reset, &audit).await.expect("reset"));
         assert_eq!(app.server_fn("console/whoami").await.status(), 401, "a new password ends sessions");
+    }
+
+    async fn a_new_role_or_a_disabled_account_applies_from_the_next_request(db) {
+        let mut app = spawn_app(db).await;
+        app.sign_in("olga", OperatorRole::Operator).await;
+        let store = app.db.store().await;
+        let change = |change: OperatorChange, action: &'static str| {
+            let store = store.clone();
+            async move { store.change_operator("olga", &change, &command_line_audit(action, "olga")).await }
+        };
+        // A preview of a record that does not exist: refused by role first, by lookup after.
+        let preview = "record[tenant_id]=ten_0&record[operation]=create_payment&record[key]=k-none";
+        assert_ne!(app.server_fn_with("console/reconcile/preview", preview).await.status(), 403);
+
+        assert!(change(OperatorChange::Role(OperatorRole::Viewer), "set_role").await.expect("set role"));
+        let whoami = app.server_fn("console/whoami").await;
+        assert_eq!(whoami.json::<serde_json::Value>().await.expect("json")["role"], "viewer");
+        assert_eq!(app.server_fn_with("console/reconcile/preview", preview).await.status(), 403);
+
+        assert!(change(OperatorChange::Disable, "disable").await.expect("disable"));
+        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "the session stops at once");
+        assert_eq!(app.get("/").await.status(), 303);
+        let refused = app.post_sign_in("olga", OPERATOR_PASSWORD).await;
+        assert_eq!(refused.headers()["location"], "/sign-in?error=invalid", "no new session either");
+        assert!(change(OperatorChange::Disable, "disable").await.expect("disable twice"), "idempotent");
+
+        assert!(change(OperatorChange::Enable, "enable").await.expect("enable"));
+        app.sign_in("olga", OperatorRole::Viewer).await;
+        assert_eq!(app.server_fn("console/whoami").await.status(), 200);
+
+        let nobody = store
+            .change_operator("nobody", &OperatorChange::Disable, &command_line_audit("disable", "nobody"))
+            .await;
+        assert!(!nobody.expect("no such operator"), "nothing to change");
+        assert_eq!(
+            app.db.query_i64("select count(*) from audit_log where actor = 'cli:test'").await,
+            4,
+            "one entry per change made, none for the operator that does not exist"
+        );
     }
 
     async fn sign_in_is_rate_limited_per_username(db) {
@@ -127,16 +182,7 @@ conformance! {
 
     async fn a_session_started_on_one_instance_is_honoured_by_another(db) {
         let store = db.migrated_store().await;
-        store
-            .create_operator(&StoredOperator {
-                id: "op_ada".into(),
-                username: "ada".into(),
-                password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
-                role: OperatorRole::Admin,
-                disabled: false,
-            })
-            .await
-            .expect("operator");
+        create_operator(store.as_ref(), "ada", OperatorRole::Admin).await.expect("operator");
         let first = spawn_app_with_store(db, store.clone()).await;
         let signed_in = first.post_sign_in("ada", OPERATOR_PASSWORD).await;
         let cookie = session_cookie(&signed_in).expect("cookie");

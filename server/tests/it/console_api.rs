@@ -696,34 +696,49 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     let db = TestDatabase::create(Dialect::Postgres).await;
     let app = Installation::start(&db, &[]).await;
     app.sim
-        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 3 }))
         .await;
-    assert_eq!(app.pay("k-orphan", BODY.to_owned()).await.status(), 202);
+    let keys = ["k-orphan", "k-demoted", "k-disabled"];
+    for key in keys {
+        assert_eq!(app.pay(key, BODY.replace("inv-1", key)).await.status(), 202);
+    }
     let operator = app.console(&db, "otto", "operator").await;
+    // Two more operators start jobs, then lose the right to reconcile before they run.
+    app.console(&db, "dora", "operator").await;
+    app.console(&db, "dina", "operator").await;
     let tenant_id = operator.tenant_of("k-orphan").await;
-    let preview = operator
-        .json("reconcile/preview", &record_form(&tenant_id, "k-orphan"))
-        .await;
-    let version = preview["version"].as_i64().expect("version");
-
-    // A job as an instance left it when it died: started, its lease run out, nothing done.
-    db.execute(&format!(
-        "insert into bulk_jobs (id, requested_by, reason, runner_until) \
-         values ('blk_orphan', 'otto', 'provider shows the charges (OPS-30)', now() - interval '1 minute'); \
-         insert into bulk_job_items (job_id, position, tenant_id, operation_name, idempotency_key, \
-         record_version, action) values ('blk_orphan', 0, '{tenant_id}', 'create_payment', 'k-orphan', \
-         {version}, 'apply_provider_result');"
-    ))
-    .await
-    .expect("an orphaned job");
+    let mut jobs = String::new();
+    for (key, starter) in keys.iter().zip(["otto", "dora", "dina"]) {
+        let preview = operator
+            .json("reconcile/preview", &record_form(&tenant_id, key))
+            .await;
+        let version = preview["version"].as_i64().expect("version");
+        // A job as an instance left it when it died: started, its lease run out, nothing done.
+        jobs.push_str(&format!(
+            "insert into bulk_jobs (id, requested_by, reason, runner_until) \
+             values ('blk_{starter}', '{starter}', 'provider shows the charges (OPS-30)', \
+             now() - interval '1 minute'); \
+             insert into bulk_job_items (job_id, position, tenant_id, operation_name, idempotency_key, \
+             record_version, action) values ('blk_{starter}', 0, '{tenant_id}', 'create_payment', '{key}', \
+             {version}, 'apply_provider_result');"
+        ));
+    }
+    admin(
+        app.dir.path(),
+        &db,
+        &["operator", "set-role", "dora", "--role", "viewer"],
+    )
+    .await;
+    admin(app.dir.path(), &db, &["operator", "disable", "dina"]).await;
+    db.execute(&jobs).await.expect("orphaned jobs");
 
     db.eventually_i64(
-        "select count(*) from bulk_jobs where id = 'blk_orphan' and finished_at is not null",
-        |count| count == 1,
+        "select count(*) from bulk_jobs where finished_at is not null",
+        |count| count == 3,
         "resumed and finished",
     )
     .await;
-    let job = operator.json("reconcile/bulk-job", &[("id", "blk_orphan")]).await;
+    let job = operator.json("reconcile/bulk-job", &[("id", "blk_otto")]).await;
     assert_eq!(job["items"][0]["result"]["ok"], true, "{job}");
     assert_eq!(job["items"][0]["result"]["status"], "COMPLETED");
     assert_eq!(
@@ -734,6 +749,32 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
         .await,
         1,
         "applied in the name of the operator who started it"
+    );
+    for (starter, why) in [("dora", "may no longer reconcile"), ("dina", "is disabled")] {
+        let job = operator
+            .json("reconcile/bulk-job", &[("id", &format!("blk_{starter}"))])
+            .await;
+        assert_eq!(job["items"][0]["result"]["ok"], false, "{job}");
+        let message = job["items"][0]["result"]["message"].as_str().expect("message");
+        assert_eq!(message, format!("not applied: {starter} {why}"));
+        assert_eq!(
+            db.query_i64(&format!(
+                "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+                 and actor = '{starter}' and result = 'refused'"
+            ))
+            .await,
+            1,
+            "the refusal is audited"
+        );
+    }
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' \
+             and idempotency_key in ('k-demoted', 'k-disabled')"
+        )
+        .await,
+        2,
+        "nothing applied for them"
     );
 }
 

@@ -12,7 +12,7 @@ use idem::payments::engine::{EngineSettings, PaymentsEngine};
 use idem::provider::client::ProviderClient;
 use idem::provider::sim;
 use idem::store::Store;
-use idem::store::operators::StoredOperator;
+use idem::store::operators::{AuditEntry, StoredOperator};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,15 +75,7 @@ impl TestApp {
     /// Creates an operator with this role (once per name) and signs in as them.
     pub async fn sign_in(&mut self, username: &str, role: OperatorRole) {
         let store = self.db.store().await;
-        let created = store
-            .create_operator(&StoredOperator {
-                id: format!("op_{username}"),
-                username: username.to_owned(),
-                password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
-                role,
-                disabled: false,
-            })
-            .await;
+        let created = create_operator(store.as_ref(), username, role).await;
         assert!(
             matches!(created, Ok(()) | Err(idem::store::StoreError::AlreadyExists)),
             "{created:?}"
@@ -105,6 +97,30 @@ impl TestApp {
             .await
             .expect("POST /sign-in")
     }
+}
+
+/// Creates an operator whose password is `OPERATOR_PASSWORD`, as a test arranges it.
+pub async fn create_operator(
+    store: &dyn Store,
+    username: &str,
+    role: OperatorRole,
+) -> Result<(), idem::store::StoreError> {
+    let operator = StoredOperator {
+        id: format!("op_{username}"),
+        username: username.to_owned(),
+        password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
+        role,
+        disabled: false,
+    };
+    let audit = AuditEntry {
+        actor: "test".to_owned(),
+        action: "operator.create".to_owned(),
+        target: Some(format!("operator {username}")),
+        reason: None,
+        result: "ok".to_owned(),
+        details: None,
+    };
+    store.create_operator(&operator, &audit).await
 }
 
 /// The `name=value` of the session cookie a response sets, if any.

@@ -5,7 +5,7 @@ mod app;
 mod database;
 mod process;
 
-pub use app::{OPERATOR_PASSWORD, session_cookie, spawn_app, spawn_app_with_store};
+pub use app::{OPERATOR_PASSWORD, create_operator, session_cookie, spawn_app, spawn_app_with_store};
 pub use database::TestDatabase;
 pub use idem::store::Dialect;
 pub use process::{

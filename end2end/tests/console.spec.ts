@@ -58,6 +58,8 @@ test("the dashboard shows replays and conflicts after traffic that produced them
     ).toBeGreaterThanOrEqual(1);
   }).toPass({ timeout: 10_000 });
   await expect(page.locator('[data-gauge="unknown"]')).toBeVisible();
+  // Pictured as an operator uses it: hydrated, its refresh controls live.
+  await hydrated(page);
   await page.screenshot({ path: test.info().outputPath("dashboard.png"), fullPage: true });
 });
 

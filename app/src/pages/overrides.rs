@@ -181,9 +181,12 @@ fn OverrideItem(request: OverrideRequestView, can_decide: bool, decided: WriteSi
             </p>
             <p>
                 <strong>{format!("{state:?}")}</strong>
-                {request
-                    .decided_by
-                    .map(|by| format!(" by {by}: “{}”", request.decision_reason.unwrap_or_default()))}
+                {match (request.decided_by, request.decision_reason) {
+                    (Some(by), reason) => Some(format!(" by {by}: “{}”", reason.unwrap_or_default())),
+                    // Nobody decided: the request expired unanswered.
+                    (None, Some(reason)) => Some(format!(": {reason}")),
+                    (None, None) => None,
+                }}
                 {request.result.map(|result| format!("; {result}"))}
             </p>
             {can_decide

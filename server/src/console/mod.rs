@@ -14,7 +14,7 @@ use crate::idempotency::record::RecordAt;
 use crate::metrics::Outcome;
 use crate::payments::command::CreatePayment;
 use crate::payments::engine::{PaymentsEngine, Reconciled};
-use crate::store::approvals::{NewOverrideRequest, new_override_id};
+use crate::store::approvals::{NewOverrideRequest, OVERRIDE_DECISION_WINDOW, new_override_id};
 use crate::store::bulk::{BulkItem, ClaimedBulkJob, new_bulk_job_id};
 use crate::store::console::{RecordQuery, audit_target};
 use crate::store::operators::{AuditCursor, AuditEntry};
@@ -341,7 +341,11 @@ impl ConsoleBackend for StoreConsole {
                 request.id, request.outcome
             )),
         };
-        match self.store.request_override(&request, &audit).await {
+        match self
+            .store
+            .request_override(&request, &audit, OVERRIDE_DECISION_WINDOW)
+            .await
+        {
             Ok(()) => self.override_view(&request.id).await,
             Err(StoreError::AlreadyExists) => Err(ConsoleError::Invalid(
                 "this record already has an override waiting for a second admin".to_owned(),
@@ -406,11 +410,16 @@ impl ConsoleBackend for StoreConsole {
                 &admin.username,
                 &reason,
                 (!approve).then_some(&rejected),
+                OVERRIDE_DECISION_WINDOW,
             )
             .await
             .map_err(unavailable("override decision"))?;
         if !decided {
-            return refuse("the request is no longer pending").await;
+            return refuse(
+                "the request is no longer pending: decided already, or expired unanswered \
+                 (ask again with today's evidence)",
+            )
+            .await;
         }
         if approve {
             let scope = scope_of(&request.record)?;

@@ -5,6 +5,7 @@
 //! that overran its bound halves the next one, a quick one doubles it up to the maximum.
 
 use crate::store::Store;
+use crate::store::approvals::OVERRIDE_DECISION_WINDOW;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,6 +140,12 @@ pub fn spawn_worker(store: Arc<dyn Store>, settings: CleanupSettings) {
             // Console sessions past their expiry go too (they are refused already).
             if let Err(error) = store.delete_expired_sessions(1_000).await {
                 tracing::warn!(%error, "cleanup: expired sessions not deleted");
+            }
+            // Override requests nobody decided in time are rejected (each audited).
+            match store.expire_override_requests(OVERRIDE_DECISION_WINDOW).await {
+                Ok(0) => {}
+                Ok(expired) => tracing::info!(expired, "cleanup: override requests expired"),
+                Err(error) => tracing::warn!(%error, "cleanup: override requests not expired"),
             }
             if report.purged + report.deleted > 0 {
                 tracing::info!(

@@ -7,6 +7,11 @@ use crate::store::StoreError;
 use crate::store::operators::AuditEntry;
 use app::dto::{OverrideOutcome, OverrideRequestView, OverrideState, RecordRef};
 use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// How long a request waits for a second admin. Evidence a day old is not the evidence the
+/// approver would be looking at, so after that the request is rejected and must be made again.
+pub const OVERRIDE_DECISION_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// An admin's request, bound to the record's version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,11 +30,13 @@ pub fn new_override_id() -> String {
 
 #[async_trait::async_trait]
 pub trait ApprovalStore {
-    /// `Err(AlreadyExists)` when the record has a pending request already.
+    /// `Err(AlreadyExists)` when the record has a pending request already. Requests older
+    /// than `window` are expired first, so that one of those does not block a new one.
     async fn request_override(
         &self,
         request: &NewOverrideRequest,
         audit: &AuditEntry,
+        window: Duration,
     ) -> Result<(), StoreError>;
 
     /// Pending requests first, then the newest decided ones; `limit` rows at most.
@@ -39,7 +46,7 @@ pub trait ApprovalStore {
 
     /// Takes the decision (`Approved` or `Rejected`) on a pending request for `decided_by`,
     /// with `audit` in the same transaction when given. `false` (nothing written) when the
-    /// request is not pending any more, or `decided_by` made it.
+    /// request is not pending any more, is older than `window`, or `decided_by` made it.
     async fn decide_override(
         &self,
         id: &str,
@@ -47,16 +54,36 @@ pub trait ApprovalStore {
         decided_by: &str,
         reason: &str,
         audit: Option<&AuditEntry>,
+        window: Duration,
     ) -> Result<bool, StoreError>;
+
+    /// Rejects every request still pending after `window`, each with an audit entry in the
+    /// same transaction (the cleanup worker's); returns how many.
+    async fn expire_override_requests(&self, window: Duration) -> Result<u64, StoreError>;
 
     /// What applying an approved request did (`Applied` or `Failed`).
     async fn finish_override(&self, id: &str, state: OverrideState, result: &str) -> Result<(), StoreError>;
 }
 
 pub(super) struct ApprovalSql {
-    /// `$1` id, `$2` state, `$3` decided by, `$4` reason: pending -> decided, stamped now.
+    /// `$1` id, `$2` state, `$3` decided by, `$4` reason, `$5` window (seconds): pending and
+    /// younger than the window -> decided, stamped now.
     pub decide_override: &'static str,
+    /// `$1` window (seconds), `$2` reason: pending and older -> rejected by nobody; returns
+    /// each one's id and record (tenant, operation, key).
+    pub expire_overrides: &'static str,
 }
+
+/// Why the worker rejected a request, as its decision reason and audit details say.
+pub(super) fn expiry_reason(window: Duration) -> String {
+    format!(
+        "expired: no second admin decided within {} h",
+        window.as_secs() / 3600
+    )
+}
+
+/// The actor of the audit entries the cleanup worker writes.
+pub(super) const EXPIRY_ACTOR: &str = "worker:cleanup";
 
 pub(super) const INSERT_OVERRIDE: &str = "insert into override_requests (id, tenant_id, operation_name, \
      idempotency_key, record_version, outcome, provider_charge_id, requested_by, reason) \
@@ -151,16 +178,51 @@ pub(super) fn override_of(row: OverrideRow) -> Result<OverrideRequestView, Store
 }
 
 macro_rules! impl_approval_store {
-    ($store:ty, $sql:expr) => {
+    ($store:ty, $db:ty, $sql:expr) => {
+        impl $store {
+            /// Rejects the requests pending longer than `window`, with their audit entries,
+            /// inside `tx`; returns how many.
+            async fn expire_overrides_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                window: std::time::Duration,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let why = $crate::store::approvals::expiry_reason(window);
+                let expired: Vec<(String, String, String, String)> = sqlx::query_as($sql.expire_overrides)
+                    .bind(window.as_secs_f64())
+                    .bind(why.as_str())
+                    .fetch_all(&mut **tx)
+                    .await?;
+                for (id, tenant_id, operation, key) in &expired {
+                    let record = app::dto::RecordRef {
+                        tenant_id: tenant_id.clone(),
+                        operation: operation.clone(),
+                        key: key.clone(),
+                    };
+                    let entry = $crate::store::operators::AuditEntry {
+                        actor: $crate::store::approvals::EXPIRY_ACTOR.to_owned(),
+                        action: "override.expire".to_owned(),
+                        target: Some($crate::store::console::audit_target(&record)),
+                        reason: None,
+                        result: "ok".to_owned(),
+                        details: Some(format!("{id}: {why}")),
+                    };
+                    Self::audit_in(tx, &entry).await?;
+                }
+                Ok(u64::try_from(expired.len()).unwrap_or(u64::MAX))
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::store::approvals::ApprovalStore for $store {
             async fn request_override(
                 &self,
                 request: &$crate::store::approvals::NewOverrideRequest,
                 audit: &$crate::store::operators::AuditEntry,
+                window: std::time::Duration,
             ) -> Result<(), $crate::store::StoreError> {
                 let (outcome, charge_id) = $crate::store::approvals::stored_outcome(&request.outcome);
                 let mut tx = self.pool.begin().await?;
+                Self::expire_overrides_in(&mut tx, window).await?;
                 sqlx::query($crate::store::approvals::INSERT_OVERRIDE)
                     .bind(request.id.as_str())
                     .bind(request.record.tenant_id.as_str())
@@ -211,6 +273,7 @@ macro_rules! impl_approval_store {
                 decided_by: &str,
                 reason: &str,
                 audit: Option<&$crate::store::operators::AuditEntry>,
+                window: std::time::Duration,
             ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 let decided = sqlx::query($sql.decide_override)
@@ -218,6 +281,7 @@ macro_rules! impl_approval_store {
                     .bind(decision.as_str())
                     .bind(decided_by)
                     .bind(reason)
+                    .bind(window.as_secs_f64())
                     .execute(&mut *tx)
                     .await?
                     .rows_affected()
@@ -231,6 +295,16 @@ macro_rules! impl_approval_store {
                 }
                 tx.commit().await?;
                 Ok(true)
+            }
+
+            async fn expire_override_requests(
+                &self,
+                window: std::time::Duration,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let expired = Self::expire_overrides_in(&mut tx, window).await?;
+                tx.commit().await?;
+                Ok(expired)
             }
 
             async fn finish_override(

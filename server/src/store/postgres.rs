@@ -183,7 +183,11 @@ const BULK_SQL: BulkSql = BulkSql {
 
 const APPROVAL_SQL: ApprovalSql = ApprovalSql {
     decide_override: "update override_requests set state = $2, decided_by = $3, decision_reason = $4, \
-         decided_at = now() where id = $1 and state = 'pending' and requested_by <> $3",
+         decided_at = now() where id = $1 and state = 'pending' and requested_by <> $3 \
+         and requested_at > now() - make_interval(secs => $5)",
+    expire_overrides: "update override_requests set state = 'rejected', decision_reason = $2, \
+         decided_at = now() where state = 'pending' and requested_at <= now() - make_interval(secs => $1) \
+         returning id, tenant_id, operation_name, idempotency_key",
 };
 
 const EVENT_SQL: EventSql = EventSql {
@@ -240,6 +244,6 @@ impl_store!(
 impl_retention_store!(PostgresStore, sqlx::Postgres, RETENTION_SQL);
 impl_operator_store!(PostgresStore, sqlx::Postgres, OPERATOR_SQL);
 impl_console_store!(PostgresStore, sqlx::Postgres, CONSOLE_SQL);
-impl_approval_store!(PostgresStore, APPROVAL_SQL);
+impl_approval_store!(PostgresStore, sqlx::Postgres, APPROVAL_SQL);
 impl_bulk_store!(PostgresStore, BULK_SQL);
 impl_event_store!(PostgresStore, sqlx::Postgres, EVENT_SQL);

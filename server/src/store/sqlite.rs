@@ -305,7 +305,15 @@ const APPROVAL_SQL: ApprovalSql = ApprovalSql {
     decide_override: concat!(
         "update override_requests set state = $2, decided_by = $3, decision_reason = $4, decided_at = ",
         now!(),
-        " where id = $1 and state = 'pending' and requested_by <> $3"
+        " where id = $1 and state = 'pending' and requested_by <> $3 and requested_at > ",
+        now!("-$5")
+    ),
+    expire_overrides: concat!(
+        "update override_requests set state = 'rejected', decision_reason = $2, decided_at = ",
+        now!(),
+        " where state = 'pending' and requested_at <= ",
+        now!("-$1"),
+        " returning id, tenant_id, operation_name, idempotency_key"
     ),
 };
 
@@ -389,6 +397,6 @@ impl_store!(SqliteStore, sqlx::Sqlite, super::Dialect::Sqlite, MIGRATOR, SQL);
 impl_retention_store!(SqliteStore, sqlx::Sqlite, RETENTION_SQL);
 impl_operator_store!(SqliteStore, sqlx::Sqlite, OPERATOR_SQL);
 impl_console_store!(SqliteStore, sqlx::Sqlite, CONSOLE_SQL);
-impl_approval_store!(SqliteStore, APPROVAL_SQL);
+impl_approval_store!(SqliteStore, sqlx::Sqlite, APPROVAL_SQL);
 impl_bulk_store!(SqliteStore, BULK_SQL);
 impl_event_store!(SqliteStore, sqlx::Sqlite, EVENT_SQL);

@@ -535,7 +535,7 @@ conformance! {
 #[tokio::test]
 async fn an_override_without_provider_evidence_needs_a_second_admin() {
     let db = TestDatabase::create(Dialect::Postgres).await;
-    let app = Installation::start(&db, &[]).await;
+    let app = Installation::start(&db, &[("IDEM_CLEANUP_INTERVAL_MS", "200")]).await;
     app.sim
         .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
@@ -689,6 +689,43 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     );
     let listed = operator.json("overrides", &[]).await;
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+
+    // A request nobody decides within a day expires: it cannot be approved any more, and the
+    // cleanup worker rejects it (audited); the record is untouched.
+    let requested = bob
+        .post_json("overrides/request", &not_charged)
+        .await
+        .expect("request");
+    let id = requested["id"].as_str().expect("id").to_owned();
+    db.execute(&format!(
+        "update override_requests set requested_at = now() - interval '25 hours' where id = '{id}'"
+    ))
+    .await
+    .expect("age the request");
+    let late = decide(&ada, &id, "true", "approving it late").await;
+    assert!(late.contains("expired unanswered"), "{late}");
+    db.eventually_i64(
+        &format!(
+            "select count(*) from override_requests where id = '{id}' and state = 'rejected' \
+             and decided_by is null and decision_reason like 'expired%'"
+        ),
+        |count| count == 1,
+        "expired by the cleanup worker",
+    )
+    .await;
+    assert_eq!(
+        db.query_i64(&audit("override.expire", "worker:cleanup", "ok"))
+            .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from idempotency_records where idempotency_key = 'k-rejected' \
+             and status = 'UNKNOWN_REQUIRES_RECOVERY'"
+        )
+        .await,
+        1
+    );
 }
 
 #[tokio::test]

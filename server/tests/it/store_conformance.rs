@@ -287,7 +287,7 @@ mod console_jobs {
         OverrideOutcome, OverrideState, ReconcileAction, ReconcileResult, RecordRef, RecordStatus,
     };
     use idem::store::StoreError;
-    use idem::store::approvals::NewOverrideRequest;
+    use idem::store::approvals::{NewOverrideRequest, OVERRIDE_DECISION_WINDOW as DAY};
     use idem::store::bulk::{BulkItem, ClaimedBulkJob};
     use idem::store::operators::AuditEntry;
     use std::time::Duration;
@@ -366,22 +366,22 @@ mod console_jobs {
                 requested_by: "ada".into(),
                 reason: "statement".into(),
             };
-            store.request_override(&request, &audit("ada", "override.request")).await.expect("request");
+            store.request_override(&request, &audit("ada", "override.request"), DAY).await.expect("request");
             let second = NewOverrideRequest { id: "ovr_2".into(), ..request.clone() };
             assert!(matches!(
-                store.request_override(&second, &audit("ada", "override.request")).await,
+                store.request_override(&second, &audit("ada", "override.request"), DAY).await,
                 Err(StoreError::AlreadyExists)
             ));
             assert!(!store
-                .decide_override("ovr_1", OverrideState::Approved, "ada", "mine", None)
+                .decide_override("ovr_1", OverrideState::Approved, "ada", "mine", None, DAY)
                 .await
                 .expect("decide"));
             assert!(store
-                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None)
+                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None, DAY)
                 .await
                 .expect("decide"));
             assert!(!store
-                .decide_override("ovr_1", OverrideState::Rejected, "cy", "late", None)
+                .decide_override("ovr_1", OverrideState::Rejected, "cy", "late", None, DAY)
                 .await
                 .expect("decide"), "decided once");
             store.finish_override("ovr_1", OverrideState::Applied, "settled").await.expect("finish");
@@ -391,7 +391,7 @@ mod console_jobs {
             assert_eq!(view.decided_by.as_deref(), Some("bob"));
             assert_eq!(view.result.as_deref(), Some("settled"));
             // Decided, so the record may have another request now.
-            store.request_override(&second, &audit("ada", "override.request")).await.expect("request");
+            store.request_override(&second, &audit("ada", "override.request"), DAY).await.expect("request");
             let listed = store.override_requests(10).await.expect("list");
             assert_eq!(listed.iter().map(|request| request.id.as_str()).collect::<Vec<_>>(), ["ovr_2", "ovr_1"]);
             assert_eq!(
@@ -399,6 +399,49 @@ mod console_jobs {
                 2,
                 "the refused duplicate wrote no audit entry"
             );
+        }
+
+        async fn an_override_request_nobody_decided_in_time_expires(db) {
+            let store = db.migrated_store().await;
+            let request = NewOverrideRequest {
+                id: "ovr_1".into(),
+                record: record("k-1"),
+                record_version: 4,
+                outcome: OverrideOutcome::NotCharged,
+                requested_by: "ada".into(),
+                reason: "statement".into(),
+            };
+            store.request_override(&request, &audit("ada", "override.request"), DAY).await.expect("request");
+            assert_eq!(store.expire_override_requests(DAY).await.expect("expire"), 0, "still young");
+            // Past its window: nobody may approve it any more.
+            assert!(!store
+                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None, Duration::ZERO)
+                .await
+                .expect("decide"));
+            assert_eq!(store.expire_override_requests(Duration::ZERO).await.expect("expire"), 1);
+            assert_eq!(store.expire_override_requests(Duration::ZERO).await.expect("expire"), 0, "once");
+            let view = store.override_request("ovr_1").await.expect("read").expect("request");
+            assert_eq!(view.state, OverrideState::Rejected);
+            assert_eq!(view.decided_by, None, "no admin decided it");
+            assert!(view.decision_reason.as_deref().is_some_and(|why| why.starts_with("expired")), "{view:?}");
+            assert_eq!(
+                db.query_i64(
+                    "select count(*) from audit_log where action = 'override.expire' \
+                     and actor = 'worker:cleanup' and target like '%k-1'"
+                )
+                .await,
+                1
+            );
+
+            // A stale pending request does not block a new one: it is expired first.
+            let second = NewOverrideRequest { id: "ovr_2".into(), ..request.clone() };
+            store.request_override(&second, &audit("ada", "override.request"), DAY).await.expect("request");
+            let third = NewOverrideRequest { id: "ovr_3".into(), ..request.clone() };
+            store.request_override(&third, &audit("ada", "override.request"), Duration::ZERO).await.expect("request");
+            let second = store.override_request("ovr_2").await.expect("read").expect("request");
+            assert_eq!(second.state, OverrideState::Rejected);
+            let third = store.override_request("ovr_3").await.expect("read").expect("request");
+            assert_eq!(third.state, OverrideState::Pending);
         }
     }
 }

@@ -18,7 +18,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::routing::{get, post, put};
 use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -104,7 +104,7 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
         .site_pkg_dir("pkg")
         .site_addr(settings.site_addr)
         .build();
-    let routes = generate_route_list(app::App);
+    let routes = console_routes();
     let provide_backend = move || provide_context(backend.clone());
 
     // File names under pkg/ are not content-hashed, so browsers must revalidate (cheap: 304
@@ -135,6 +135,17 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
         .merge(sign_in)
         .layer(axum::middleware::from_fn(console::access::gate))
         .layer(session_layer)
+}
+
+/// The console's routes, listed once per process. Listing them runs the app with resource
+/// loading suppressed through a *process-wide* flag (leptos_server's
+/// `IS_SUPPRESSING_RESOURCE_LOAD`, leptos issue #4773): a page whose resource first polls
+/// while any router is being built waits forever (the request timeout then answers 503). So
+/// no router may be built while pages render; `serve` builds one at start, and in-process
+/// tests build many, concurrently, which made a page hang about once in a few hundred renders.
+fn console_routes() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(app::App)).clone()
 }
 
 /// `GET /metrics`: Prometheus text exposition.

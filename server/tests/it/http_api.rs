@@ -224,3 +224,40 @@ async fn readiness_fails_when_the_database_goes_away() {
         dashboard.status()
     );
 }
+
+/// Building a router lists the console's routes with resource loading suppressed for the whole
+/// process (leptos issue #4773): a page whose resource started meanwhile used to wait forever,
+/// answered 503 by the request timeout. Routers are built here, on other threads, while pages
+/// render; every page must come back complete.
+#[test]
+fn pages_render_whole_while_other_routers_are_built() {
+    let on_own_runtime = |work: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(work)
+        })
+    };
+    let builders = (0..4).map(|_| {
+        on_own_runtime(Box::pin(async {
+            for _ in 0..8 {
+                spawn_app(TestDatabase::create(Dialect::Sqlite).await).await;
+            }
+        }))
+    });
+    let renderers = (0..4).map(|_| {
+        on_own_runtime(Box::pin(async {
+            let app = spawn_app(TestDatabase::create(Dialect::Sqlite).await).await;
+            for _ in 0..50 {
+                let page = app.get("/sign-in").await;
+                assert_eq!(page.status(), 200, "a page stalled while a router was built");
+                assert!(page.text().await.expect("html").contains("</html>"));
+            }
+        }))
+    });
+    for thread in builders.chain(renderers).collect::<Vec<_>>() {
+        thread.join().expect("no page stalled");
+    }
+}

@@ -125,7 +125,8 @@ pub enum OperatorRole {
     Viewer,
     /// Also reconciles records against the provider.
     Operator,
-    /// Also overrides without provider evidence (with a second admin) and manages operators.
+    /// Also overrides without provider evidence (with a second admin). Operators themselves are
+    /// managed from the command line (`idem operator …`), never from the console.
     Admin,
 }
 

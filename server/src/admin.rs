@@ -157,6 +157,21 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
             tracing::info!(operator = %username, "operator disabled");
             Ok(format!("operator {username} is disabled"))
         }
+        OperatorCommand::List => Ok(store
+            .list_operators()
+            .await?
+            .into_iter()
+            .map(|operator| {
+                let standing = if operator.disabled { "disabled" } else { "enabled" };
+                format!(
+                    "{}\t{}\t{standing}\t{}",
+                    operator.username,
+                    operator.role,
+                    crate::store::rfc3339_millis(operator.created_at)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")),
         OperatorCommand::Enable { username } => {
             let audit = command_line_audit("enable", &username, String::new());
             change_operator(store, &username, &OperatorChange::Enable, &audit).await?;

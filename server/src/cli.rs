@@ -93,6 +93,8 @@ pub enum OperatorCommand {
     Disable { username: String },
     /// Enable a disabled operator again (they sign in anew).
     Enable { username: String },
+    /// List operators: username, role, enabled or disabled, created (tab-separated).
+    List,
 }
 
 fn parse_role(text: &str) -> Result<OperatorRole, String> {

@@ -15,6 +15,15 @@ pub struct StoredOperator {
     pub disabled: bool,
 }
 
+/// An operator as `idem operator list` shows them (never their password hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorListing {
+    pub username: String,
+    pub role: OperatorRole,
+    pub disabled: bool,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A change to an existing operator, made from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OperatorChange {
@@ -63,6 +72,9 @@ pub trait OperatorStore {
     async fn operator_by_username(&self, username: &str) -> Result<Option<StoredOperator>, StoreError>;
 
     async fn operator_by_id(&self, id: &str) -> Result<Option<StoredOperator>, StoreError>;
+
+    /// Every operator, by username.
+    async fn list_operators(&self) -> Result<Vec<OperatorListing>, StoreError>;
 
     /// `false` when a session with this id already exists (nothing written).
     async fn create_session(
@@ -122,6 +134,8 @@ pub(super) const OPERATOR_BY_USERNAME: &str = "select id, username, password_has
      case when disabled_at is null then 0 else 1 end from operators where username = $1";
 pub(super) const OPERATOR_BY_ID: &str = "select id, username, password_hash, role, \
      case when disabled_at is null then 0 else 1 end from operators where id = $1";
+pub(super) const LIST_OPERATORS: &str = "select username, role, \
+     case when disabled_at is null then 0 else 1 end, created_at from operators order by username";
 pub(super) const DELETE_SESSION: &str = "delete from operator_sessions where id_hash = $1";
 pub(super) const INSERT_AUDIT: &str = "insert into audit_log (id, actor, action, target, reason, result, details) \
      values ($1, $2, $3, $4, $5, $6, $7)";
@@ -267,6 +281,27 @@ macro_rules! impl_operator_store {
                         .fetch_optional(&self.pool)
                         .await?;
                 row.map($crate::store::operators::operator_of).transpose()
+            }
+
+            async fn list_operators(
+                &self,
+            ) -> Result<Vec<$crate::store::operators::OperatorListing>, $crate::store::StoreError> {
+                let rows: Vec<(String, String, i32, chrono::DateTime<chrono::Utc>)> =
+                    sqlx::query_as($crate::store::operators::LIST_OPERATORS)
+                        .fetch_all(&self.pool)
+                        .await?;
+                rows.into_iter()
+                    .map(|(username, role, disabled, created_at)| {
+                        Ok($crate::store::operators::OperatorListing {
+                            role: role.parse().map_err(|_| {
+                                $crate::store::StoreError::Corrupt(format!("operator role {role}"))
+                            })?,
+                            username,
+                            disabled: disabled != 0,
+                            created_at,
+                        })
+                    })
+                    .collect()
             }
 
             async fn create_session(

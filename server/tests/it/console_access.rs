@@ -145,6 +145,11 @@ conformance! {
         let refused = app.post_sign_in("olga", OPERATOR_PASSWORD).await;
         assert_eq!(refused.headers()["location"], "/sign-in?error=invalid", "no new session either");
         assert!(change(OperatorChange::Disable, "disable").await.expect("disable twice"), "idempotent");
+        let listed = store.list_operators().await.expect("list");
+        assert_eq!(
+            listed.iter().map(|operator| (operator.username.as_str(), operator.role, operator.disabled)).collect::<Vec<_>>(),
+            [("olga", OperatorRole::Viewer, true)]
+        );
 
         assert!(change(OperatorChange::Enable, "enable").await.expect("enable"));
         app.sign_in("olga", OperatorRole::Viewer).await;

@@ -173,10 +173,12 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
             .collect::<Vec<_>>()
             .join("\n")),
         OperatorCommand::Enable { username } => {
-            let audit = command_line_audit("enable", &username, String::new());
-            change_operator(store, &username, &OperatorChange::Enable, &audit).await?;
-            tracing::info!(operator = %username, "operator enabled");
-            Ok(format!("operator {username} is enabled"))
+            let password = Password::generate();
+            let change = OperatorChange::Enable(password.hash());
+            let audit = command_line_audit("enable", &username, "with a new password".to_owned());
+            change_operator(store, &username, &change, &audit).await?;
+            tracing::info!(operator = %username, "operator enabled with a new password; shown once");
+            Ok(password.expose().to_owned())
         }
     }
 }

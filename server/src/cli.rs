@@ -91,7 +91,8 @@ pub enum OperatorCommand {
     /// Disable an operator: their sessions stop working at once and their unfinished bulk
     /// jobs apply nothing more; nothing of theirs is deleted.
     Disable { username: String },
-    /// Enable a disabled operator again (they sign in anew).
+    /// Enable a disabled operator again with a new generated password (printed once); their
+    /// sessions from before stay ended.
     Enable { username: String },
     /// List operators: username, role, enabled or disabled, created (tab-separated).
     List,

@@ -22,9 +22,9 @@ use crate::store::{Store, StoreError};
 use app::backend::{ConsoleBackend, ConsoleError};
 use app::dto::{
     AuditEntryView, BulkJobView, ConsumerLag, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
-    LiveGauges, OverrideOutcome, OverrideRequestView, OverrideState, ProviderEvidence, ReconcileAction,
-    ReconcileOption, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef,
-    RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
+    LiveGauges, OperatorRole, OverrideOutcome, OverrideRequestView, OverrideState, ProviderEvidence,
+    ReconcileAction, ReconcileOption, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
+    RecordPage, RecordRef, RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
 };
 use chrono::{SecondsFormat, Utc};
 use std::sync::Arc;
@@ -395,6 +395,20 @@ impl ConsoleBackend for StoreConsole {
         };
         if request.requested_by == admin.username {
             return refuse("an override needs a second admin: its requester cannot decide it").await;
+        }
+        // Both admins must stand behind an applied override when it is applied: a requester
+        // since disabled or demoted (left, or not trusted any more) vouches for nothing.
+        if approve {
+            let requester = self
+                .store
+                .operator_by_username(&request.requested_by)
+                .await
+                .map_err(unavailable("override requester"))?;
+            if !requester
+                .is_some_and(|requester| !requester.disabled && requester.role == OperatorRole::Admin)
+            {
+                return refuse("its requester is no longer an enabled admin: it can only be rejected").await;
+            }
         }
         let decision = if approve {
             OverrideState::Approved

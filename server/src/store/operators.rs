@@ -33,7 +33,9 @@ pub enum OperatorChange {
     Role(OperatorRole),
     /// Their sessions stop working at once; nothing of theirs is deleted.
     Disable,
-    Enable,
+    /// Enabled again with a new Argon2 hash, so that sessions from before the disabling stay
+    /// ended (they are bound to the old hash).
+    Enable(String),
 }
 
 /// One line of the audit log, as written.
@@ -129,7 +131,8 @@ pub(super) const INSERT_OPERATOR: &str =
     "insert into operators (id, username, password_hash, role) values ($1, $2, $3, $4)";
 pub(super) const SET_OPERATOR_PASSWORD: &str = "update operators set password_hash = $1 where username = $2";
 pub(super) const SET_OPERATOR_ROLE: &str = "update operators set role = $1 where username = $2";
-pub(super) const ENABLE_OPERATOR: &str = "update operators set disabled_at = null where username = $1";
+pub(super) const ENABLE_OPERATOR: &str =
+    "update operators set disabled_at = null, password_hash = $1 where username = $2";
 pub(super) const OPERATOR_BY_USERNAME: &str = "select id, username, password_hash, role, \
      case when disabled_at is null then 0 else 1 end from operators where username = $1";
 pub(super) const OPERATOR_BY_ID: &str = "select id, username, password_hash, role, \
@@ -242,7 +245,7 @@ macro_rules! impl_operator_store {
                     OperatorChange::Password(hash) => sqlx::query(SET_OPERATOR_PASSWORD).bind(hash.as_str()),
                     OperatorChange::Role(role) => sqlx::query(SET_OPERATOR_ROLE).bind(role.as_str()),
                     OperatorChange::Disable => sqlx::query($sql.disable_operator),
-                    OperatorChange::Enable => sqlx::query(ENABLE_OPERATOR),
+                    OperatorChange::Enable(hash) => sqlx::query(ENABLE_OPERATOR).bind(hash.as_str()),
                 };
                 let mut tx = self.pool.begin().await?;
                 if statement

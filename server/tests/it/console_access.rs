@@ -151,7 +151,13 @@ conformance! {
             [("olga", OperatorRole::Viewer, true)]
         );
 
-        assert!(change(OperatorChange::Enable, "enable").await.expect("enable"));
+        let same_words_new_hash = Password::parse(OPERATOR_PASSWORD).expect("password").hash();
+        assert!(change(OperatorChange::Enable(same_words_new_hash), "enable").await.expect("enable"));
+        assert_eq!(
+            app.server_fn("console/whoami").await.status(),
+            401,
+            "a session from before the disabling stays ended"
+        );
         app.sign_in("olga", OperatorRole::Viewer).await;
         assert_eq!(app.server_fn("console/whoami").await.status(), 200);
 

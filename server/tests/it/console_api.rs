@@ -30,6 +30,11 @@ impl Console {
             &["operator", "create", "--username", username, "--role", role],
         )
         .await;
+        Console::sign_in_with(server, username, &password).await
+    }
+
+    /// Signs in as an existing operator.
+    async fn sign_in_with(server: &IdemProcess, username: &str, password: &str) -> Console {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -38,7 +43,7 @@ impl Console {
         let response = http
             .post(format!("{base}/sign-in"))
             .header("origin", &base)
-            .form(&[("username", username), ("password", password.as_str())])
+            .form(&[("username", username), ("password", password)])
             .send()
             .await
             .expect("sign in");
@@ -689,6 +694,32 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     );
     let listed = operator.json("overrides", &[]).await;
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+
+    // A request whose requester was disabled since cannot be approved (only rejected).
+    let requested = bob
+        .post_json("overrides/request", &not_charged)
+        .await
+        .expect("request");
+    let id = requested["id"].as_str().expect("id").to_owned();
+    admin(app.dir.path(), &db, &["operator", "disable", "bob"]).await;
+    let vouched_by_nobody = decide(&ada, &id, "true", "bob said so").await;
+    assert!(
+        vouched_by_nobody.contains("no longer an enabled admin"),
+        "{vouched_by_nobody}"
+    );
+    let rejected = ada
+        .json(
+            "overrides/decide",
+            &[
+                ("id", id.as_str()),
+                ("approve", "false"),
+                ("reason", "bob has left"),
+            ],
+        )
+        .await;
+    assert_eq!(rejected["state"], "Rejected", "{rejected}");
+    let new_password = admin(app.dir.path(), &db, &["operator", "enable", "bob"]).await;
+    let bob = Console::sign_in_with(&app.server, "bob", &new_password).await;
 
     // A request nobody decides within a day expires: it cannot be approved any more, and the
     // cleanup worker rejects it (audited); the record is untouched.

@@ -138,22 +138,31 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
             Ok(password.expose().to_owned())
         }
         OperatorCommand::ResetPassword { username } => {
-            let password = Password::generate();
-            let change = OperatorChange::Password(password.hash());
-            let audit = command_line_audit("reset_password", &username, "sessions ended".to_owned());
-            change_operator(store, &username, &change, &audit).await?;
+            let password =
+                with_new_password(store, &username, OperatorChange::Password, "reset_password").await?;
             tracing::info!(operator = %username, "operator password reset; their sessions end");
-            Ok(password.expose().to_owned())
+            Ok(password)
+        }
+        OperatorCommand::Enable { username } => {
+            let password = with_new_password(store, &username, OperatorChange::Enable, "enable").await?;
+            tracing::info!(operator = %username, "operator enabled with a new password; shown once");
+            Ok(password)
         }
         OperatorCommand::SetRole { username, role } => {
-            let audit = command_line_audit("set_role", &username, format!("role {role}"));
-            change_operator(store, &username, &OperatorChange::Role(role), &audit).await?;
+            let change = OperatorChange::Role(role);
+            change_operator(store, &username, &change, "set_role", &format!("role {role}")).await?;
             tracing::info!(operator = %username, %role, "operator role changed");
             Ok(format!("operator {username} is now {role}"))
         }
         OperatorCommand::Disable { username } => {
-            let audit = command_line_audit("disable", &username, "sessions ended".to_owned());
-            change_operator(store, &username, &OperatorChange::Disable, &audit).await?;
+            change_operator(
+                store,
+                &username,
+                &OperatorChange::Disable,
+                "disable",
+                "sessions ended",
+            )
+            .await?;
             tracing::info!(operator = %username, "operator disabled");
             Ok(format!("operator {username} is disabled"))
         }
@@ -172,24 +181,40 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
             })
             .collect::<Vec<_>>()
             .join("\n")),
-        OperatorCommand::Enable { username } => {
-            let password = Password::generate();
-            let change = OperatorChange::Enable(password.hash());
-            let audit = command_line_audit("enable", &username, "with a new password".to_owned());
-            change_operator(store, &username, &change, &audit).await?;
-            tracing::info!(operator = %username, "operator enabled with a new password; shown once");
-            Ok(password.expose().to_owned())
-        }
     }
 }
 
+/// Gives the operator a new generated password through `change` (which ends every session
+/// they had); returns the password, to be shown once.
+async fn with_new_password(
+    store: &dyn Store,
+    username: &str,
+    change: fn(String) -> OperatorChange,
+    action: &str,
+) -> Result<String, AdminError> {
+    let password = Password::generate();
+    change_operator(
+        store,
+        username,
+        &change(password.hash()),
+        action,
+        "new password; sessions ended",
+    )
+    .await?;
+    Ok(password.expose().to_owned())
+}
+
+/// Applies `change` with its audit entry (`operator.<action>`), or says there is no such
+/// operator.
 async fn change_operator(
     store: &dyn Store,
     username: &str,
     change: &OperatorChange,
-    audit: &AuditEntry,
+    action: &str,
+    details: &str,
 ) -> Result<(), AdminError> {
-    if store.change_operator(username, change, audit).await? {
+    let audit = command_line_audit(action, username, details.to_owned());
+    if store.change_operator(username, change, &audit).await? {
         Ok(())
     } else {
         Err(AdminError::UnknownOperator(username.to_owned()))

@@ -184,6 +184,20 @@ pub async fn redrive_events(
         .map_err(failed)
 }
 
+/// An operator's word that a released payment's late charge was refunded at the provider.
+#[server(endpoint = "console/late-charge/resolve")]
+pub async fn resolve_late_charge(
+    record: RecordRef,
+    payment_id: String,
+    reference: String,
+) -> Result<ReconcileResult, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .resolve_late_charge(&operator, record, payment_id, reference)
+        .await
+        .map_err(failed)
+}
+
 /// The record's stored response, masked until an operator asks; every reveal is audited.
 #[server(endpoint = "console/reveal")]
 pub async fn reveal_response(record: RecordRef) -> Result<Option<RevealedResponse>, ServerFnError> {

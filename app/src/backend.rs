@@ -101,6 +101,16 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     ) -> Result<Vec<RedriveResult>, ConsoleError>;
 
     /// The record's stored response, opened; audited before anything is returned.
+    /// Records an operator's word that a payment's late charge was refunded at the provider
+    /// (`reference`: the refund's id or ticket), audited; the dashboard stops counting it.
+    async fn resolve_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reference: String,
+    ) -> Result<ReconcileResult, ConsoleError>;
+
     async fn reveal_response(
         &self,
         operator: &CurrentOperator,

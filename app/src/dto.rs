@@ -473,6 +473,16 @@ pub struct ReleasedPaymentView {
     pub released_at: String,
     /// A charge the provider showed for it after all: money to refund.
     pub late_charge_id: Option<String>,
+    /// Who said that charge was refunded, when, and with what reference.
+    pub late_charge_resolved: Option<LateChargeResolution>,
+}
+
+/// An operator's word that a late charge was refunded at the provider.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateChargeResolution {
+    pub at: String,
+    pub by: String,
+    pub reference: String,
 }
 
 /// One change of a record's status, step or lease, as it committed.

@@ -1,10 +1,10 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
-use super::widgets::{StatusBadge, Time, load_error};
-use crate::api::{find_records, get_record, list_records, reveal_response, whoami};
+use super::widgets::{StatusBadge, Time, load_error, reason_given};
+use crate::api::{find_records, get_record, list_records, resolve_late_charge, reveal_response, whoami};
 use crate::dto::{
     OperatorRole, ProgressStep, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus,
-    RecordSummary,
+    RecordSummary, ReleasedPaymentView,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -233,6 +233,82 @@ pub fn RecordPage() -> impl IntoView {
     }
 }
 
+/// A payment the key released, and a charge the provider showed for it after all: to refund
+/// at the provider, then (an operator) to mark refunded here, with the refund's reference.
+#[component]
+fn ReleasedPayment(
+    payment: ReleasedPaymentView,
+    record: RecordRef,
+    role: OperatorRole,
+    applied: WriteSignal<Option<ReconcileResult>>,
+) -> impl IntoView {
+    let unresolved = payment.late_charge_id.is_some() && payment.late_charge_resolved.is_none();
+    let reference = RwSignal::new(String::new());
+    let payment_id = payment.id.clone();
+    let target = record.clone();
+    let resolve = Action::new(move |reference: &String| {
+        resolve_late_charge(target.clone(), payment_id.clone(), reference.clone())
+    });
+    Effect::new(move |_| {
+        if let Some(outcome) = resolve.value().get() {
+            applied.set(Some(outcome.unwrap_or_else(|error| ReconcileResult {
+                record: record.clone(),
+                ok: false,
+                status: None,
+                message: error.to_string(),
+            })));
+        }
+    });
+    view! {
+        <li data-released=payment.id.clone() class:alarm=unresolved>
+            <code>{payment.id.clone()}</code>
+            " declined and released "
+            <Time at=payment.released_at />
+            {payment
+                .late_charge_id
+                .map(|charge| format!(": the provider charged it after all ({charge})"))}
+            {match payment.late_charge_resolved {
+                Some(resolution) => {
+                    view! {
+                        <span data-late-charge="resolved">
+                            {format!("; refunded: “{}”, said {} ", resolution.reference, resolution.by)}
+                            <Time at=resolution.at />
+                        </span>
+                    }
+                        .into_any()
+                }
+                None if unresolved && role >= OperatorRole::Operator => {
+                    view! {
+                        <span data-late-charge="unresolved">"; refund it at the provider, then:"</span>
+                        <label class="reason">
+                            "Refund reference (goes into the audit log)"
+                            <input
+                                type="text"
+                                name="reference"
+                                prop:value=move || reference.get()
+                                on:input=move |event| reference.set(event_target_value(&event))
+                            />
+                        </label>
+                        <button
+                            type="button"
+                            class="button"
+                            disabled=move || !reason_given(reference) || resolve.pending().get()
+                            on:click=move |_| {
+                                resolve.dispatch(reference.get_untracked());
+                            }
+                        >
+                            "Mark refunded"
+                        </button>
+                    }
+                        .into_any()
+                }
+                None if unresolved => view! { <span data-late-charge="unresolved">"; refund it"</span> }.into_any(),
+                None => ().into_any(),
+            }}
+        </li>
+    }
+}
+
 #[component]
 fn RecordView(
     detail: RecordDetail,
@@ -381,22 +457,7 @@ fn RecordView(
                                 .released_payments
                                 .into_iter()
                                 .map(|payment| {
-                                    let charged = payment.late_charge_id.is_some();
-                                    let id = payment.id.clone();
-                                    view! {
-                                        <li data-released=id class:alarm=charged>
-                                            <code>{payment.id}</code>
-                                            " declined and released "
-                                            <Time at=payment.released_at />
-                                            {payment
-                                                .late_charge_id
-                                                .map(|charge| {
-                                                    format!(
-                                                        ": the provider charged it after all ({charge}); refund it",
-                                                    )
-                                                })}
-                                        </li>
-                                    }
+                                    view! { <ReleasedPayment payment record=detail.record.clone() role applied /> }
                                 })
                                 .collect_view()}
                         </ul>

@@ -597,6 +597,49 @@ impl ConsoleBackend for StoreConsole {
         Ok(results)
     }
 
+    async fn resolve_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reference: String,
+    ) -> Result<ReconcileResult, ConsoleError> {
+        let reference = checked_reason(&reference)?;
+        scope_of(&record)?;
+        let audit = |result: &str, details: String| AuditEntry {
+            actor: operator.username.clone(),
+            action: "late_charge.resolve".to_owned(),
+            target: Some(audit_target(&record)),
+            reason: Some(reference.clone()),
+            result: result.to_owned(),
+            details: Some(details),
+        };
+        let resolved = self
+            .store
+            .resolve_late_charge(
+                &record,
+                &payment_id,
+                &operator.username,
+                &reference,
+                &audit("ok", format!("{payment_id}: refunded at the provider")),
+            )
+            .await
+            .map_err(unavailable("late charge resolution"))?;
+        if !resolved {
+            let why = format!(
+                "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
+            );
+            self.write_audit(audit("refused", why.clone())).await;
+            return Err(ConsoleError::Invalid(why));
+        }
+        Ok(ReconcileResult {
+            record,
+            ok: true,
+            status: None,
+            message: format!("the late charge of {payment_id} is marked refunded"),
+        })
+    }
+
     async fn reveal_response(
         &self,
         operator: &CurrentOperator,

@@ -79,8 +79,20 @@ pub trait ConsoleStore {
     /// whose owner's lease ran out.
     async fn recovery_queue(&self, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
 
-    /// Released payments whose provider key showed a charge after all (to refund).
+    /// Released payments whose provider key showed a charge after all, not yet refunded.
     async fn late_charges(&self) -> Result<i64, StoreError>;
+
+    /// Records that the late charge of `payment_id`, released by `record`'s key, was refunded
+    /// (`reference` says how), with `audit`, in one transaction; `false` (nothing written) when
+    /// that key released no such payment, it has no late charge, or it was resolved already.
+    async fn resolve_late_charge(
+        &self,
+        record: &RecordRef,
+        payment_id: &str,
+        by: &str,
+        reference: &str,
+        audit: &crate::store::operators::AuditEntry,
+    ) -> Result<bool, StoreError>;
 }
 
 pub(super) struct ConsoleSql {
@@ -94,6 +106,9 @@ pub(super) struct ConsoleSql {
     pub list_records: &'static str,
     /// `$1` limit.
     pub recovery_queue: &'static str,
+    /// `$1` payment, `$2` operator, `$3` reference, `$4` tenant, `$5` key: an unresolved late
+    /// charge of a payment that key released -> resolved now.
+    pub resolve_late_charge: &'static str,
     /// `$1`..`$10` a journal entry (id, scope, at, fingerprint, command, status, error code,
     /// replayed).
     pub insert_journal: &'static str,
@@ -140,11 +155,39 @@ pub(super) const RECORD_JOURNAL: &str = "select at, fingerprint, canonical_comma
 pub(super) const RECORD_STEPS: &str = "select at, status, progress_step, lease_version, lease_owner \
      from record_steps where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
      order by at, lease_version limit 200";
-pub(super) const LATE_CHARGES: &str = "select count(*) from payments where late_charge_id is not null";
-pub(super) const RELEASED_PAYMENTS: &str = "select id, released_at, late_charge_id from payments \
+pub(super) const LATE_CHARGES: &str =
+    "select count(*) from payments where late_charge_id is not null and late_charge_resolved_at is null";
+pub(super) const RELEASED_PAYMENTS: &str = "select id, released_at, late_charge_id, late_charge_resolved_at, \
+     late_charge_resolved_by, late_charge_resolution from payments \
      where tenant_id = $1 and idempotency_key = $2 and released_at is not null order by released_at";
 pub(super) const TARGET_AUDIT: &str = "select id, at, actor, action, target, reason, result, details from audit_log \
      where target = $1 order by at desc, id desc limit 100";
+
+/// A payment a key released: id, released at, late charge, and its resolution (at, by,
+/// reference).
+pub(super) type ReleasedRow = (
+    String,
+    DateTime<Utc>,
+    Option<String>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+);
+
+pub(super) fn released_of(
+    (id, released_at, late_charge_id, resolved_at, resolved_by, resolution): ReleasedRow,
+) -> app::dto::ReleasedPaymentView {
+    app::dto::ReleasedPaymentView {
+        id,
+        released_at: crate::store::rfc3339_millis(released_at),
+        late_charge_id,
+        late_charge_resolved: resolved_at.map(|at| app::dto::LateChargeResolution {
+            at: crate::store::rfc3339_millis(at),
+            by: resolved_by.unwrap_or_default(),
+            reference: resolution.unwrap_or_default(),
+        }),
+    }
+}
 
 /// How the audit log names a record.
 pub fn audit_target(record: &RecordRef) -> String {
@@ -404,7 +447,7 @@ macro_rules! impl_console_store {
                 let completed_at: Option<chrono::DateTime<chrono::Utc>> = row.try_get(18)?;
                 let expires_at: chrono::DateTime<chrono::Utc> = row.try_get(19)?;
                 let claimed_as: String = row.try_get(20)?;
-                let released: Vec<(String, chrono::DateTime<chrono::Utc>, Option<String>)> =
+                let released: Vec<$crate::store::console::ReleasedRow> =
                     sqlx::query_as($crate::store::console::RELEASED_PAYMENTS)
                         .bind(record.tenant_id.as_str())
                         .bind(record.key.as_str())
@@ -513,13 +556,7 @@ macro_rules! impl_console_store {
                     claimed_as,
                     released_payments: released
                         .into_iter()
-                        .map(
-                            |(id, released_at, late_charge_id)| app::dto::ReleasedPaymentView {
-                                id,
-                                released_at: at(released_at),
-                                late_charge_id,
-                            },
-                        )
+                        .map($crate::store::console::released_of)
                         .collect(),
                     steps: steps
                         .into_iter()
@@ -597,6 +634,32 @@ macro_rules! impl_console_store {
                 Ok(sqlx::query_scalar($crate::store::console::LATE_CHARGES)
                     .fetch_one(&self.pool)
                     .await?)
+            }
+
+            async fn resolve_late_charge(
+                &self,
+                record: &app::dto::RecordRef,
+                payment_id: &str,
+                by: &str,
+                reference: &str,
+                audit: &$crate::store::operators::AuditEntry,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let resolved = sqlx::query($sql.resolve_late_charge)
+                    .bind(payment_id)
+                    .bind(by)
+                    .bind(reference)
+                    .bind(record.tenant_id.as_str())
+                    .bind(record.key.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if resolved != 1 {
+                    return Ok(false);
+                }
+                Self::audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(true)
             }
 
             async fn recovery_queue(

@@ -164,6 +164,9 @@ const CONSOLE_SQL: ConsoleSql = ConsoleSql {
          provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
          where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= now()) \
          order by created_at limit $1",
+    resolve_late_charge: "update payments set late_charge_resolved_at = now(), late_charge_resolved_by = $2, \
+         late_charge_resolution = $3 where id = $1 and tenant_id = $4 and idempotency_key = $5 \
+         and released_at is not null and late_charge_id is not null and late_charge_resolved_at is null",
     insert_journal: "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
          fingerprint, canonical_command, status_code, error_code, replayed) \
          values ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10)",

@@ -885,5 +885,43 @@ conformance! {
         let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
         assert_eq!(detail["released_payments"][0]["id"], released_payment.as_str());
         assert!(detail["released_payments"][0]["late_charge_id"].is_string(), "{detail}");
+        assert_eq!(detail["released_payments"][0]["late_charge_resolved"], Value::Null);
+
+        // Refunded at the provider, an operator says so (a viewer may not); the alarm stops.
+        fn resolve<'a>(tenant: &'a str, payment: &'a str, reference: &'a str) -> Vec<(&'static str, &'a str)> {
+            let mut form = record_form(tenant, "k-late");
+            form.extend([("payment_id", payment), ("reference", reference)]);
+            form
+        }
+        let released = released_payment.as_str();
+        let reference = "refund re_1 (OPS-41)";
+        let viewer = app.console(&db, "vera", "viewer").await;
+        let refused = viewer.call("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
+        assert_eq!(refused.status(), 403);
+        let blank = operator.call("late-charge/resolve", &resolve(&tenant_id, released, " ")).await;
+        assert_eq!(blank.status(), 400, "a reference is required");
+        let elsewhere = operator.call("late-charge/resolve", &resolve(&tenant_id, "pay_unknown", reference)).await;
+        assert_eq!(elsewhere.status(), 400, "only a payment this key released");
+        let resolved = operator.json("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
+        assert_eq!(resolved["ok"], true, "{resolved}");
+        let again = operator.call("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
+        assert_eq!(again.status(), 400, "resolved once");
+
+        let dashboard = operator
+            .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+            .await;
+        assert_eq!(dashboard["live"]["charged_after_release"], 0, "{}", dashboard["live"]);
+        let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
+        let resolution = &detail["released_payments"][0]["late_charge_resolved"];
+        assert_eq!(resolution["by"], "otto", "{detail}");
+        assert_eq!(resolution["reference"], "refund re_1 (OPS-41)");
+        assert!(detail["released_payments"][0]["late_charge_id"].is_string(), "the charge stays known");
+        let audited = |result: &str| {
+            format!(
+                "select count(*) from audit_log where action = 'late_charge.resolve' and result = '{result}'"
+            )
+        };
+        assert_eq!(db.query_i64(&audited("ok")).await, 1);
+        assert_eq!(db.query_i64(&audited("refused")).await, 2, "the unknown payment and the second try");
     }
 }

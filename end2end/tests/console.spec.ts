@@ -182,6 +182,34 @@ test("a payment the provider never charged is marked failed and its key executes
   await page.screenshot({ path: test.info().outputPath("released-record.png"), fullPage: true });
 });
 
+test("a charge the provider made after the release is found, refunded, and marked so", async ({ page, request }) => {
+  const key = `late-${Date.now()}`;
+  // "Nothing was charged", then the provider takes the request 8 s later, long after the release.
+  const fault = await request.post(`${simUrl}/_sim/faults`, { data: { mode: "accept_late", count: 1, delayMs: 8000 } });
+  expect(fault.status()).toBe(201);
+  expect((await pay(request, key)).status()).toBe(202);
+
+  await signIn(page, "operator");
+  await openRecord(page, key);
+  const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
+  await dialog.getByRole("button", { name: "Preview" }).click();
+  await expect(dialog.locator("[data-evidence]")).toContainText("no charge");
+  await dialog.getByLabel("Mark failed and release the key").check();
+  await dialog.getByLabel("Reason (goes into the audit log)").fill("the provider has no charge (e2e late)");
+  await dialog.getByRole("button", { name: "Apply" }).click();
+  await expect(page.locator("p[data-result]")).toContainText("key released");
+
+  // The settlement pass watches released payments and finds the charge.
+  await expect(async () => {
+    await openRecord(page, key);
+    await expect(page.locator('[data-late-charge="unresolved"]')).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 30_000 });
+  await page.getByLabel("Refund reference (goes into the audit log)").fill("refund re_e2e (OPS-41)");
+  await page.getByRole("button", { name: "Mark refunded" }).click();
+  await expect(page.locator("p[data-result]")).toContainText("marked refunded");
+  await expect(page.locator('[data-late-charge="resolved"]')).toContainText("refund re_e2e (OPS-41)");
+});
+
 test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request }) => {
   const key = `override-${Date.now()}`;
   await unknownPayment(request, key);

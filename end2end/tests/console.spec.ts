@@ -157,12 +157,10 @@ test("a bulk reconciliation of three records reports three results", async ({ pa
   await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
 });
 
-test("a payment the provider never charged is marked failed and its key executes anew", async ({ page, request }) => {
-  const key = `release-${Date.now()}`;
-  const fault = await request.post(`${simUrl}/_sim/faults`, { data: { mode: "fail_before_accept", count: 1 } });
-  expect(fault.status()).toBe(201);
+/** A payment the provider (with `fault`) says it did not charge, released by an operator. */
+async function payThenRelease(page: Page, request: APIRequestContext, key: string, fault: object) {
+  expect((await request.post(`${simUrl}/_sim/faults`, { data: fault })).status()).toBe(201);
   expect((await pay(request, key)).status()).toBe(202);
-
   await signIn(page, "operator");
   await openRecord(page, key);
   const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
@@ -172,6 +170,11 @@ test("a payment the provider never charged is marked failed and its key executes
   await dialog.getByLabel("Reason (goes into the audit log)").fill("customer left; the provider has no charge (e2e)");
   await dialog.getByRole("button", { name: "Apply" }).click();
   await expect(page.locator("p[data-result]")).toContainText("key released");
+}
+
+test("a payment the provider never charged is marked failed and its key executes anew", async ({ page, request }) => {
+  const key = `release-${Date.now()}`;
+  await payThenRelease(page, request, key, { mode: "fail_before_accept", count: 1 });
   await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "FAILED_RETRYABLE");
 
   const retried = await pay(request, key);
@@ -185,19 +188,7 @@ test("a payment the provider never charged is marked failed and its key executes
 test("a charge the provider made after the release is found, refunded, and marked so", async ({ page, request }) => {
   const key = `late-${Date.now()}`;
   // "Nothing was charged", then the provider takes the request 8 s later, long after the release.
-  const fault = await request.post(`${simUrl}/_sim/faults`, { data: { mode: "accept_late", count: 1, delayMs: 8000 } });
-  expect(fault.status()).toBe(201);
-  expect((await pay(request, key)).status()).toBe(202);
-
-  await signIn(page, "operator");
-  await openRecord(page, key);
-  const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
-  await dialog.getByRole("button", { name: "Preview" }).click();
-  await expect(dialog.locator("[data-evidence]")).toContainText("no charge");
-  await dialog.getByLabel("Mark failed and release the key").check();
-  await dialog.getByLabel("Reason (goes into the audit log)").fill("the provider has no charge (e2e late)");
-  await dialog.getByRole("button", { name: "Apply" }).click();
-  await expect(page.locator("p[data-result]")).toContainText("key released");
+  await payThenRelease(page, request, key, { mode: "accept_late", count: 1, delayMs: 8000 });
 
   // The settlement pass watches released payments and finds the charge.
   await expect(async () => {

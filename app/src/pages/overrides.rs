@@ -3,7 +3,7 @@
 //! approves (which applies it at once, if the record is still as it was) or rejects. The
 //! server enforces both roles, the second person, and the record's version.
 
-use super::widgets::{ReasonAndApply, ReasonField, Time, load_error, reason_given};
+use super::widgets::{ReasonAndApply, ReasonField, TextField, Time, load_error, reason_given};
 use crate::api::{decide_override, list_overrides, request_override, whoami};
 use crate::dto::{OperatorRole, OverrideOutcome, OverrideRequestView, OverrideState, RecordRef};
 use leptos::prelude::*;
@@ -74,16 +74,12 @@ pub fn OverrideRequestForm(record: RecordRef, version: i64) -> impl IntoView {
                     })
                     .collect_view()}
             </fieldset>
-            <label class="reason" hidden=move || vouched.get() == Vouched::NotCharged>
-                "Provider charge id"
-                <input
-                    type="text"
-                    name="charge-id"
-                    autocomplete="off"
-                    prop:value=move || charge_id.get()
-                    on:input=move |event| charge_id.set(event_target_value(&event))
-                />
-            </label>
+            <TextField
+                label="Provider charge id"
+                name="charge-id"
+                value=charge_id
+                hidden=Signal::derive(move || vouched.get() == Vouched::NotCharged)
+            />
             <ReasonAndApply
                 reason
                 pending=request.pending()

@@ -1,6 +1,6 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
-use super::widgets::{StatusBadge, Time, load_error, reason_given};
+use super::widgets::{StatusBadge, TextField, Time, load_error, reason_given};
 use crate::api::{find_records, get_record, list_records, resolve_late_charge, reveal_response, whoami};
 use crate::dto::{
     OperatorRole, ProgressStep, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus,
@@ -280,15 +280,11 @@ fn ReleasedPayment(
                 None if unresolved && role >= OperatorRole::Operator => {
                     view! {
                         <span data-late-charge="unresolved">"; refund it at the provider, then:"</span>
-                        <label class="reason">
-                            "Refund reference (goes into the audit log)"
-                            <input
-                                type="text"
-                                name="reference"
-                                prop:value=move || reference.get()
-                                on:input=move |event| reference.set(event_target_value(&event))
-                            />
-                        </label>
+                        <TextField
+                            label="Refund reference (goes into the audit log)"
+                            name="reference"
+                            value=reference
+                        />
                         <button
                             type="button"
                             class="button"

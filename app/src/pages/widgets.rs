@@ -96,6 +96,28 @@ pub fn age(seconds: f64) -> String {
     }
 }
 
+/// A one-line text field bound to `value`, under its visible label.
+#[component]
+pub fn TextField(
+    label: &'static str,
+    name: &'static str,
+    value: RwSignal<String>,
+    #[prop(optional, into)] hidden: Signal<bool>,
+) -> impl IntoView {
+    view! {
+        <label class="reason" hidden=move || hidden.get()>
+            {label}
+            <input
+                type="text"
+                name=name
+                autocomplete="off"
+                prop:value=move || value.get()
+                on:input=move |event| value.set(event_target_value(&event))
+            />
+        </label>
+    }
+}
+
 /// At least this many characters of reason (the server checks the same).
 const MIN_REASON: usize = 5;
 

@@ -2,13 +2,15 @@
 //! (under `ssr`) and is a typed HTTP call from the browser (under `hydrate`). Each starts by
 //! checking the caller's role on the server: deny by default.
 
-#[cfg(feature = "ssr")]
-use crate::dto::OperatorRole;
 use crate::dto::{
-    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, EventsOverview, OverrideOutcome,
-    OverrideRequestView, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
-    RecordPage, RecordRef, RecordSummary, RedriveResult, RevealedResponse,
+    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, EventsOverview, OverrideRequestView,
+    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    RedriveResult, RevealedResponse,
 };
+#[cfg(feature = "ssr")]
+use domain::operator::OperatorRole;
+use domain::recovery::OverrideOutcome;
+use domain::recovery::ReconcileAction;
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 

@@ -3,7 +3,8 @@
 //! function starts with [`require`], so a call is refused on the server whatever the page
 //! showed (hidden buttons are not security).
 
-use crate::dto::{CurrentOperator, OperatorRole};
+use crate::dto::CurrentOperator;
+use domain::operator::OperatorRole;
 use leptos::prelude::*;
 
 /// The signed-in operator of the current request, if any.

@@ -3,10 +3,12 @@
 //! render on the server without ever depending on sqlx or on `server`.
 
 use crate::dto::{
-    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, DashboardRange, EventsOverview, OverrideOutcome,
-    OverrideRequestView, ReconcileAction, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
-    RecordPage, RecordRef, RecordSummary, RedriveResult, RevealedResponse,
+    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
+    OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage,
+    RecordRef, RecordSummary, RedriveResult, RevealedResponse,
 };
+use domain::recovery::OverrideOutcome;
+use domain::recovery::ReconcileAction;
 use leptos::prelude::*;
 use std::sync::Arc;
 

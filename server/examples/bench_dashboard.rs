@@ -10,8 +10,8 @@
 
 use app::backend::ConsoleBackend;
 use app::dto::DashboardRange;
+use domain::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::console::StoreConsole;
-use idem::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::idempotency::journal::RequestJournal;
 use idem::idempotency::sealing::ResponseSealer;
 use idem::metrics::OutcomeCounter;

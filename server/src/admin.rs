@@ -1,14 +1,18 @@
 //! The CLI's administrative commands: tenants, API keys, accounts, console operators.
 
-use crate::auth::api_key::{ApiKeyId, NewApiKey};
-use crate::auth::operator::{OperatorUsername, Password};
-use crate::auth::tenant::{TenantId, TenantName};
+use domain::tenant::ApiKeyId;
+
+use crate::auth::api_key::NewApiKey;
+use crate::auth::operator::Password;
 use crate::cli::{AccountCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
-use crate::payments::account::NewAccount;
-use crate::payments::command::AccountId;
-use crate::payments::money::{Balance, Currency};
-use crate::store::operators::{AuditEntry, OperatorChange, StoredOperator};
+use crate::store::operators::{OperatorChange, StoredOperator};
 use crate::store::{Store, StoreError};
+use domain::command::AccountId;
+use domain::money::{Balance, Currency};
+use domain::operator::AuditEntry;
+use domain::operator::OperatorUsername;
+use domain::payment::NewAccount;
+use domain::tenant::{TenantId, TenantName};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -123,7 +127,7 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
                 OperatorUsername::parse(&username).map_err(|problem| invalid("--username", problem))?;
             let password = Password::generate();
             let operator = StoredOperator {
-                id: format!("op_{}", crate::auth::random_hex(8)),
+                id: format!("op_{}", domain::random::random_hex(8)),
                 username: parsed.to_string(),
                 password_hash: password.hash(),
                 role,

@@ -1,8 +1,9 @@
 //! The command line of the one binary. Every flag has an environment variable; `--help` shows both.
 
-use crate::expiry::AfterExpiry;
-use app::dto::OperatorRole;
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use domain::expiry::AfterExpiry;
+use domain::operator::OperatorRole;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -100,6 +101,7 @@ pub enum OperatorCommand {
 
 fn parse_role(text: &str) -> Result<OperatorRole, String> {
     text.parse()
+        .map_err(|_| format!("unknown role {text:?} (viewer, operator or admin)"))
 }
 
 #[derive(Debug, Args)]
@@ -269,7 +271,13 @@ pub struct ServeArgs {
 
     /// What a create_payment retry gets after its key's window: a new operation (the
     /// business key still stops a second payment) or 422 IDEMPOTENCY_KEY_EXPIRED.
-    #[arg(long, env = "IDEM_AFTER_EXPIRY", value_enum, default_value_t = AfterExpiry::NewOperation)]
+    #[arg(
+        long,
+        env = "IDEM_AFTER_EXPIRY",
+        default_value = "new_operation",
+        value_parser = clap::builder::PossibleValuesParser::new(["new_operation", "reject"])
+            .try_map(|text| text.parse::<AfterExpiry>()),
+    )]
     pub after_expiry: AfterExpiry,
 
     /// How long, in seconds, an expired record's tombstone (scope, key, fingerprint, outcome,

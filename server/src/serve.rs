@@ -3,7 +3,6 @@
 
 use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::events;
-use crate::expiry::ExpiryPolicy;
 use crate::expiry::cleanup::{self, CleanupSettings};
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
@@ -16,6 +15,7 @@ use crate::provider;
 use crate::provider::client::ProviderClient;
 use crate::recovery::{self, RecoverySettings};
 use crate::store::{self, DatabaseTarget, StoreError};
+use domain::expiry::ExpiryPolicy;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

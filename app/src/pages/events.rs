@@ -1,6 +1,7 @@
 use super::widgets::{ReasonAndApply, Time, age, load_error};
 use crate::api::{get_events, redrive_events, whoami};
-use crate::dto::{DeadLetter, OperatorRole};
+use crate::dto::DeadLetter;
+use domain::operator::OperatorRole;
 use leptos::prelude::*;
 use leptos_meta::Title;
 

@@ -5,7 +5,10 @@
 
 use super::widgets::{ReasonAndApply, ReasonField, TextField, Time, load_error, reason_given};
 use crate::api::{decide_override, list_overrides, request_override, whoami};
-use crate::dto::{OperatorRole, OverrideOutcome, OverrideRequestView, OverrideState, RecordRef};
+use crate::dto::{OverrideRequestView, RecordRef};
+use domain::operator::OperatorRole;
+use domain::recovery::OverrideOutcome;
+use domain::recovery::OverrideState;
 use leptos::prelude::*;
 
 /// What the admin's evidence shows, before the charge id is filled in.

@@ -5,7 +5,9 @@
 
 use super::widgets::{ReasonAndApply, take_focus};
 use crate::api::{apply_reconcile, preview_reconcile};
-use crate::dto::{ProviderEvidence, ReconcileAction, ReconcilePreview, ReconcileResult, RecordRef};
+use crate::dto::{ReconcilePreview, ReconcileResult, RecordRef};
+use domain::recovery::ProviderEvidence;
+use domain::recovery::ReconcileAction;
 use leptos::prelude::*;
 
 pub fn evidence_text(evidence: &ProviderEvidence) -> String {
@@ -48,7 +50,7 @@ fn OptionsView(preview: ReconcilePreview, chosen: RwSignal<Option<ReconcileActio
                                 prop:checked=move || chosen.get() == Some(action)
                                 on:change=move |_| chosen.set(Some(action))
                             />
-                            <strong>{action.title()}</strong>
+                            <strong>{action_title(action)}</strong>
                             <ul class="changes">
                                 {option.changes.into_iter().map(|change| view! { <li>{change}</li> }).collect_view()}
                             </ul>
@@ -125,5 +127,14 @@ pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileRe
                     .map(|error| view! { <p class="error" role="alert">{error.to_string()}</p> })
             }}
         </section>
+    }
+}
+
+/// What an action is called on the console's buttons and in its lists.
+pub fn action_title(action: ReconcileAction) -> &'static str {
+    match action {
+        ReconcileAction::ApplyProviderResult => "Apply the provider's result",
+        ReconcileAction::RetryCharge => "Retry the charge with the same provider key",
+        ReconcileAction::MarkFailedAndReleaseKey => "Mark failed and release the key",
     }
 }

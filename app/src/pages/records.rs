@@ -1,14 +1,16 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
-use super::widgets::{StatusBadge, TextField, Time, load_error, reason_given};
+use super::widgets::{NameSelect, StatusBadge, TextField, Time, load_error, reason_given};
 use crate::api::{find_records, get_record, list_records, resolve_late_charge, reveal_response, whoami};
 use crate::dto::{
-    OperatorRole, ProgressStep, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordStatus,
-    RecordSummary, ReleasedPaymentView,
+    ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordSummary, ReleasedPaymentView,
 };
+use domain::operator::OperatorRole;
+use domain::record::{ProgressStep, RecordStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use strum::VariantArray;
 
 /// The records browser: exact look-up (key, payment id, provider charge id) or a filtered,
 /// keyset-paginated list, newest first. Filters are a GET form, so every view has a link.
@@ -60,40 +62,8 @@ pub fn RecordsPage() -> impl IntoView {
                 </Transition>
             </Show>
             <form method="get" action="/records" class="filters" aria-label="Filter records">
-                <label>
-                    "Status"
-                    <select name="status">
-                        <option value="">"any"</option>
-                        {RecordStatus::ALL
-                            .into_iter()
-                            .map(|status| {
-                                let name = status.as_str();
-                                view! {
-                                    <option value=name selected=move || param("status") == name>
-                                        {name}
-                                    </option>
-                                }
-                            })
-                            .collect_view()}
-                    </select>
-                </label>
-                <label>
-                    "Step"
-                    <select name="step">
-                        <option value="">"any"</option>
-                        {ProgressStep::ALL
-                            .into_iter()
-                            .map(|step| {
-                                let step = step.as_str();
-                                view! {
-                                    <option value=step selected=move || param("step") == step>
-                                        {step}
-                                    </option>
-                                }
-                            })
-                            .collect_view()}
-                    </select>
-                </label>
+                <NameSelect label="Status" name="status" names=RecordStatus::VARIANTS.iter().map(|status| status.as_str()).collect() selected=Signal::derive(move || param("status")) />
+                <NameSelect label="Step" name="step" names=ProgressStep::VARIANTS.iter().map(|step| step.as_str()).collect() selected=Signal::derive(move || param("step")) />
                 <label>"Operation " <input name="operation" value=move || param("operation") size="14" /></label>
                 <label>"Tenant id " <input name="tenant" value=move || param("tenant") size="14" /></label>
                 <label>"Key prefix " <input name="key_prefix" value=move || param("key_prefix") size="14" /></label>

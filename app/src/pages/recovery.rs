@@ -1,8 +1,9 @@
 use super::overrides::OverridesPanel;
-use super::reconcile::evidence_text;
+use super::reconcile::{action_title, evidence_text};
 use super::widgets::{ReasonAndApply, StatusBadge, Time, load_error};
 use crate::api::{bulk_preview, get_bulk_job, get_recovery_queue, start_bulk_reconcile, whoami};
-use crate::dto::{BulkJobView, OperatorRole, ReconcilePreview, RecordRef};
+use crate::dto::{BulkJobView, ReconcilePreview, RecordRef};
+use domain::operator::OperatorRole;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -135,7 +136,7 @@ pub fn RecoveryPage() -> impl IntoView {
                                             " (version {}): {}; {}",
                                             preview.version,
                                             evidence_text(&preview.evidence),
-                                            preview.options.first().map_or("nothing can be applied", |option| option.action.title()),
+                                            preview.options.first().map_or("nothing can be applied", |option| action_title(option.action)),
                                         )}
                                     </li>
                                 }).collect_view()}
@@ -176,7 +177,7 @@ fn BulkProgress(job: BulkJobView) -> impl IntoView {
                     .items
                     .into_iter()
                     .filter_map(|item| {
-                        let action = item.action.title();
+                        let action = action_title(item.action);
                         item.result
                             .map(|result| {
                                 view! {

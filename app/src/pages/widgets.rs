@@ -1,12 +1,41 @@
 //! Small pieces every page uses: status badges, times, load errors, SVG charts.
 
-use crate::dto::RecordStatus;
+use domain::record::RecordStatus;
 use leptos::prelude::*;
 
 #[component]
 pub fn StatusBadge(status: RecordStatus) -> impl IntoView {
     let name = status.as_str();
     view! { <span class=format!("badge badge-{}", name.to_lowercase())>{name}</span> }
+}
+
+/// A filter's choice among stored names: "any", then each name; the one the URL names is
+/// selected.
+#[component]
+pub fn NameSelect(
+    label: &'static str,
+    name: &'static str,
+    names: Vec<&'static str>,
+    selected: Signal<String>,
+) -> impl IntoView {
+    view! {
+        <label>
+            {label}
+            <select name=name>
+                <option value="">"any"</option>
+                {names
+                    .into_iter()
+                    .map(|option| {
+                        view! {
+                            <option value=option selected=move || selected.get() == option>
+                                {option}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+        </label>
+    }
 }
 
 /// A UTC timestamp, shown in local time when the operator chose that.

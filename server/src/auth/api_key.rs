@@ -4,31 +4,12 @@
 //! is nothing to brute-force, and every API request must verify it cheaply. The key id inside
 //! the key lets an operator find and revoke a leaked key without ever storing the secret.
 
-use super::{random_bytes, random_hex};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use domain::random::random_bytes;
+use domain::tenant::ApiKeyId;
 use sha2::{Digest, Sha256};
 use std::fmt;
-
-/// `key_` and 16 hex digits.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ApiKeyId(String);
-
-impl ApiKeyId {
-    pub fn from_stored(id: String) -> ApiKeyId {
-        ApiKeyId(id)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for ApiKeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// The stored form of a key: hex SHA-256 of the whole key string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -53,7 +34,7 @@ pub struct NewApiKey {
 
 impl NewApiKey {
     pub fn generate() -> NewApiKey {
-        let id = ApiKeyId(format!("key_{}", random_hex(8)));
+        let id = ApiKeyId::generate();
         let key = format!(
             "idem_{}_{}",
             id.as_str(),

@@ -3,35 +3,6 @@
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 
-/// A console username: 1 to 64 characters of `a-z`, `0-9`, `.`, `_` or `-`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OperatorUsername(String);
-
-impl OperatorUsername {
-    pub fn parse(text: &str) -> Result<OperatorUsername, String> {
-        let valid = !text.is_empty()
-            && text.len() <= 64
-            && text
-                .bytes()
-                .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"._-".contains(&byte));
-        if valid {
-            Ok(OperatorUsername(text.to_owned()))
-        } else {
-            Err("1 to 64 characters of a-z, 0-9, '.', '_' or '-'".to_owned())
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for OperatorUsername {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// A password as chosen or generated: at least 12 characters, at most 256.
 pub struct Password(String);
 
@@ -48,7 +19,7 @@ impl Password {
     /// 24 characters from a 56-letter alphabet without look-alikes (~139 bits).
     pub fn generate() -> Password {
         const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
-        let random: [u8; 24] = super::random_bytes();
+        let random: [u8; 24] = domain::random::random_bytes();
         // The bias of `% 56` over a byte is under 1 bit over the whole password.
         Password(
             random
@@ -64,7 +35,7 @@ impl Password {
 
     /// The Argon2id PHC string stored for this password (random salt).
     pub fn hash(&self) -> String {
-        let salt = SaltString::encode_b64(&super::random_bytes::<16>())
+        let salt = SaltString::encode_b64(&domain::random::random_bytes::<16>())
             .unwrap_or_else(|error| panic!("a 16-byte salt always encodes: {error}"));
         Argon2::default()
             .hash_password(self.0.as_bytes(), &salt)
@@ -112,13 +83,5 @@ mod tests {
         assert_ne!(a.expose(), b.expose());
         assert!(Password::parse(a.expose()).is_ok());
         assert!(Password::parse("short").is_err());
-    }
-
-    #[test]
-    fn usernames_are_plain_lower_case() {
-        assert!(OperatorUsername::parse("ops.alice-2").is_ok());
-        for bad in ["", "Alice", "a b", "ü", &"a".repeat(65)] {
-            assert!(OperatorUsername::parse(bad).is_err(), "{bad:?}");
-        }
     }
 }

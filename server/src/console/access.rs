@@ -5,15 +5,17 @@
 //! by default), and each server function checks the operator's role again on the server.
 
 use super::sessions::StoreSessions;
-use crate::auth::operator::{OperatorUsername, decoy_hash, verify_password};
+use crate::auth::operator::{decoy_hash, verify_password};
 use crate::store::Store;
-use crate::store::operators::AuditEntry;
-use app::dto::{CurrentOperator, OperatorRole};
+use app::dto::CurrentOperator;
 use axum::extract::{Form, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum_login::{AuthManagerLayer, AuthManagerLayerBuilder, AuthSession, AuthUser, AuthnBackend, UserId};
+use domain::operator::AuditEntry;
+use domain::operator::OperatorRole;
+use domain::operator::OperatorUsername;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::num::NonZeroU32;
 use std::sync::Arc;

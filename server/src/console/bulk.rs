@@ -9,9 +9,11 @@ use super::StoreConsole;
 use crate::store::StoreError;
 use crate::store::bulk::{BulkItem, ClaimedBulkJob};
 use crate::store::console::audit_target;
-use crate::store::operators::{AuditEntry, StoredOperator};
+use crate::store::operators::StoredOperator;
 use app::backend::ConsoleBackend;
-use app::dto::{CurrentOperator, OperatorRole, ReconcileResult};
+use app::dto::{CurrentOperator, ReconcileResult};
+use domain::operator::AuditEntry;
+use domain::operator::OperatorRole;
 use std::time::Duration;
 
 /// How long a runner holds a job without finishing an item before another may resume it:

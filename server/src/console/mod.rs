@@ -6,28 +6,31 @@ pub mod bulk;
 mod diff;
 pub mod sessions;
 
-use crate::auth::tenant::TenantId;
 use crate::events::consumers::{LEDGER, RECEIPTS};
-use crate::idempotency::claim::Scope;
-use crate::idempotency::key::IdempotencyKey;
-use crate::idempotency::record::RecordAt;
-use crate::metrics::Outcome;
-use crate::payments::command::CreatePayment;
 use crate::payments::engine::{PaymentsEngine, Reconciled};
 use crate::store::approvals::{NewOverrideRequest, OVERRIDE_DECISION_WINDOW, new_override_id};
 use crate::store::bulk::{BulkItem, ClaimedBulkJob, new_bulk_job_id};
 use crate::store::console::{RecordQuery, audit_target};
-use crate::store::operators::{AuditCursor, AuditEntry};
+use crate::store::operators::AuditCursor;
 use crate::store::{Store, StoreError};
 use app::backend::{ConsoleBackend, ConsoleError};
 use app::dto::{
     AuditEntryView, BulkJobView, ConsumerLag, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
-    LiveGauges, OperatorRole, OverrideOutcome, OverrideRequestView, OverrideState, ProviderEvidence,
-    ReconcileAction, ReconcileOption, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
-    RecordPage, RecordRef, RecordStatus, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
+    LiveGauges, OverrideRequestView, ReconcileOption, ReconcilePreview, ReconcileResult, RecordDetail,
+    RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult, RequestView, RevealedResponse, Series,
 };
 use chrono::{SecondsFormat, Utc};
+use domain::key::IdempotencyKey;
+use domain::operator::AuditEntry;
+use domain::operator::OperatorRole;
+use domain::outcome::Outcome;
+use domain::record::RecordAt;
+use domain::record::RecordStatus;
+use domain::recovery::{OverrideOutcome, OverrideState, ProviderEvidence, ReconcileAction};
+use domain::scope::{Operation, Scope};
+use domain::tenant::TenantId;
 use std::sync::Arc;
+use strum::VariantArray;
 
 /// Rows per records page.
 const PAGE: usize = 50;
@@ -63,17 +66,17 @@ fn unavailable(during: &'static str) -> impl Fn(StoreError) -> ConsoleError {
 
 /// The engine's scope for a record named by the console; only operations this binary knows.
 fn scope_of(record: &RecordRef) -> Result<Scope, ConsoleError> {
-    if record.operation != CreatePayment::OPERATION {
+    let Ok(operation) = record.operation.parse::<Operation>() else {
         return Err(ConsoleError::Invalid(format!(
             "unknown operation {:?}",
             record.operation
         )));
-    }
+    };
     let key = IdempotencyKey::parse(record.key.as_bytes())
         .map_err(|_| ConsoleError::Invalid("not an idempotency key".to_owned()))?;
     Ok(Scope {
         tenant_id: TenantId::from_stored(record.tenant_id.clone()),
-        operation: CreatePayment::OPERATION,
+        operation,
         key,
     })
 }
@@ -99,8 +102,8 @@ impl ConsoleBackend for StoreConsole {
             .outcome_series(step, from, to, &tenant, &operation)
             .await
             .map_err(unavailable("dashboard series"))?;
-        let series = Outcome::ALL
-            .into_iter()
+        let series = Outcome::VARIANTS
+            .iter()
             .map(|outcome| {
                 let mut values = vec![0_u64; points];
                 for (bucket, _, count) in rows.iter().filter(|(_, name, _)| name == outcome.as_str()) {

@@ -1,38 +1,3 @@
-//! Expiry is part of the API contract: each operation has a window (advertised by
-//! `GET /idempotency` and `Idempotency-Expires`), an in-progress lease separate from it, and a
-//! policy for retries that arrive after it. After the window the cleanup worker purges the
-//! stored body and keeps a tombstone for the retention period, then deletes it.
+//! Expiry is part of the API contract (`domain::expiry`); this is its worker.
 
 pub mod cleanup;
-
-use std::time::Duration;
-
-/// What a retry gets once its key's window has passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum AfterExpiry {
-    /// The window promised nothing more: the key starts a new operation (the business key
-    /// still stops a second payment).
-    #[value(name = "new_operation")]
-    NewOperation,
-    /// `422 IDEMPOTENCY_KEY_EXPIRED` naming the resource the key once made.
-    #[value(name = "reject")]
-    Reject,
-}
-
-impl AfterExpiry {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AfterExpiry::NewOperation => "new_operation",
-            AfterExpiry::Reject => "reject",
-        }
-    }
-}
-
-/// One operation's expiry contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExpiryPolicy {
-    pub window: Duration,
-    pub after_expiry: AfterExpiry,
-    /// How long a tombstone outlives the window.
-    pub retention: Duration,
-}

@@ -1,162 +1,31 @@
-//! The one place where errors become HTTP: the contract's error codes, statuses, `retryable`
-//! flags and headers. Every error body has the same shape:
-//! `{ "errorCode", "message", "retryable", "details"? }`.
+//! The one place where the contract's errors (`domain::api_error::ApiError`) become HTTP
+//! responses: status, `Content-Type`, `Retry-After` and the body in the contract's shape.
 
-use crate::payments::command::FieldProblem;
-use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use domain::api_error::ApiError;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
-    #[error("A valid API key is required.")]
-    Unauthenticated,
-    #[error("The Idempotency-Key header is required.")]
-    IdempotencyKeyMissing,
-    #[error("The Idempotency-Key header is invalid: {0}.")]
-    IdempotencyKeyInvalid(String),
-    #[error("Api-Version {0:?} is not supported.")]
-    UnsupportedApiVersion(String),
-    #[error("The request is not valid.")]
-    ValidationFailed(Vec<FieldProblem>),
-    #[error("The account does not exist.")]
-    AccountNotFound,
-    #[error("The payment does not exist.")]
-    PaymentNotFound,
-    #[error("A payment with this merchant reference already exists for this account.")]
-    DuplicateMerchantReference { payment_id: String },
-    #[error("This idempotency key was already used with a different request.")]
-    KeyReusedWithDifferentRequest,
-    #[error("This idempotency key expired; use a new key for a new request.")]
-    IdempotencyKeyExpired { resource_id: Option<String> },
-    #[error("A request with this idempotency key is still being processed.")]
-    RequestInProgress { retry_after_secs: u64 },
-    #[error("The payment was declined.")]
-    PaymentDeclined { payment_id: String },
-    #[error("The account's balance does not cover the amount.")]
-    InsufficientFunds,
-    #[error("Too many requests; retry after the indicated time.")]
-    RateLimited { retry_after_secs: u64 },
-    #[error("The service is temporarily unavailable; retry with the same key.")]
-    Unavailable,
-    #[error("An internal error occurred.")]
-    Internal,
-}
+/// An error answered over HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorResponse(pub ApiError);
 
-impl ApiError {
-    /// A store failure as the client sees it: unavailable (retryable; Idem fails closed and
-    /// never executes without a durable record) or internal. Logged here, once.
-    pub fn from_store(error: &StoreError, during: &str) -> ApiError {
-        match error {
-            StoreError::Unavailable(_) => {
-                tracing::warn!(%error, during, "store unavailable");
-                ApiError::Unavailable
-            }
-            _ => {
-                tracing::error!(%error, during, "store failure");
-                ApiError::Internal
-            }
-        }
-    }
-
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            ApiError::IdempotencyKeyMissing
-            | ApiError::IdempotencyKeyInvalid(_)
-            | ApiError::UnsupportedApiVersion(_)
-            | ApiError::ValidationFailed(_) => StatusCode::BAD_REQUEST,
-            ApiError::AccountNotFound | ApiError::PaymentNotFound => StatusCode::NOT_FOUND,
-            ApiError::DuplicateMerchantReference { .. }
-            | ApiError::KeyReusedWithDifferentRequest
-            | ApiError::RequestInProgress { .. } => StatusCode::CONFLICT,
-            ApiError::PaymentDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
-            ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::Unauthenticated => "UNAUTHENTICATED",
-            ApiError::IdempotencyKeyMissing => "IDEMPOTENCY_KEY_MISSING",
-            ApiError::IdempotencyKeyInvalid(_) => "IDEMPOTENCY_KEY_INVALID",
-            ApiError::UnsupportedApiVersion(_) => "UNSUPPORTED_API_VERSION",
-            ApiError::ValidationFailed(_) => "VALIDATION_FAILED",
-            ApiError::AccountNotFound => "ACCOUNT_NOT_FOUND",
-            ApiError::PaymentNotFound => "PAYMENT_NOT_FOUND",
-            ApiError::DuplicateMerchantReference { .. } => "DUPLICATE_MERCHANT_REFERENCE",
-            ApiError::KeyReusedWithDifferentRequest => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
-            ApiError::RequestInProgress { .. } => "IDEMPOTENCY_REQUEST_IN_PROGRESS",
-            ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
-            ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
-            ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
-            ApiError::RateLimited { .. } => "RATE_LIMITED",
-            ApiError::Unavailable => "UNAVAILABLE",
-            ApiError::Internal => "INTERNAL_ERROR",
-        }
-    }
-
-    /// Whether repeating the same request with the same key can help.
-    pub fn retryable(&self) -> bool {
-        matches!(
-            self,
-            ApiError::RequestInProgress { .. }
-                | ApiError::RateLimited { .. }
-                | ApiError::Unavailable
-                | ApiError::Internal
-        )
-    }
-
-    fn details(&self) -> Option<Value> {
-        match self {
-            ApiError::ValidationFailed(problems) => Some(json!({ "fields": problems })),
-            ApiError::DuplicateMerchantReference { payment_id }
-            | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
-            ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
-            _ => None,
-        }
-    }
-
-    /// `Retry-After`, for the errors a client should retry after a pause.
-    pub fn retry_after_secs(&self) -> Option<u64> {
-        match self {
-            ApiError::RequestInProgress { retry_after_secs } | ApiError::RateLimited { retry_after_secs } => {
-                Some(*retry_after_secs)
-            }
-            ApiError::Unavailable | ApiError::Internal => Some(1),
-            _ => None,
-        }
-    }
-
-    /// The body's bytes, as sent and, for replayable failures, as stored for replay.
-    pub fn body(&self) -> Vec<u8> {
-        let mut body = json!({
-            "errorCode": self.code(),
-            "message": self.to_string(),
-            "retryable": self.retryable(),
-        });
-        if let Some(details) = self.details() {
-            body["details"] = details;
-        }
-        body.to_string().into_bytes()
+impl From<ApiError> for ErrorResponse {
+    fn from(error: ApiError) -> Self {
+        ErrorResponse(error)
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for ErrorResponse {
     fn into_response(self) -> Response {
+        let ErrorResponse(error) = self;
+        let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (
-            self.status(),
+            status,
             [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            self.body(),
+            error.body(),
         )
             .into_response();
-        if let Some(seconds) = self.retry_after_secs() {
+        if let Some(seconds) = error.retry_after_secs() {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
@@ -170,25 +39,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_bodies_have_the_contract_shape() {
-        let body: Value =
-            serde_json::from_slice(&ApiError::KeyReusedWithDifferentRequest.body()).expect("json");
-        assert_eq!(body["errorCode"], "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST");
-        assert_eq!(
-            body["message"],
-            "This idempotency key was already used with a different request."
-        );
-        assert_eq!(body["retryable"], false);
-        assert!(body.get("details").is_none());
-
-        let in_progress = ApiError::RequestInProgress { retry_after_secs: 2 }.into_response();
+    fn an_error_response_carries_its_status_and_retry_after() {
+        let in_progress = ErrorResponse(ApiError::RequestInProgress { retry_after_secs: 2 }).into_response();
         assert_eq!(in_progress.status(), StatusCode::CONFLICT);
         assert_eq!(in_progress.headers()[header::RETRY_AFTER], "2");
-
-        let duplicate = ApiError::DuplicateMerchantReference {
+        assert_eq!(in_progress.headers()[header::CONTENT_TYPE], "application/json");
+        let declined = ErrorResponse(ApiError::PaymentDeclined {
             payment_id: "pay_1".into(),
-        };
-        let body: Value = serde_json::from_slice(&duplicate.body()).expect("json");
-        assert_eq!(body["details"]["paymentId"], "pay_1");
+        })
+        .into_response();
+        assert_eq!(declined.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(declined.headers().get(header::RETRY_AFTER).is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! Per-API-key rate limiting (GCRA, the `governor` crate). A limited request is answered
 //! `429 RATE_LIMITED` with `Retry-After` before anything is recorded.
 
-use crate::auth::api_key::ApiKeyId;
+use domain::tenant::ApiKeyId;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::num::NonZeroU32;

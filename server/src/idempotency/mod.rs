@@ -1,10 +1,5 @@
-//! The idempotency layer: scoped keys and fingerprints (what the first request meant), the
-//! record's state machine (how far it got), and the decision for every retry.
+//! The idempotency layer's server-side parts: the request journal and sealed responses. Keys,
+//! fingerprints, record states and the decision are the domain's (`domain`).
 
-pub mod claim;
-pub mod decision;
-pub mod fingerprint;
 pub mod journal;
-pub mod key;
-pub mod record;
 pub mod sealing;

@@ -91,7 +91,7 @@ impl ResponseSealer {
         };
         if !path.exists() {
             std::fs::create_dir_all(data_dir).map_err(file_error)?;
-            let spec = format!("k1:{}", STANDARD.encode(crate::auth::random_bytes::<32>()));
+            let spec = format!("k1:{}", STANDARD.encode(domain::random::random_bytes::<32>()));
             write_private(&path, &spec).map_err(file_error)?;
             tracing::info!(path = %path.display(), "generated the response sealing key");
         }
@@ -132,7 +132,7 @@ impl ResponseSealer {
     }
 
     pub fn seal(&self, associated: &[u8], plaintext: &[u8]) -> Vec<u8> {
-        let nonce_bytes = crate::auth::random_bytes::<12>();
+        let nonce_bytes = domain::random::random_bytes::<12>();
         let cipher = &self.keys[&self.current_id];
         // Encryption only fails for inputs beyond ChaCha20's 256 GiB limit; bodies are capped
         // far below by the request limit.

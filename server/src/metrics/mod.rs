@@ -4,52 +4,14 @@
 
 pub mod prometheus;
 
-use crate::auth::tenant::TenantId;
 use crate::store::Store;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use domain::outcome::Outcome;
+use domain::scope::Operation;
+use domain::tenant::TenantId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-/// What a request with an idempotency key (or an operation without one) came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Outcome {
-    NewExecution,
-    Replay,
-    ConflictDifferentRequest,
-    InProgress,
-    OutcomeUnknown,
-    ExpiredRetry,
-    ProviderError,
-    Takeover,
-}
-
-impl Outcome {
-    /// In the order dashboards show them.
-    pub const ALL: [Outcome; 8] = [
-        Outcome::NewExecution,
-        Outcome::Replay,
-        Outcome::ConflictDifferentRequest,
-        Outcome::InProgress,
-        Outcome::ExpiredRetry,
-        Outcome::OutcomeUnknown,
-        Outcome::ProviderError,
-        Outcome::Takeover,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Outcome::NewExecution => "new_execution",
-            Outcome::Replay => "replay",
-            Outcome::ConflictDifferentRequest => "conflict_different_request",
-            Outcome::InProgress => "in_progress",
-            Outcome::OutcomeUnknown => "outcome_unknown",
-            Outcome::ExpiredRetry => "expired_retry",
-            Outcome::ProviderError => "provider_error",
-            Outcome::Takeover => "takeover",
-        }
-    }
-}
 
 /// One bucket's increment, as written to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,12 +19,12 @@ pub struct OutcomeCount {
     /// The minute the outcomes happened in (this instance's clock).
     pub bucket_start: DateTime<Utc>,
     pub tenant_id: String,
-    pub operation: &'static str,
+    pub operation: Operation,
     pub outcome: Outcome,
     pub count: i64,
 }
 
-type BucketKey = (DateTime<Utc>, String, &'static str, Outcome);
+type BucketKey = (DateTime<Utc>, String, Operation, Outcome);
 
 #[derive(Default)]
 pub struct OutcomeCounter {
@@ -77,11 +39,11 @@ impl OutcomeCounter {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn record(&self, tenant_id: &TenantId, operation: &'static str, outcome: Outcome) {
+    pub fn record(&self, tenant_id: &TenantId, operation: Operation, outcome: Outcome) {
         metrics::counter!(
             format!("idempotency_{}_total", outcome.as_str()),
             "tenant" => tenant_id.as_str().to_owned(),
-            "operation" => operation,
+            "operation" => operation.as_str(),
         )
         .increment(1);
         let minute = Utc::now()
@@ -118,7 +80,7 @@ impl Buffered for OutcomeCounter {
                 |((bucket_start, tenant_id, operation, outcome), count)| OutcomeCount {
                     bucket_start: *bucket_start,
                     tenant_id: tenant_id.clone(),
-                    operation,
+                    operation: *operation,
                     outcome: *outcome,
                     count: *count,
                 },

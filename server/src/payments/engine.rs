@@ -5,34 +5,37 @@
 //! disconnects cannot cancel it halfway (no half-done operation, no connection returned to
 //! the pool inside a transaction).
 
-use super::command::CreatePayment;
-use super::payment::{NewPayment, PaymentId, new_event_id};
-use super::representation::{ApiVersion, PaymentStatus, PaymentView};
-use crate::auth::Principal;
-use crate::auth::tenant::TenantId;
 use crate::crash::{CrashPoint, crash_point};
-use crate::expiry::{AfterExpiry, ExpiryPolicy};
-use crate::http::error::ApiError;
-use crate::idempotency::claim::{
-    ClaimOutcome, ClaimedAs, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope,
-    StoredResponse, UnkeyedOutcome,
-};
-use crate::idempotency::decision::{Decision, decide};
-use crate::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use crate::idempotency::journal::RequestJournal;
-use crate::idempotency::key::IdempotencyKey;
-use crate::idempotency::record::{ProgressStep, RecordAt};
 use crate::idempotency::sealing::ResponseSealer;
-use crate::metrics::{Outcome, OutcomeCounter};
-use crate::payments::command::FieldProblem;
+use crate::metrics::OutcomeCounter;
 use crate::provider::client::ProviderClient;
 use crate::provider::{Charge, ChargeStatus};
 use crate::store::Store;
 use crate::store::console::JournalEntry;
-use crate::store::operators::AuditEntry;
 use app::dto::RecordRef;
-use app::dto::{OverrideOutcome, ProviderEvidence, ReconcileAction};
 use chrono::{DateTime, Utc};
+use domain::api_error::ApiError;
+use domain::claim::{
+    ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, StoredResponse,
+    UnkeyedOutcome,
+};
+use domain::command::CreatePayment;
+use domain::command::FieldProblem;
+use domain::decision::{Decision, decide};
+use domain::expiry::{AfterExpiry, ExpiryPolicy};
+use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use domain::key::IdempotencyKey;
+use domain::operator::AuditEntry;
+use domain::outcome::Outcome;
+use domain::payment::{NewPayment, PaymentId, new_event_id};
+use domain::record::ClaimedAs;
+use domain::record::{ProgressStep, RecordAt};
+use domain::recovery::{OverrideOutcome, ProviderEvidence, ReconcileAction};
+use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
+use domain::scope::Scope;
+use domain::tenant::Principal;
+use domain::tenant::TenantId;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -141,7 +144,7 @@ fn json_response(status: u16, body: Vec<u8>, mut headers: Vec<(String, String)>)
 }
 
 fn error_response(error: &ApiError) -> StoredResponse {
-    json_response(error.status().as_u16(), error.body(), Vec::new())
+    json_response(error.status(), error.body(), Vec::new())
 }
 
 /// How a payment's owner reaches the provider.
@@ -302,7 +305,7 @@ impl PaymentsEngine {
         self.journal.record(JournalEntry {
             record: RecordRef {
                 tenant_id: scope.tenant_id.to_string(),
-                operation: scope.operation.to_owned(),
+                operation: scope.operation.as_str().to_owned(),
                 key: scope.key.as_str().to_owned(),
             },
             at: Utc::now(),
@@ -359,7 +362,7 @@ impl PaymentsEngine {
             }
             Ok(ClaimOutcome::Refused(refusal)) => refusal_answer(refusal),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
-            Err(error) => Answer::error(ApiError::from_store(&error, "claim"), None),
+            Err(error) => Answer::error(error.as_api_error("claim"), None),
         }
     }
 
@@ -385,7 +388,7 @@ impl PaymentsEngine {
             }
             Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
             Ok(UnkeyedOutcome::Refused(refusal)) => refusal_answer(refusal),
-            Err(error) => Answer::error(ApiError::from_store(&error, "create payment without key"), None),
+            Err(error) => Answer::error(error.as_api_error("create payment without key"), None),
         }
     }
 
@@ -429,9 +432,7 @@ impl PaymentsEngine {
                 return match self.store.mark_outcome_unknown(scope, lease_version).await {
                     Ok(true) => Answer::outcome_unknown(&payment.id, expires_at, 1),
                     Ok(false) => self.answer_current(scope, expires_at).await,
-                    Err(error) => {
-                        Answer::error(ApiError::from_store(&error, "mark outcome unknown"), expires_at)
-                    }
+                    Err(error) => Answer::error(error.as_api_error("mark outcome unknown"), expires_at),
                 };
             }
         };
@@ -479,7 +480,7 @@ impl PaymentsEngine {
         else {
             return match self.store.settle_payment_without_key(&completion).await {
                 Ok(()) => Answer::fresh(completion.response, None),
-                Err(error) => Answer::error(ApiError::from_store(&error, "completion without key"), None),
+                Err(error) => Answer::error(error.as_api_error("completion without key"), None),
             };
         };
         let answer = completion.response.clone();
@@ -499,7 +500,7 @@ impl PaymentsEngine {
             Ok(false) => self.answer_current(scope, expires_at).await,
             // The provider answered but the answer is not recorded: the record stays at
             // PROVIDER_REQUEST_SENT; a retry (or recovery) asks the provider again by key.
-            Err(error) => Answer::error(ApiError::from_store(&error, "completion"), expires_at),
+            Err(error) => Answer::error(error.as_api_error("completion"), expires_at),
         }
     }
 
@@ -511,7 +512,7 @@ impl PaymentsEngine {
             Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(error) => {
-                ApiError::from_store(&error, "recovery read");
+                error.as_api_error("recovery read");
                 return None;
             }
         };
@@ -823,7 +824,7 @@ impl PaymentsEngine {
             Ok(None) => {
                 return Answer::error(ApiError::RequestInProgress { retry_after_secs: 1 }, expires_at);
             }
-            Err(error) => return Answer::error(ApiError::from_store(&error, "take over"), expires_at),
+            Err(error) => return Answer::error(error.as_api_error("take over"), expires_at),
         };
         self.count(&scope.tenant_id, Outcome::Takeover);
         tracing::warn!(tenant_id = %scope.tenant_id, lease_version, "took over a stale owner's record");
@@ -834,7 +835,7 @@ impl PaymentsEngine {
                 tracing::error!(payment_id, "record at PROVIDER_REQUEST_SENT without its payment");
                 return Answer::error(ApiError::Internal, Some(expires_at));
             }
-            Err(error) => return Answer::error(ApiError::from_store(&error, "resume"), Some(expires_at)),
+            Err(error) => return Answer::error(error.as_api_error("resume"), Some(expires_at)),
         };
         let version = found
             .record
@@ -868,7 +869,7 @@ impl PaymentsEngine {
         match self.store.load_record(scope).await {
             Ok(Some(found)) => Box::pin(self.answer_record(scope, found)).await,
             Ok(None) => Answer::error(ApiError::Internal, expires_at),
-            Err(error) => Answer::error(ApiError::from_store(&error, "reload after fencing"), expires_at),
+            Err(error) => Answer::error(error.as_api_error("reload after fencing"), expires_at),
         }
     }
 
@@ -900,7 +901,7 @@ impl PaymentsEngine {
             Decision::ConflictDifferentRequest => {
                 tracing::warn!(
                     tenant_id = %scope.tenant_id,
-                    operation = scope.operation,
+                    operation = scope.operation.as_str(),
                     stored_fingerprint = %found.record.request_fingerprint,
                     retry_fingerprint = %fingerprint_hex,
                     "idempotency key reused with a different request"
@@ -924,7 +925,7 @@ impl PaymentsEngine {
                     tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");
                     Answer::error(ApiError::Internal, expires_at)
                 }
-                Err(error) => Answer::error(ApiError::from_store(&error, "load response"), expires_at),
+                Err(error) => Answer::error(error.as_api_error("load response"), expires_at),
             },
             Decision::InProgress { retry_after_secs } => {
                 Answer::error(ApiError::RequestInProgress { retry_after_secs }, expires_at)
@@ -957,7 +958,7 @@ impl PaymentsEngine {
             Decision::Expired => match self.settings.expiry.after_expiry {
                 AfterExpiry::Reject => {
                     if let Err(error) = self.store.note_expired_retry(scope).await {
-                        ApiError::from_store(&error, "note expired retry");
+                        error.as_api_error("note expired retry");
                     }
                     Answer::error(
                         ApiError::IdempotencyKeyExpired {

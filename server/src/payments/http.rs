@@ -1,28 +1,29 @@
 //! The payments API's HTTP surface: request parsing in the contract's precedence
 //! (authentication, then validation), and answers rendered with the contract's headers.
 
-use super::command::{AccountId, CreatePayment, FieldProblem};
 use super::engine::{Answer, CreatePaymentRequest};
-use super::money::Currency;
-use super::representation::ApiVersion;
-use crate::auth::Principal;
 use crate::auth::api_key::ApiKeyHash;
 use crate::http::AppState;
-use crate::http::error::ApiError;
-use crate::idempotency::key::IdempotencyKey;
+use crate::http::error::ErrorResponse;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::SecondsFormat;
+use domain::api_error::ApiError;
+use domain::command::{AccountId, CreatePayment, FieldProblem};
+use domain::key::IdempotencyKey;
+use domain::money::Currency;
+use domain::representation::ApiVersion;
+use domain::tenant::Principal;
 use serde_json::json;
 
 /// `POST /payments`.
 pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match parse_create_payment(&state, &headers, &body).await {
         Ok(request) => request,
-        Err(error) => return error.into_response(),
+        Err(error) => return ErrorResponse(error).into_response(),
     };
     let minimal = prefers_minimal(&headers);
     let engine = state.engine.clone();
@@ -31,7 +32,7 @@ pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, b
         Ok(answer) => render(answer, minimal),
         Err(error) => {
             tracing::error!(%error, "create_payment task failed");
-            ApiError::Internal.into_response()
+            ErrorResponse(ApiError::Internal).into_response()
         }
     }
 }
@@ -81,11 +82,11 @@ pub async fn get_payment(
 ) -> Response {
     let principal = match authenticate(&state, &headers).await {
         Ok(principal) => principal,
-        Err(error) => return error.into_response(),
+        Err(error) => return ErrorResponse(error).into_response(),
     };
     let version = match api_version(&headers, &principal) {
         Ok(version) => version,
-        Err(error) => return error.into_response(),
+        Err(error) => return ErrorResponse(error).into_response(),
     };
     match state.store.payment(&principal.tenant_id, &id).await {
         Ok(Some(payment)) => (
@@ -94,8 +95,8 @@ pub async fn get_payment(
             payment.body(version),
         )
             .into_response(),
-        Ok(None) => ApiError::PaymentNotFound.into_response(),
-        Err(error) => ApiError::from_store(&error, "payment read").into_response(),
+        Ok(None) => ErrorResponse(ApiError::PaymentNotFound).into_response(),
+        Err(error) => ErrorResponse(error.as_api_error("payment read")).into_response(),
     }
 }
 
@@ -115,18 +116,18 @@ pub async fn set_default_currency(
 ) -> Response {
     let principal = match authenticate(&state, &headers).await {
         Ok(principal) => principal,
-        Err(error) => return error.into_response(),
+        Err(error) => return ErrorResponse(error).into_response(),
     };
     let currency = match serde_json::from_slice::<DefaultCurrencyBody>(&body) {
         Ok(body) => match Currency::parse(&body.currency) {
             Ok(currency) => currency,
-            Err(problem) => return invalid_field("currency", problem).into_response(),
+            Err(problem) => return ErrorResponse(invalid_field("currency", problem)).into_response(),
         },
-        Err(problem) => return invalid_field("body", problem).into_response(),
+        Err(problem) => return ErrorResponse(invalid_field("body", problem)).into_response(),
     };
     // An id that cannot exist is answered like any missing account.
     let Ok(account) = AccountId::parse(&account_id) else {
-        return ApiError::AccountNotFound.into_response();
+        return ErrorResponse(ApiError::AccountNotFound).into_response();
     };
     match state
         .store
@@ -138,8 +139,8 @@ pub async fn set_default_currency(
             "defaultCurrency": currency.code(),
         }))
         .into_response(),
-        Ok(None) => ApiError::AccountNotFound.into_response(),
-        Err(error) => ApiError::from_store(&error, "set default currency").into_response(),
+        Ok(None) => ErrorResponse(ApiError::AccountNotFound).into_response(),
+        Err(error) => ErrorResponse(error.as_api_error("set default currency")).into_response(),
     }
 }
 
@@ -167,7 +168,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal
             }),
         },
         Ok(None) => Err(ApiError::Unauthenticated),
-        Err(error) => Err(ApiError::from_store(&error, "authentication")),
+        Err(error) => Err(error.as_api_error("authentication")),
     }
 }
 

@@ -1,10 +1,6 @@
-//! Payments: the create-payment command (parse, validate, normalise) and money.
+//! Payments: the engine (claim, provider call, completion; takeover and reconciliation), the
+//! HTTP handlers and the settlement worker.
 
-pub mod account;
-pub mod command;
 pub mod engine;
 pub mod http;
-pub mod money;
-pub mod payment;
-pub mod representation;
 pub mod settlement;

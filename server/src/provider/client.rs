@@ -2,7 +2,7 @@
 //! what it proves about the money.
 
 use super::{Charge, ChargeRequest, provider_key};
-use crate::payments::money::Amount;
+use domain::money::Amount;
 use reqwest::StatusCode;
 use std::time::Duration;
 

@@ -17,12 +17,12 @@
 //! Everything else succeeds unless a queued fault says otherwise.
 
 use super::{Charge, ChargeRequest, ChargeStatus};
-use crate::payments::money::{Amount, Currency};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use domain::money::{Amount, Currency};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};

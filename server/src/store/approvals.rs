@@ -4,9 +4,10 @@
 //! both dialects; the statement that differs is in [`ApprovalSql`].
 
 use crate::store::StoreError;
-use crate::store::operators::AuditEntry;
-use app::dto::{OverrideOutcome, OverrideRequestView, OverrideState, RecordRef};
+use app::dto::{OverrideRequestView, RecordRef};
 use chrono::{DateTime, Utc};
+use domain::operator::AuditEntry;
+use domain::recovery::{OverrideOutcome, OverrideState};
 use std::time::Duration;
 
 /// How long a request waits for a second admin. Evidence a day old is not the evidence the
@@ -25,7 +26,7 @@ pub struct NewOverrideRequest {
 }
 
 pub fn new_override_id() -> String {
-    format!("ovr_{}", crate::auth::random_hex(12))
+    format!("ovr_{}", domain::random::random_hex(12))
 }
 
 #[async_trait::async_trait]
@@ -167,8 +168,9 @@ pub(super) fn override_of(row: OverrideRow) -> Result<OverrideRequestView, Store
         requested_by,
         reason,
         requested_at: crate::store::rfc3339_millis(requested_at),
-        state: OverrideState::from_stored(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("override state {state}")))?,
+        state: state
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("override state {state}")))?,
         decided_by,
         decision_reason,
         decided_at: decided_at.map(crate::store::rfc3339_millis),
@@ -198,7 +200,7 @@ macro_rules! impl_approval_store {
                         operation: operation.clone(),
                         key: key.clone(),
                     };
-                    let entry = $crate::store::operators::AuditEntry {
+                    let entry = domain::operator::AuditEntry {
                         actor: $crate::store::approvals::EXPIRY_ACTOR.to_owned(),
                         action: "override.expire".to_owned(),
                         target: Some($crate::store::console::audit_target(&record)),
@@ -217,7 +219,7 @@ macro_rules! impl_approval_store {
             async fn request_override(
                 &self,
                 request: &$crate::store::approvals::NewOverrideRequest,
-                audit: &$crate::store::operators::AuditEntry,
+                audit: &domain::operator::AuditEntry,
                 window: std::time::Duration,
             ) -> Result<(), $crate::store::StoreError> {
                 let (outcome, charge_id) = $crate::store::approvals::stored_outcome(&request.outcome);
@@ -269,10 +271,10 @@ macro_rules! impl_approval_store {
             async fn decide_override(
                 &self,
                 id: &str,
-                decision: app::dto::OverrideState,
+                decision: domain::recovery::OverrideState,
                 decided_by: &str,
                 reason: &str,
-                audit: Option<&$crate::store::operators::AuditEntry>,
+                audit: Option<&domain::operator::AuditEntry>,
                 window: std::time::Duration,
             ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
@@ -310,7 +312,7 @@ macro_rules! impl_approval_store {
             async fn finish_override(
                 &self,
                 id: &str,
-                state: app::dto::OverrideState,
+                state: domain::recovery::OverrideState,
                 result: &str,
             ) -> Result<(), $crate::store::StoreError> {
                 $crate::store::shared::write_one!(

@@ -4,8 +4,10 @@
 //! both dialects; statements that differ are in [`BulkSql`].
 
 use crate::store::StoreError;
-use app::dto::{BulkItemView, BulkJobView, ReconcileAction, ReconcileResult, RecordRef, RecordStatus};
+use app::dto::{BulkItemView, BulkJobView, ReconcileResult, RecordRef};
 use chrono::{DateTime, Utc};
+use domain::record::RecordStatus;
+use domain::recovery::ReconcileAction;
 use std::time::Duration;
 
 /// One record of a bulk reconciliation, as the operator saw it in the preview.
@@ -26,7 +28,7 @@ pub struct ClaimedBulkJob {
 }
 
 pub fn new_bulk_job_id() -> String {
-    format!("blk_{}", crate::auth::random_hex(12))
+    format!("blk_{}", domain::random::random_hex(12))
 }
 
 #[async_trait::async_trait]
@@ -95,7 +97,9 @@ pub(super) type ItemResultRow = (
 pub(super) type JobRow = (String, String, String, DateTime<Utc>, Option<DateTime<Utc>>);
 
 fn action_of(stored: &str) -> Result<ReconcileAction, StoreError> {
-    ReconcileAction::from_stored(stored).ok_or_else(|| StoreError::Corrupt(format!("bulk action {stored}")))
+    stored
+        .parse()
+        .map_err(|_| StoreError::Corrupt(format!("bulk action {stored}")))
 }
 
 pub(super) fn item_of(

@@ -4,8 +4,9 @@
 //! are in [`ConsoleSql`]. Nothing here counts the whole records table.
 
 use crate::store::StoreError;
-use app::dto::{RecordDetail, RecordFilter, RecordRef, RecordStatus, RecordSummary, TenantOption};
+use app::dto::{RecordDetail, RecordFilter, RecordRef, RecordSummary, TenantOption};
 use chrono::{DateTime, Utc};
+use domain::record::RecordStatus;
 
 /// A request that arrived with a key, as the engine journals it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +92,7 @@ pub trait ConsoleStore {
         payment_id: &str,
         by: &str,
         reference: &str,
-        audit: &crate::store::operators::AuditEntry,
+        audit: &domain::operator::AuditEntry,
     ) -> Result<bool, StoreError>;
 }
 
@@ -268,7 +269,7 @@ impl RecordQuery {
         if !filter.status.is_empty() && filter.status.parse::<RecordStatus>().is_err() {
             return Err(format!("unknown status {:?}", filter.status));
         }
-        if !filter.step.is_empty() && filter.step.parse::<app::dto::ProgressStep>().is_err() {
+        if !filter.step.is_empty() && filter.step.parse::<domain::record::ProgressStep>().is_err() {
             return Err(format!("unknown step {:?}", filter.step));
         }
         let bound = |text: &str, default: &str| -> Result<String, String> {
@@ -302,7 +303,7 @@ const MAX_TIME: &str = "9999-12-31T23:59:59.999Z";
 
 /// An amount as the API writes it (`"10.00"`), from the stored minor units.
 pub(super) fn minor_to_decimal(minor: i64, currency: &str) -> String {
-    use crate::payments::money::{Amount, Currency};
+    use domain::money::{Amount, Currency};
     Currency::parse(currency)
         .ok()
         .and_then(|currency| Amount::from_minor_units(minor, currency).ok())
@@ -613,7 +614,7 @@ macro_rules! impl_console_store {
                 let mut tx = self.pool.begin().await?;
                 for entry in entries {
                     sqlx::query($sql.insert_journal)
-                        .bind(format!("req_{}", $crate::auth::random_hex(12)))
+                        .bind(format!("req_{}", domain::random::random_hex(12)))
                         .bind(entry.record.tenant_id.as_str())
                         .bind(entry.record.operation.as_str())
                         .bind(entry.record.key.as_str())
@@ -642,7 +643,7 @@ macro_rules! impl_console_store {
                 payment_id: &str,
                 by: &str,
                 reference: &str,
-                audit: &$crate::store::operators::AuditEntry,
+                audit: &domain::operator::AuditEntry,
             ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 let resolved = sqlx::query($sql.resolve_late_charge)

@@ -35,7 +35,7 @@ pub trait EventStore {
         &self,
         event_id: &str,
         dead_at: &str,
-        audit: &crate::store::operators::AuditEntry,
+        audit: &domain::operator::AuditEntry,
     ) -> Result<bool, StoreError>;
 
     /// Claims up to `limit` due, unpublished, live events for `claim` (other publishers skip
@@ -209,7 +209,7 @@ macro_rules! impl_event_store {
                 &self,
                 event_id: &str,
                 dead_at: &str,
-                audit: &$crate::store::operators::AuditEntry,
+                audit: &domain::operator::AuditEntry,
             ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 let redriven = sqlx::query($sql.redrive_event)

@@ -17,13 +17,15 @@ mod sqlite;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
-use crate::auth::Principal;
-use crate::auth::api_key::{ApiKeyHash, ApiKeyId, NewApiKey};
-use crate::auth::tenant::{TenantId, TenantName};
-use crate::idempotency::claim::{ClaimOutcome, NewClaim, PaymentCompletion, Scope, StoredResponse};
-use crate::idempotency::record::RecordAt;
-use crate::payments::account::NewAccount;
-use crate::payments::payment::NewPayment;
+use crate::auth::api_key::{ApiKeyHash, NewApiKey};
+use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, StoredResponse};
+use domain::payment::NewAccount;
+use domain::payment::NewPayment;
+use domain::record::RecordAt;
+use domain::scope::Scope;
+use domain::tenant::ApiKeyId;
+use domain::tenant::Principal;
+use domain::tenant::{TenantId, TenantName};
 use sqlx::migrate::Migrator;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -185,7 +187,7 @@ pub trait Store:
         &self,
         scope: &Scope,
         previewed_version: i64,
-        release: &crate::idempotency::claim::KeyRelease,
+        release: &domain::claim::KeyRelease,
     ) -> Result<bool, StoreError>;
 
     /// The local transaction of a create_payment without an idempotency key (tenants that do
@@ -194,7 +196,7 @@ pub trait Store:
     async fn create_payment_without_key(
         &self,
         payment: &NewPayment,
-    ) -> Result<crate::idempotency::claim::UnkeyedOutcome, StoreError>;
+    ) -> Result<domain::claim::UnkeyedOutcome, StoreError>;
 
     /// The completion of a payment made without a key: status, hold, event.
     async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError>;
@@ -224,7 +226,7 @@ pub trait Store:
         &self,
         tenant_id: &TenantId,
         payment_id: &str,
-    ) -> Result<Option<crate::payments::representation::PaymentView>, StoreError>;
+    ) -> Result<Option<domain::representation::PaymentView>, StoreError>;
 
     /// Sets an account's default currency: `None` when the tenant has no such account,
     /// `Some(true)` when it changed (with one audit row), `Some(false)` when it already was
@@ -232,8 +234,8 @@ pub trait Store:
     async fn set_default_currency(
         &self,
         tenant_id: &TenantId,
-        account_id: &crate::payments::command::AccountId,
-        currency: crate::payments::money::Currency,
+        account_id: &domain::command::AccountId,
+        currency: domain::money::Currency,
         changed_by: &ApiKeyId,
     ) -> Result<Option<bool>, StoreError>;
 
@@ -246,7 +248,7 @@ pub trait Store:
         &self,
         stale_after: std::time::Duration,
         limit: i64,
-    ) -> Result<Vec<(TenantId, crate::payments::representation::PaymentView)>, StoreError>;
+    ) -> Result<Vec<(TenantId, domain::representation::PaymentView)>, StoreError>;
 
     /// Live state for `/metrics`: unknown outcomes and the oldest in-progress request, per
     /// tenant and operation (only those with either).
@@ -318,6 +320,25 @@ pub enum StoreError {
     Corrupt(String),
     #[error("already exists")]
     AlreadyExists,
+}
+
+impl StoreError {
+    /// How the contract answers a request this failure stopped: `503 UNAVAILABLE` when the
+    /// database is not there (retryable: Idem fails closed and never executes without a durable
+    /// record), `500` otherwise. Logged here, once.
+    pub fn as_api_error(&self, during: &str) -> domain::api_error::ApiError {
+        use domain::api_error::ApiError;
+        match self {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %self, during, "store unavailable");
+                ApiError::Unavailable
+            }
+            _ => {
+                tracing::error!(error = %self, during, "store failure");
+                ApiError::Internal
+            }
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -2,8 +2,10 @@
 //! dialects, like `impl_store!`; the statements that differ are in [`OperatorSql`].
 
 use crate::store::StoreError;
-use app::dto::{AuditEntryView, OperatorRole};
+use app::dto::AuditEntryView;
 use chrono::{DateTime, Utc};
+pub use domain::operator::AuditEntry;
+use domain::operator::OperatorRole;
 
 /// An operator as stored (the password only as its Argon2 hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,17 +38,6 @@ pub enum OperatorChange {
     /// Enabled again with a new Argon2 hash, so that sessions from before the disabling stay
     /// ended (they are bound to the old hash).
     Enable(String),
-}
-
-/// One line of the audit log, as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditEntry {
-    pub actor: String,
-    pub action: String,
-    pub target: Option<String>,
-    pub reason: Option<String>,
-    pub result: String,
-    pub details: Option<String>,
 }
 
 /// Where an audit page starts: strictly older than this entry.
@@ -186,7 +177,7 @@ pub(super) fn audit_of((id, at, actor, action, target, reason, result, details):
 /// A new audit entry's id: time-ordered within a millisecond is not needed (pages order by
 /// time first), unique is.
 pub(super) fn new_audit_id() -> String {
-    format!("aud_{}", crate::auth::random_hex(12))
+    format!("aud_{}", domain::random::random_hex(12))
 }
 
 macro_rules! impl_operator_store {
@@ -196,7 +187,7 @@ macro_rules! impl_operator_store {
             /// action it records.
             pub(super) async fn audit_in(
                 tx: &mut sqlx::Transaction<'static, $db>,
-                entry: &$crate::store::operators::AuditEntry,
+                entry: &domain::operator::AuditEntry,
             ) -> Result<(), $crate::store::StoreError> {
                 sqlx::query($crate::store::operators::INSERT_AUDIT)
                     .bind($crate::store::operators::new_audit_id())
@@ -217,7 +208,7 @@ macro_rules! impl_operator_store {
             async fn create_operator(
                 &self,
                 operator: &$crate::store::operators::StoredOperator,
-                audit: &$crate::store::operators::AuditEntry,
+                audit: &domain::operator::AuditEntry,
             ) -> Result<(), $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 sqlx::query($crate::store::operators::INSERT_OPERATOR)
@@ -236,7 +227,7 @@ macro_rules! impl_operator_store {
                 &self,
                 username: &str,
                 change: &$crate::store::operators::OperatorChange,
-                audit: &$crate::store::operators::AuditEntry,
+                audit: &domain::operator::AuditEntry,
             ) -> Result<bool, $crate::store::StoreError> {
                 use $crate::store::operators::{
                     ENABLE_OPERATOR, OperatorChange, SET_OPERATOR_PASSWORD, SET_OPERATOR_ROLE,
@@ -367,7 +358,7 @@ macro_rules! impl_operator_store {
 
             async fn append_audit(
                 &self,
-                entry: &$crate::store::operators::AuditEntry,
+                entry: &domain::operator::AuditEntry,
             ) -> Result<(), $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 Self::audit_in(&mut tx, entry).await?;

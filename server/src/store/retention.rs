@@ -2,9 +2,9 @@
 //! window (records become EXPIRED tombstones) and deleting tombstones after retention. One
 //! body for both dialects, like `impl_store!`; the statements differ in [`RetentionSql`].
 
-use crate::idempotency::claim::Scope;
 use crate::store::StoreError;
 use chrono::{DateTime, Utc};
+use domain::scope::Scope;
 use std::time::Duration;
 
 /// One cleanup batch: how many rows it took, and how long its transaction held its locks
@@ -192,13 +192,13 @@ macro_rules! impl_retention_store {
 
             async fn note_expired_retry(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
+                scope: &domain::scope::Scope,
             ) -> Result<(), $crate::store::StoreError> {
                 $crate::store::shared::write_one!(
                     self.pool,
                     $sql.note_expired_retry,
                     scope.tenant_id.as_str(),
-                    scope.operation,
+                    scope.operation.as_str(),
                     scope.key.as_str()
                 )
                 .await?;

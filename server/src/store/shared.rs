@@ -192,17 +192,19 @@ pub(super) type PaymentRow = (
 
 pub(super) fn payment_of(
     (id, account_id, amount_minor, currency, merchant_reference, status, created_at): PaymentRow,
-) -> Result<crate::payments::representation::PaymentView, super::StoreError> {
+) -> Result<domain::representation::PaymentView, super::StoreError> {
     use super::StoreError::Corrupt;
-    use crate::payments::money::{Amount, Currency};
+    use domain::money::{Amount, Currency};
     let currency = Currency::parse(&currency).map_err(|_| Corrupt(format!("payment currency {currency}")))?;
-    Ok(crate::payments::representation::PaymentView {
+    Ok(domain::representation::PaymentView {
         id,
         account_id,
         amount: Amount::from_minor_units(amount_minor, currency)
             .map_err(|error| Corrupt(error.to_string()))?,
         merchant_reference,
-        status: status.parse().map_err(Corrupt)?,
+        status: status
+            .parse()
+            .map_err(|_| Corrupt(format!("payment status {status}")))?,
         created_at,
     })
 }
@@ -236,9 +238,9 @@ pub(super) fn record_of(
         next_recovery_at,
         now,
     ): RecordRow,
-) -> Result<crate::idempotency::record::RecordAt, super::StoreError> {
+) -> Result<domain::record::RecordAt, super::StoreError> {
     use super::StoreError::Corrupt;
-    let record = crate::idempotency::record::StoredRecord {
+    let record = domain::record::StoredRecord {
         status: status.parse().map_err(|error| Corrupt(format!("{error}")))?,
         progress_step: step.parse().map_err(|error| Corrupt(format!("{error}")))?,
         fingerprint_version: u16::try_from(version)
@@ -251,14 +253,14 @@ pub(super) fn record_of(
         response_schema_version,
         next_recovery_at,
     };
-    Ok(crate::idempotency::record::RecordAt { record, now })
+    Ok(domain::record::RecordAt { record, now })
 }
 
 /// Where the local part of create_payment got to, inside its transaction.
 pub(super) enum LocalStep {
     Created(chrono::DateTime<chrono::Utc>),
     InsufficientFunds,
-    Refused(crate::idempotency::claim::Refusal),
+    Refused(domain::claim::Refusal),
     /// The business key is taken; the transaction must be rolled back before the existing
     /// payment can be named.
     DuplicateMerchantReference,
@@ -273,10 +275,10 @@ macro_rules! impl_store {
             async fn create_payment_in(
                 &self,
                 tx: &mut sqlx::Transaction<'static, $db>,
-                payment: &$crate::payments::payment::NewPayment,
+                payment: &domain::payment::NewPayment,
                 idempotency_key: Option<&str>,
             ) -> Result<$crate::store::shared::LocalStep, $crate::store::StoreError> {
-                use $crate::idempotency::claim::Refusal;
+                use domain::claim::Refusal;
                 use $crate::store::shared::LocalStep;
                 let account: Option<(String, i64)> = sqlx::query_as($sql.account_for_update)
                     .bind(payment.tenant_id.as_str())
@@ -288,8 +290,8 @@ macro_rules! impl_store {
                 };
                 let currency = payment.amount.currency();
                 if account_currency != currency.code() {
-                    let account_currency = $crate::payments::money::Currency::parse(&account_currency)
-                        .map_err(|_| {
+                    let account_currency =
+                        domain::money::Currency::parse(&account_currency).map_err(|_| {
                             $crate::store::StoreError::Corrupt(format!("account currency {account_currency}"))
                         })?;
                     return Ok(LocalStep::Refused(Refusal::CurrencyMismatch {
@@ -325,7 +327,7 @@ macro_rules! impl_store {
                     }
                     Err(error) => return Err(error),
                 };
-                let event_id = $crate::payments::payment::new_event_id();
+                let event_id = domain::payment::new_event_id();
                 Self::insert_event_in(
                     tx,
                     &event_id,
@@ -341,9 +343,9 @@ macro_rules! impl_store {
             async fn refusal(
                 &self,
                 step: $crate::store::shared::LocalStep,
-                payment: &$crate::payments::payment::NewPayment,
-            ) -> Result<$crate::idempotency::claim::Refusal, $crate::store::StoreError> {
-                use $crate::idempotency::claim::Refusal;
+                payment: &domain::payment::NewPayment,
+            ) -> Result<domain::claim::Refusal, $crate::store::StoreError> {
+                use domain::claim::Refusal;
                 use $crate::store::shared::LocalStep;
                 match step {
                     LocalStep::Refused(refusal) => Ok(refusal),
@@ -356,7 +358,7 @@ macro_rules! impl_store {
                                 .fetch_one(&self.pool)
                                 .await?;
                         Ok(Refusal::DuplicateMerchantReference {
-                            payment_id: $crate::payments::payment::PaymentId::from_stored(existing),
+                            payment_id: domain::payment::PaymentId::from_stored(existing),
                         })
                     }
                     LocalStep::Created(_) | LocalStep::InsufficientFunds => {
@@ -370,9 +372,9 @@ macro_rules! impl_store {
             async fn settle_payment_in(
                 &self,
                 tx: &mut sqlx::Transaction<'static, $db>,
-                completion: &$crate::idempotency::claim::PaymentCompletion,
+                completion: &domain::claim::PaymentCompletion,
             ) -> Result<(), $crate::store::StoreError> {
-                use $crate::idempotency::claim::ProviderVerdict;
+                use domain::claim::ProviderVerdict;
                 let (payment_status, event_type) = match completion.verdict {
                     ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
                     ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
@@ -471,8 +473,8 @@ macro_rules! impl_store {
 
             async fn create_tenant(
                 &self,
-                id: &$crate::auth::tenant::TenantId,
-                name: &$crate::auth::tenant::TenantName,
+                id: &domain::tenant::TenantId,
+                name: &domain::tenant::TenantName,
                 require_idempotency_key: bool,
             ) -> Result<(), $crate::store::StoreError> {
                 $crate::store::shared::write_one!(
@@ -488,18 +490,18 @@ macro_rules! impl_store {
 
             async fn tenant_id_by_name(
                 &self,
-                name: &$crate::auth::tenant::TenantName,
-            ) -> Result<Option<$crate::auth::tenant::TenantId>, $crate::store::StoreError> {
+                name: &domain::tenant::TenantName,
+            ) -> Result<Option<domain::tenant::TenantId>, $crate::store::StoreError> {
                 let id: Option<String> = sqlx::query_scalar($crate::store::TENANT_ID_BY_NAME)
                     .bind(name.as_str())
                     .fetch_optional(&self.pool)
                     .await?;
-                Ok(id.map($crate::auth::tenant::TenantId::from_stored))
+                Ok(id.map(domain::tenant::TenantId::from_stored))
             }
 
             async fn create_api_key(
                 &self,
-                tenant_id: &$crate::auth::tenant::TenantId,
+                tenant_id: &domain::tenant::TenantId,
                 key: &$crate::auth::api_key::NewApiKey,
             ) -> Result<(), $crate::store::StoreError> {
                 $crate::store::shared::write_one!(
@@ -516,7 +518,7 @@ macro_rules! impl_store {
             async fn authenticate_api_key(
                 &self,
                 hash: &$crate::auth::api_key::ApiKeyHash,
-            ) -> Result<Option<$crate::auth::Principal>, $crate::store::StoreError> {
+            ) -> Result<Option<domain::tenant::Principal>, $crate::store::StoreError> {
                 let row: Option<$crate::store::PrincipalRow> =
                     sqlx::query_as($crate::store::AUTHENTICATE_API_KEY)
                         .bind(hash.as_str())
@@ -527,7 +529,7 @@ macro_rules! impl_store {
 
             async fn revoke_api_key(
                 &self,
-                id: &$crate::auth::api_key::ApiKeyId,
+                id: &domain::tenant::ApiKeyId,
             ) -> Result<bool, $crate::store::StoreError> {
                 Ok(
                     $crate::store::shared::write_one!(self.pool, $sql.revoke_api_key, id.as_str()).await?
@@ -537,7 +539,7 @@ macro_rules! impl_store {
 
             async fn create_account(
                 &self,
-                account: &$crate::payments::account::NewAccount,
+                account: &domain::payment::NewAccount,
             ) -> Result<(), $crate::store::StoreError> {
                 $crate::store::shared::write_one!(
                     self.pool,
@@ -553,11 +555,11 @@ macro_rules! impl_store {
 
             async fn load_record(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
-            ) -> Result<Option<$crate::idempotency::record::RecordAt>, $crate::store::StoreError> {
+                scope: &domain::scope::Scope,
+            ) -> Result<Option<domain::record::RecordAt>, $crate::store::StoreError> {
                 let row: Option<$crate::store::shared::RecordRow> = sqlx::query_as($sql.select_record)
                     .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
+                    .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
                     .fetch_optional(&self.pool)
                     .await?;
@@ -566,12 +568,12 @@ macro_rules! impl_store {
 
             async fn load_response(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
-            ) -> Result<Option<$crate::idempotency::claim::StoredResponse>, $crate::store::StoreError> {
+                scope: &domain::scope::Scope,
+            ) -> Result<Option<domain::claim::StoredResponse>, $crate::store::StoreError> {
                 let row: Option<(Option<i32>, String, Vec<u8>)> =
                     sqlx::query_as($crate::store::shared::SELECT_RESPONSE)
                         .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
+                        .bind(scope.operation.as_str())
                         .bind(scope.key.as_str())
                         .fetch_optional(&self.pool)
                         .await?;
@@ -581,7 +583,7 @@ macro_rules! impl_store {
                         .ok_or_else(|| {
                             $crate::store::StoreError::Corrupt("response without a status".into())
                         })?;
-                    $crate::idempotency::claim::StoredResponse::from_stored(status, &headers, body)
+                    domain::claim::StoredResponse::from_stored(status, &headers, body)
                         .map_err($crate::store::StoreError::Corrupt)
                 })
                 .transpose()
@@ -589,11 +591,11 @@ macro_rules! impl_store {
 
             async fn claim_create_payment(
                 &self,
-                claim: &$crate::idempotency::claim::NewClaim,
-                payment: &$crate::payments::payment::NewPayment,
-                insufficient_funds: &$crate::idempotency::claim::StoredResponse,
-            ) -> Result<$crate::idempotency::claim::ClaimOutcome, $crate::store::StoreError> {
-                use $crate::idempotency::claim::ClaimOutcome;
+                claim: &domain::claim::NewClaim,
+                payment: &domain::payment::NewPayment,
+                insufficient_funds: &domain::claim::StoredResponse,
+            ) -> Result<domain::claim::ClaimOutcome, $crate::store::StoreError> {
+                use domain::claim::ClaimOutcome;
                 use $crate::store::shared::LocalStep;
                 let scope = &claim.scope;
                 let mut tx = self.pool.begin().await?;
@@ -603,7 +605,7 @@ macro_rules! impl_store {
                 let inserted: Option<(i64, chrono::DateTime<chrono::Utc>, String)> =
                     sqlx::query_as($sql.claim_record)
                         .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
+                        .bind(scope.operation.as_str())
                         .bind(scope.key.as_str())
                         .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
                         .bind(claim.fingerprint.sha256_hex.as_str())
@@ -614,7 +616,7 @@ macro_rules! impl_store {
                         .bind(claim.lease.as_secs_f64())
                         .bind(claim.created_by.as_str())
                         .bind(claim.window.as_secs_f64())
-                        .bind(claim.after_expiry == $crate::idempotency::claim::AfterExpiry::NewOperation)
+                        .bind(claim.after_expiry == domain::expiry::AfterExpiry::NewOperation)
                         .fetch_optional(&mut *tx)
                         .await?;
                 let Some((lease_version, expires_at, claimed_as)) = inserted else {
@@ -630,13 +632,14 @@ macro_rules! impl_store {
                 };
 
                 $crate::crash::crash_point($crate::crash::CrashPoint::InsideLocalTransaction);
-                let claimed_as = $crate::idempotency::claim::ClaimedAs::from_stored(&claimed_as)
-                    .ok_or_else(|| $crate::store::StoreError::Corrupt(format!("claimed_as {claimed_as}")))?;
+                let claimed_as: domain::record::ClaimedAs = claimed_as
+                    .parse()
+                    .map_err(|_| $crate::store::StoreError::Corrupt(format!("claimed_as {claimed_as}")))?;
                 // A renewed record: its old answer is not this operation's.
-                if claimed_as != $crate::idempotency::claim::ClaimedAs::New {
+                if claimed_as != domain::record::ClaimedAs::New {
                     sqlx::query($crate::store::shared::DELETE_RESPONSE)
                         .bind(scope.tenant_id.as_str())
-                        .bind(scope.operation)
+                        .bind(scope.operation.as_str())
                         .bind(scope.key.as_str())
                         .execute(&mut *tx)
                         .await?;
@@ -650,13 +653,13 @@ macro_rules! impl_store {
                         sqlx::query($sql.bind_insufficient_funds)
                             .bind(i32::from(insufficient_funds.status))
                             .bind(scope.tenant_id.as_str())
-                            .bind(scope.operation)
+                            .bind(scope.operation.as_str())
                             .bind(scope.key.as_str())
                             .execute(&mut *tx)
                             .await?;
                         sqlx::query($crate::store::shared::INSERT_RESPONSE)
                             .bind(scope.tenant_id.as_str())
-                            .bind(scope.operation)
+                            .bind(scope.operation.as_str())
                             .bind(scope.key.as_str())
                             .bind(insufficient_funds.headers_json())
                             .bind(insufficient_funds.body.as_slice())
@@ -684,11 +687,11 @@ macro_rules! impl_store {
 
             async fn complete_create_payment(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
+                scope: &domain::scope::Scope,
                 lease_version: i64,
-                completion: &$crate::idempotency::claim::PaymentCompletion,
+                completion: &domain::claim::PaymentCompletion,
             ) -> Result<bool, $crate::store::StoreError> {
-                use $crate::idempotency::claim::ProviderVerdict;
+                use domain::claim::ProviderVerdict;
                 let record_status = match completion.verdict {
                     ProviderVerdict::Authorized => "COMPLETED",
                     ProviderVerdict::Declined => "FAILED_REPLAYABLE",
@@ -700,7 +703,7 @@ macro_rules! impl_store {
                     .bind(i32::from(completion.response.status))
                     .bind(completion.provider_charge_id.as_str())
                     .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
+                    .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
                     .bind(lease_version)
                     .execute(&mut *tx)
@@ -711,7 +714,7 @@ macro_rules! impl_store {
                 }
                 sqlx::query($crate::store::shared::INSERT_RESPONSE)
                     .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
+                    .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
                     .bind(completion.response.headers_json())
                     .bind(completion.response.body.as_slice())
@@ -727,14 +730,14 @@ macro_rules! impl_store {
 
             async fn release_key(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
+                scope: &domain::scope::Scope,
                 previewed_version: i64,
-                release: &$crate::idempotency::claim::KeyRelease,
+                release: &domain::claim::KeyRelease,
             ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 let released: Option<Option<String>> = sqlx::query_scalar($sql.release_record)
                     .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
+                    .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
                     .bind(previewed_version)
                     .fetch_optional(&mut *tx)
@@ -779,9 +782,9 @@ macro_rules! impl_store {
 
             async fn create_payment_without_key(
                 &self,
-                payment: &$crate::payments::payment::NewPayment,
-            ) -> Result<$crate::idempotency::claim::UnkeyedOutcome, $crate::store::StoreError> {
-                use $crate::idempotency::claim::UnkeyedOutcome;
+                payment: &domain::payment::NewPayment,
+            ) -> Result<domain::claim::UnkeyedOutcome, $crate::store::StoreError> {
+                use domain::claim::UnkeyedOutcome;
                 use $crate::store::shared::LocalStep;
                 let mut tx = self.pool.begin().await?;
                 match self.create_payment_in(&mut tx, payment, None).await? {
@@ -804,7 +807,7 @@ macro_rules! impl_store {
 
             async fn settle_payment_without_key(
                 &self,
-                completion: &$crate::idempotency::claim::PaymentCompletion,
+                completion: &domain::claim::PaymentCompletion,
             ) -> Result<(), $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 self.settle_payment_in(&mut tx, completion).await?;
@@ -814,7 +817,7 @@ macro_rules! impl_store {
 
             async fn take_over(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
+                scope: &domain::scope::Scope,
                 stale_lease_version: i64,
                 owner: &str,
                 lease: std::time::Duration,
@@ -824,7 +827,7 @@ macro_rules! impl_store {
                     .bind(owner)
                     .bind(lease.as_secs_f64())
                     .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation)
+                    .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
                     .bind(stale_lease_version)
                     .fetch_optional(&mut *tx)
@@ -837,7 +840,7 @@ macro_rules! impl_store {
                 &self,
                 max_attempts: i32,
                 limit: i64,
-            ) -> Result<Vec<$crate::idempotency::claim::Scope>, $crate::store::StoreError> {
+            ) -> Result<Vec<domain::scope::Scope>, $crate::store::StoreError> {
                 let rows: Vec<(String, String, String)> = sqlx::query_as($sql.recovery_candidates)
                     .bind(max_attempts)
                     .bind(limit)
@@ -847,12 +850,10 @@ macro_rules! impl_store {
                     .into_iter()
                     .filter_map(|(tenant_id, operation, key)| {
                         // Only operations this binary knows can be recovered by it.
-                        let operation = [$crate::payments::command::CreatePayment::OPERATION]
-                            .into_iter()
-                            .find(|known| *known == operation)?;
-                        let key = $crate::idempotency::key::IdempotencyKey::parse(key.as_bytes()).ok()?;
-                        Some($crate::idempotency::claim::Scope {
-                            tenant_id: $crate::auth::tenant::TenantId::from_stored(tenant_id),
+                        let operation: domain::scope::Operation = operation.parse().ok()?;
+                        let key = domain::key::IdempotencyKey::parse(key.as_bytes()).ok()?;
+                        Some(domain::scope::Scope {
+                            tenant_id: domain::tenant::TenantId::from_stored(tenant_id),
                             operation,
                             key,
                         })
@@ -862,14 +863,14 @@ macro_rules! impl_store {
 
             async fn mark_outcome_unknown(
                 &self,
-                scope: &$crate::idempotency::claim::Scope,
+                scope: &domain::scope::Scope,
                 lease_version: i64,
             ) -> Result<bool, $crate::store::StoreError> {
                 Ok($crate::store::shared::write_one!(
                     self.pool,
                     $sql.mark_unknown,
                     scope.tenant_id.as_str(),
-                    scope.operation,
+                    scope.operation.as_str(),
                     scope.key.as_str(),
                     lease_version
                 )
@@ -879,10 +880,9 @@ macro_rules! impl_store {
 
             async fn payment(
                 &self,
-                tenant_id: &$crate::auth::tenant::TenantId,
+                tenant_id: &domain::tenant::TenantId,
                 payment_id: &str,
-            ) -> Result<Option<$crate::payments::representation::PaymentView>, $crate::store::StoreError>
-            {
+            ) -> Result<Option<domain::representation::PaymentView>, $crate::store::StoreError> {
                 let row: Option<$crate::store::shared::PaymentRow> =
                     sqlx::query_as($crate::store::shared::SELECT_PAYMENT)
                         .bind(tenant_id.as_str())
@@ -894,10 +894,10 @@ macro_rules! impl_store {
 
             async fn set_default_currency(
                 &self,
-                tenant_id: &$crate::auth::tenant::TenantId,
-                account_id: &$crate::payments::command::AccountId,
-                currency: $crate::payments::money::Currency,
-                changed_by: &$crate::auth::api_key::ApiKeyId,
+                tenant_id: &domain::tenant::TenantId,
+                account_id: &domain::command::AccountId,
+                currency: domain::money::Currency,
+                changed_by: &domain::tenant::ApiKeyId,
             ) -> Result<Option<bool>, $crate::store::StoreError> {
                 let mut tx = self.pool.begin().await?;
                 // The write comes first: it takes the row (or SQLite's) lock, so two equal
@@ -912,7 +912,7 @@ macro_rules! impl_store {
                     == 1;
                 if changed {
                     sqlx::query($crate::store::shared::INSERT_ACCOUNT_AUDIT)
-                        .bind(format!("aud_{}", $crate::auth::random_hex(8)))
+                        .bind(format!("aud_{}", domain::random::random_hex(8)))
                         .bind(tenant_id.as_str())
                         .bind(account_id.as_str())
                         .bind("default_currency")
@@ -941,7 +941,7 @@ macro_rules! impl_store {
                     sqlx::query($sql.add_outcome_count)
                         .bind($crate::store::rfc3339_millis(count.bucket_start))
                         .bind(count.tenant_id.as_str())
-                        .bind(count.operation)
+                        .bind(count.operation.as_str())
                         .bind(count.outcome.as_str())
                         .bind(count.count)
                         .execute(&mut *tx)
@@ -988,8 +988,8 @@ macro_rules! impl_store {
                 limit: i64,
             ) -> Result<
                 Vec<(
-                    $crate::auth::tenant::TenantId,
-                    $crate::payments::representation::PaymentView,
+                    domain::tenant::TenantId,
+                    domain::representation::PaymentView,
                 )>,
                 $crate::store::StoreError,
             > {
@@ -1015,10 +1015,7 @@ macro_rules! impl_store {
                             let payment = $crate::store::shared::payment_of((
                                 id, account_id, amount, currency, reference, status, created_at,
                             ))?;
-                            Ok((
-                                $crate::auth::tenant::TenantId::from_stored(tenant_id),
-                                payment,
-                            ))
+                            Ok((domain::tenant::TenantId::from_stored(tenant_id), payment))
                         },
                     )
                     .collect()

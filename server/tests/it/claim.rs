@@ -1,18 +1,18 @@
 //! The insert-first claim of create_payment, on both databases.
 
 use crate::support::{TestDatabase, conformance};
+use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, StoredResponse};
+use domain::command::{AccountId, CreatePayment};
+use domain::expiry::AfterExpiry;
+use domain::fingerprint::{Fingerprint, FingerprintInput};
+use domain::key::IdempotencyKey;
+use domain::money::{Balance, Currency};
+use domain::payment::NewAccount;
+use domain::payment::{NewPayment, PaymentId};
+use domain::record::{ProgressStep, RecordStatus};
+use domain::scope::Scope;
+use domain::tenant::{TenantId, TenantName};
 use idem::auth::api_key::NewApiKey;
-use idem::auth::tenant::{TenantId, TenantName};
-use idem::idempotency::claim::{
-    AfterExpiry, ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, Scope, StoredResponse,
-};
-use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput};
-use idem::idempotency::key::IdempotencyKey;
-use idem::idempotency::record::{ProgressStep, RecordStatus};
-use idem::payments::account::NewAccount;
-use idem::payments::command::{AccountId, CreatePayment};
-use idem::payments::money::{Balance, Currency};
-use idem::payments::payment::{NewPayment, PaymentId};
 use idem::store::Store;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -90,7 +90,7 @@ fn completion(payment: &NewPayment, verdict: ProviderVerdict) -> PaymentCompleti
         payment_id: payment.id.clone(),
         verdict,
         provider_charge_id: "ch_000001".to_owned(),
-        event_id: idem::payments::payment::new_event_id(),
+        event_id: domain::payment::new_event_id(),
         event_payload: "{}".to_owned(),
         response: StoredResponse {
             status: if verdict == ProviderVerdict::Authorized {

@@ -4,9 +4,10 @@
 use crate::support::{
     OPERATOR_PASSWORD, conformance, create_operator, session_cookie, spawn_app, spawn_app_with_store,
 };
-use app::dto::OperatorRole;
+use domain::operator::AuditEntry;
+use domain::operator::OperatorRole;
 use idem::auth::operator::Password;
-use idem::store::operators::{AuditEntry, OperatorChange};
+use idem::store::operators::OperatorChange;
 
 /// An audit entry as the command line writes one for `action` on an operator.
 fn command_line_audit(action: &str, username: &str) -> AuditEntry {

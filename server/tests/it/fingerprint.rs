@@ -1,8 +1,8 @@
 //! The fingerprint's canonical form: golden vectors (a change here is a contract change and
 //! needs a new fingerprint version) and properties over generated commands.
 
-use idem::idempotency::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
-use idem::payments::command::CreatePayment;
+use domain::command::CreatePayment;
+use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -1,7 +1,8 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
 use crate::support::{Dialect, TestDatabase, conformance, spawn_app, spawn_app_with_store};
-use app::dto::{Dashboard, OperatorRole};
+use app::dto::Dashboard;
+use domain::operator::OperatorRole;
 use serde_json::Value;
 
 conformance! {

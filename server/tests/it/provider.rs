@@ -1,7 +1,7 @@
 //! The provider client against the real simulator process, over HTTP.
 
 use crate::support::IdemProcess;
-use idem::payments::money::{Amount, Currency};
+use domain::money::{Amount, Currency};
 use idem::provider::client::{ProviderClient, ProviderError};
 use idem::provider::sim::{SimCharge, SimCharges};
 use idem::provider::{ChargeStatus, provider_key};

@@ -1,7 +1,8 @@
 //! The storage trait's behaviour, identical on PostgreSQL and SQLite.
 
 use crate::support::conformance;
-use app::dto::{RecordFilter, RecordStatus};
+use app::dto::RecordFilter;
+use domain::record::RecordStatus;
 use idem::store::Readiness;
 use idem::store::console::{RecordGauges, RecordQuery};
 
@@ -110,11 +111,11 @@ conformance! {
 
 mod tenants_and_keys {
     use crate::support::conformance;
+    use domain::command::AccountId;
+    use domain::money::{Balance, Currency};
+    use domain::payment::NewAccount;
+    use domain::tenant::{TenantId, TenantName};
     use idem::auth::api_key::{ApiKeyHash, NewApiKey};
-    use idem::auth::tenant::{TenantId, TenantName};
-    use idem::payments::account::NewAccount;
-    use idem::payments::command::AccountId;
-    use idem::payments::money::{Balance, Currency};
     use idem::store::StoreError;
 
     fn name(text: &str) -> TenantName {
@@ -197,11 +198,11 @@ mod tenants_and_keys {
 
 mod account_settings {
     use crate::support::conformance;
+    use domain::command::AccountId;
+    use domain::money::{Balance, Currency};
+    use domain::payment::NewAccount;
+    use domain::tenant::{TenantId, TenantName};
     use idem::auth::api_key::NewApiKey;
-    use idem::auth::tenant::{TenantId, TenantName};
-    use idem::payments::account::NewAccount;
-    use idem::payments::command::AccountId;
-    use idem::payments::money::{Balance, Currency};
     use std::sync::Arc;
 
     conformance! {
@@ -260,7 +261,8 @@ mod account_settings {
 mod outcome_buckets {
     use crate::support::conformance;
     use chrono::{TimeZone, Utc};
-    use idem::metrics::{Outcome, OutcomeCount};
+    use domain::outcome::Outcome;
+    use idem::metrics::OutcomeCount;
 
     conformance! {
         async fn counts_from_several_flushes_add_up_in_their_bucket(db) {
@@ -269,7 +271,7 @@ mod outcome_buckets {
             let count = |outcome, count| OutcomeCount {
                 bucket_start: minute,
                 tenant_id: "ten_1".to_owned(),
-                operation: "create_payment",
+                operation: domain::scope::Operation::CreatePayment,
                 outcome,
                 count,
             };
@@ -283,13 +285,13 @@ mod outcome_buckets {
 
 mod console_jobs {
     use crate::support::conformance;
-    use app::dto::{
-        OverrideOutcome, OverrideState, ReconcileAction, ReconcileResult, RecordRef, RecordStatus,
-    };
+    use app::dto::{ReconcileResult, RecordRef};
+    use domain::operator::AuditEntry;
+    use domain::record::RecordStatus;
+    use domain::recovery::{OverrideOutcome, OverrideState, ReconcileAction};
     use idem::store::StoreError;
     use idem::store::approvals::{NewOverrideRequest, OVERRIDE_DECISION_WINDOW as DAY};
     use idem::store::bulk::{BulkItem, ClaimedBulkJob};
-    use idem::store::operators::AuditEntry;
     use std::time::Duration;
 
     fn record(key: &str) -> RecordRef {

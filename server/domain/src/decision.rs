@@ -7,7 +7,7 @@
 //! Expiry comes first of all, but only for records whose outcome is settled: an operation
 //! still running, or whose outcome is unknown, never expires into a second execution.
 
-use super::record::{ProgressStep, RecordStatus, StoredRecord};
+use crate::record::{ProgressStep, RecordStatus, StoredRecord};
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +37,7 @@ pub enum Decision {
 }
 
 pub fn decide(record: &StoredRecord, retry_fingerprint_hex: &str, now: DateTime<Utc>) -> Decision {
-    let settled = matches!(
-        record.status,
-        RecordStatus::Completed
-            | RecordStatus::FailedReplayable
-            | RecordStatus::FailedRetryable
-            | RecordStatus::Expired
-    );
-    if record.status == RecordStatus::Expired || (settled && record.expires_at <= now) {
+    if record.status == RecordStatus::Expired || (record.status.is_settled() && record.expires_at <= now) {
         return Decision::Expired;
     }
     if record.request_fingerprint != retry_fingerprint_hex {

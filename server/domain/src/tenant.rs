@@ -1,3 +1,5 @@
+//! Who calls the payments API: tenants and their API keys.
+
 use std::fmt;
 
 /// A tenant's name as operators type it in the CLI: 1 to 64 of `a-z 0-9 _ -`, lower case, so
@@ -38,8 +40,9 @@ impl fmt::Display for TenantName {
 pub struct TenantId(String);
 
 impl TenantId {
+    #[cfg(feature = "random")]
     pub fn generate() -> TenantId {
-        TenantId(format!("ten_{}", super::random_hex(8)))
+        TenantId(format!("ten_{}", crate::random::random_hex(8)))
     }
 
     /// From the database, where only generated ids are stored.
@@ -58,6 +61,40 @@ impl fmt::Display for TenantId {
     }
 }
 
+/// An API key's id (`key_` and 16 hex digits): names the key without its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ApiKeyId(String);
+
+impl ApiKeyId {
+    #[cfg(feature = "random")]
+    pub fn generate() -> ApiKeyId {
+        ApiKeyId(format!("key_{}", crate::random::random_hex(8)))
+    }
+
+    pub fn from_stored(id: String) -> ApiKeyId {
+        ApiKeyId(id)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ApiKeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The caller of a payments API request, as established by its API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub tenant_id: TenantId,
+    pub api_key_id: ApiKeyId,
+    pub require_idempotency_key: bool,
+    pub pinned_api_version: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +107,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "random")]
     #[test]
     fn generated_ids_are_distinct_and_prefixed() {
         let (a, b) = (TenantId::generate(), TenantId::generate());

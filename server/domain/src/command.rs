@@ -1,8 +1,9 @@
 //! The create-payment command, parsed strictly from the request body and normalised, so that
 //! every equivalent spelling of one payment is one value (and so one fingerprint).
 
-use super::money::{Amount, Currency};
-use crate::idempotency::fingerprint::{CanonicalCommand, CanonicalValue};
+use crate::fingerprint::{CanonicalCommand, CanonicalValue};
+use crate::money::{Amount, Currency};
+use crate::scope::Operation;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -113,7 +114,7 @@ pub struct ValidationFailed {
 const KNOWN_FIELDS: [&str; 5] = ["accountId", "amount", "currency", "merchantReference", "channel"];
 
 impl CreatePayment {
-    pub const OPERATION: &'static str = "create_payment";
+    pub const OPERATION: Operation = Operation::CreatePayment;
 
     /// Parses the JSON body. Every problem is reported at once, each with its field: unknown
     /// fields, repeated fields, missing fields, wrong types (a JSON number for an amount is

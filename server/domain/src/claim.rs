@@ -1,23 +1,16 @@
-//! The insert-first claim of a scoped key, and what it can find.
+//! The insert-first claim of a scoped key, what it can find, and what the owner of a claimed
+//! record writes when it settles it: the rows the store takes and gives back.
 
-use super::fingerprint::Fingerprint;
-use super::key::IdempotencyKey;
-use super::record::RecordAt;
-use crate::auth::api_key::ApiKeyId;
-use crate::auth::tenant::TenantId;
-pub use crate::expiry::AfterExpiry;
-use crate::payments::money::Currency;
-use crate::payments::payment::PaymentId;
+use crate::expiry::AfterExpiry;
+use crate::fingerprint::Fingerprint;
+use crate::money::Currency;
+use crate::operator::AuditEntry;
+use crate::payment::PaymentId;
+use crate::record::{ClaimedAs, RecordAt};
+use crate::scope::Scope;
+use crate::tenant::ApiKeyId;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
-
-/// The scope of a key: the same key string under another tenant or operation is unrelated.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Scope {
-    pub tenant_id: TenantId,
-    pub operation: &'static str,
-    pub key: IdempotencyKey,
-}
 
 /// Everything the claim writes into the new record.
 #[derive(Debug, Clone)]
@@ -66,30 +59,7 @@ pub struct KeyRelease {
     pub payment_id: PaymentId,
     pub event_id: String,
     pub event_payload: String,
-    pub audit: crate::store::operators::AuditEntry,
-}
-
-/// How a claim came to own its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimedAs {
-    /// The key's first request.
-    New,
-    /// The key's earlier record was past its window (`new_operation` policy): an expired retry.
-    AfterExpiry,
-    /// An operator had marked the key's operation failed and released the key: this retry
-    /// executes it anew.
-    AfterRelease,
-}
-
-impl ClaimedAs {
-    pub fn from_stored(stored: &str) -> Option<ClaimedAs> {
-        match stored {
-            "new" => Some(ClaimedAs::New),
-            "after_expiry" => Some(ClaimedAs::AfterExpiry),
-            "after_release" => Some(ClaimedAs::AfterRelease),
-            _ => None,
-        }
-    }
+    pub audit: AuditEntry,
 }
 
 /// What the claim of a new create_payment found.
@@ -144,7 +114,7 @@ pub enum ProviderVerdict {
 pub struct PaymentCompletion {
     /// The operator's audit entry, written in the same transaction, when an operator's
     /// reconciliation completes the payment.
-    pub audit: Option<crate::store::operators::AuditEntry>,
+    pub audit: Option<AuditEntry>,
     pub payment_id: PaymentId,
     pub verdict: ProviderVerdict,
     pub provider_charge_id: String,

@@ -1,8 +1,8 @@
 //! The payment as each API version shows it. A response is produced in one version and
 //! replayed in that version forever, whatever the default becomes.
 
-use super::money::Amount;
-use super::payment::NewPayment;
+use crate::money::Amount;
+use crate::payment::NewPayment;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
 
@@ -32,7 +32,8 @@ impl ApiVersion {
 }
 
 /// A payment's public status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum PaymentStatus {
     Processing,
     Pending,
@@ -41,29 +42,9 @@ pub enum PaymentStatus {
 }
 
 impl PaymentStatus {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            PaymentStatus::Processing => "PROCESSING",
-            PaymentStatus::Pending => "PENDING",
-            PaymentStatus::Settled => "SETTLED",
-            PaymentStatus::Declined => "DECLINED",
-        }
-    }
-}
-
-impl std::str::FromStr for PaymentStatus {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [
-            PaymentStatus::Processing,
-            PaymentStatus::Pending,
-            PaymentStatus::Settled,
-            PaymentStatus::Declined,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == text)
-        .ok_or_else(|| format!("unknown payment status {text:?}"))
+    /// The name stored in the database and shown in representations.
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 }
 

@@ -1,6 +1,8 @@
-use super::command::{AccountId, Channel, CreatePayment, MerchantReference};
-use super::money::Amount;
-use crate::auth::tenant::TenantId;
+//! Payments and accounts as the local transaction writes them.
+
+use crate::command::{AccountId, Channel, CreatePayment, MerchantReference};
+use crate::money::{Amount, Balance};
+use crate::tenant::TenantId;
 use std::fmt;
 
 /// `pay_` and 16 hex digits, generated once per payment and never again for the same key.
@@ -8,8 +10,9 @@ use std::fmt;
 pub struct PaymentId(String);
 
 impl PaymentId {
+    #[cfg(feature = "random")]
     pub fn generate() -> PaymentId {
-        PaymentId(format!("pay_{}", crate::auth::random_hex(8)))
+        PaymentId(format!("pay_{}", crate::random::random_hex(8)))
     }
 
     pub fn from_stored(id: String) -> PaymentId {
@@ -69,6 +72,15 @@ impl NewPayment {
 }
 
 /// `evt_` and 16 hex digits.
+#[cfg(feature = "random")]
 pub fn new_event_id() -> String {
-    format!("evt_{}", crate::auth::random_hex(8))
+    format!("evt_{}", crate::random::random_hex(8))
+}
+
+/// An account to create: it belongs to one tenant and starts with a balance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAccount {
+    pub tenant_id: TenantId,
+    pub id: AccountId,
+    pub balance: Balance,
 }

@@ -3,6 +3,7 @@
 //! in `docs/fingerprint.md` and pinned by golden vectors below: changing either is a contract
 //! change and needs a new fingerprint version.
 
+use crate::scope::Operation;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -49,7 +50,7 @@ pub trait CanonicalCommand {
 /// `Idempotency-Key`, no `Prefer`, no transport metadata.
 #[derive(Debug, Clone)]
 pub struct FingerprintInput<'a, C: CanonicalCommand> {
-    pub operation: &'a str,
+    pub operation: Operation,
     pub path_params: BTreeMap<&'static str, String>,
     pub api_version: &'a str,
     pub command: &'a C,
@@ -90,7 +91,7 @@ impl Fingerprint {
                 "fingerprintVersion",
                 CanonicalValue::Integer(i64::from(version.0)),
             ),
-            ("operation", input.operation.into()),
+            ("operation", input.operation.as_str().into()),
             ("pathParams", CanonicalValue::Object(path_params)),
         ]);
         let canonical = serde_json::to_string(&document)

@@ -1,0 +1,106 @@
+//! The console's operators: their names, their roles, and the audit log of what they did.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What an operator may do. Ordered: each role may do everything the ones before it may.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum OperatorRole {
+    /// Reads dashboards, records and the audit log.
+    Viewer,
+    /// Also reconciles records against the provider.
+    Operator,
+    /// Also overrides without provider evidence (with a second admin). Operators themselves are
+    /// managed from the command line (`idem operator …`), never from the console.
+    Admin,
+}
+
+impl OperatorRole {
+    /// Its stored name, and the one operators type.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// A console username: 1 to 64 characters of `a-z`, `0-9`, `.`, `_` or `-`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OperatorUsername(String);
+
+impl OperatorUsername {
+    pub fn parse(text: &str) -> Result<OperatorUsername, String> {
+        let valid = !text.is_empty()
+            && text.len() <= 64
+            && text
+                .bytes()
+                .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"._-".contains(&byte));
+        if valid {
+            Ok(OperatorUsername(text.to_owned()))
+        } else {
+            Err("1 to 64 characters of a-z, 0-9, '.', '_' or '-'".to_owned())
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OperatorUsername {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One line of the audit log, as written: who did what to which target, why, and how it
+/// ended. It is committed in the same transaction as the change it describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    pub reason: Option<String>,
+    pub result: String,
+    pub details: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    #[test]
+    fn roles_are_ordered_and_named_as_operators_type_them() {
+        assert!(
+            OperatorRole::Viewer < OperatorRole::Operator && OperatorRole::Operator < OperatorRole::Admin
+        );
+        for role in OperatorRole::VARIANTS {
+            assert_eq!(role.as_str().parse::<OperatorRole>(), Ok(*role));
+        }
+        assert!("Admin".parse::<OperatorRole>().is_err());
+    }
+
+    #[test]
+    fn usernames_are_plain_lower_case() {
+        assert!(OperatorUsername::parse("ops.alice-2").is_ok());
+        for bad in ["", "Alice", "a b", "ü", &"a".repeat(65)] {
+            assert!(OperatorUsername::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

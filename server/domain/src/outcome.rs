@@ -1,0 +1,35 @@
+//! What a request with an idempotency key (or an operation without one) came to: the
+//! outcomes the metrics count and the dashboard draws.
+
+/// In the order dashboards show them ([`Outcome::VARIANTS`]).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+pub enum Outcome {
+    NewExecution,
+    Replay,
+    ConflictDifferentRequest,
+    InProgress,
+    ExpiredRetry,
+    OutcomeUnknown,
+    ProviderError,
+    Takeover,
+}
+
+impl Outcome {
+    /// Its name in metrics (`idempotency_<name>_total`) and in the outcome buckets.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}

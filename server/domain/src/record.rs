@@ -1,0 +1,165 @@
+//! The idempotency record's state: its public status, its recovery point, and what the
+//! decision for a retry needs to know of it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The public states of an idempotency record (see `docs/ARCHITECTURE.md`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+pub enum RecordStatus {
+    InProgress,
+    Completed,
+    FailedReplayable,
+    FailedRetryable,
+    UnknownRequiresRecovery,
+    Expired,
+}
+
+impl RecordStatus {
+    /// The name stored in the database and shown to operators.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether the outcome is decided (only such records expire, and only they are replayed
+    /// or renewed).
+    pub fn is_settled(self) -> bool {
+        matches!(
+            self,
+            RecordStatus::Completed
+                | RecordStatus::FailedReplayable
+                | RecordStatus::FailedRetryable
+                | RecordStatus::Expired
+        )
+    }
+}
+
+/// How far create_payment got. Durable: a taker resumes from here, never from the start.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+pub enum ProgressStep {
+    Received,
+    LocalPaymentCreated,
+    /// Durable *before* the provider is called: from here on a charge may exist, so a taker
+    /// asks the provider by the payment's key before sending anything.
+    ProviderRequestSent,
+    ProviderConfirmed,
+    Completed,
+    UnknownRequiresRecovery,
+}
+
+impl ProgressStep {
+    /// The name stored in the database and shown to operators.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// How a claim came to own its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ClaimedAs {
+    /// The key's first request.
+    New,
+    /// The key's earlier record was past its window (`new_operation` policy): an expired retry.
+    AfterExpiry,
+    /// An operator had marked the key's operation failed and released the key: this retry
+    /// executes it anew.
+    AfterRelease,
+}
+
+/// What the decision for a retry needs to know of a stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub status: RecordStatus,
+    pub progress_step: ProgressStep,
+    /// The retry is fingerprinted in this version, so old records stay comparable.
+    pub fingerprint_version: u16,
+    pub request_fingerprint: String,
+    /// The fencing token: every write by an owner is conditional on it.
+    pub lease_version: i64,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+    /// The payment the record made, once it made one.
+    pub resource_id: Option<String>,
+    /// The API version the answer is produced in (a taker answers in it too).
+    pub response_schema_version: Option<String>,
+    /// When an unknown outcome may be asked about again (backoff).
+    pub next_recovery_at: Option<DateTime<Utc>>,
+}
+
+/// A record as read, and the database's clock when it was read: leases and windows are
+/// compared with the database's time, never with an instance's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordAt {
+    pub record: StoredRecord,
+    pub now: DateTime<Utc>,
+}
+
+impl RecordAt {
+    /// Whether only an operator (or a retry) can move it on: an unknown outcome, or an
+    /// in-progress record whose owner's lease ran out.
+    pub fn needs_operator(&self) -> bool {
+        match self.record.status {
+            RecordStatus::UnknownRequiresRecovery => true,
+            RecordStatus::InProgress => self.record.locked_until.is_none_or(|until| until <= self.now),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    #[test]
+    fn every_status_and_step_round_trips_through_its_stored_name() {
+        for status in RecordStatus::VARIANTS {
+            assert_eq!(status.as_str().parse::<RecordStatus>(), Ok(*status));
+        }
+        assert!("in_progress".parse::<RecordStatus>().is_err());
+        for step in ProgressStep::VARIANTS {
+            assert_eq!(step.as_str().parse::<ProgressStep>(), Ok(*step));
+        }
+        assert!("SENT".parse::<ProgressStep>().is_err());
+        for claimed_as in [ClaimedAs::New, ClaimedAs::AfterExpiry, ClaimedAs::AfterRelease] {
+            let stored: &str = claimed_as.into();
+            assert_eq!(stored.parse::<ClaimedAs>(), Ok(claimed_as));
+        }
+        assert_eq!(<&str>::from(ClaimedAs::AfterRelease), "after_release");
+    }
+}

@@ -21,8 +21,10 @@ pub enum ConsoleError {
     Invalid(String),
 }
 
+/// What the console reads. Reading asks the provider at most (a reconcile preview) and changes
+/// nothing.
 #[async_trait::async_trait]
-pub trait ConsoleBackend: Send + Sync + 'static {
+pub trait ConsoleReads: Send + Sync + 'static {
     async fn dashboard(
         &self,
         range: DashboardRange,
@@ -42,6 +44,23 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     /// Asks the provider, changes nothing.
     async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError>;
 
+    /// A bulk job's progress and per-record results.
+    async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError>;
+
+    /// Pending override requests first, then recently decided ones.
+    async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError>;
+
+    /// Outbox backlog, consumer lag, dead letters.
+    async fn events(&self) -> Result<EventsOverview, ConsoleError>;
+
+    /// Newest first; `before` is the id of the last entry of the previous page (or empty).
+    async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError>;
+}
+
+/// What an operator does. Every action is audited, in the same transaction as the change it
+/// makes where it makes one.
+#[async_trait::async_trait]
+pub trait ConsoleActions: Send + Sync + 'static {
     /// Applies what the preview proposed, if the record and the provider still say the same;
     /// audited in the same transaction.
     async fn apply_reconcile(
@@ -62,9 +81,6 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         reason: String,
     ) -> Result<BulkJobView, ConsoleError>;
 
-    /// A bulk job's progress and per-record results.
-    async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError>;
-
     /// An admin's override of a record that needs an operator, without the provider's
     /// evidence: recorded (and audited) to wait for a second admin, bound to `version`.
     async fn request_override(
@@ -75,9 +91,6 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         outcome: OverrideOutcome,
         reason: String,
     ) -> Result<OverrideRequestView, ConsoleError>;
-
-    /// Pending override requests first, then recently decided ones.
-    async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError>;
 
     /// A second admin's decision: approving applies the override at once if the record is
     /// still at the requested version (audited with the change); rejecting changes nothing
@@ -90,9 +103,6 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         reason: String,
     ) -> Result<OverrideRequestView, ConsoleError>;
 
-    /// Outbox backlog, consumer lag, dead letters.
-    async fn events(&self) -> Result<EventsOverview, ConsoleError>;
-
     /// Puts exactly these dead letters (each at the `dead_at` the operator saw) back to the
     /// publisher, each audited with `reason`.
     async fn redrive(
@@ -102,7 +112,6 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         reason: String,
     ) -> Result<Vec<RedriveResult>, ConsoleError>;
 
-    /// The record's stored response, opened; audited before anything is returned.
     /// Records an operator's word that a payment's late charge was refunded at the provider
     /// (`reference`: the refund's id or ticket), audited; the dashboard stops counting it.
     async fn resolve_late_charge(
@@ -113,15 +122,18 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         reference: String,
     ) -> Result<ReconcileResult, ConsoleError>;
 
+    /// The record's stored response, opened; audited before anything is returned.
     async fn reveal_response(
         &self,
         operator: &CurrentOperator,
         record: RecordRef,
     ) -> Result<Option<RevealedResponse>, ConsoleError>;
-
-    /// Newest first; `before` is the id of the last entry of the previous page (or empty).
-    async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError>;
 }
+
+/// The whole port: what the server implements.
+pub trait ConsoleBackend: ConsoleReads + ConsoleActions {}
+
+impl<T: ConsoleReads + ConsoleActions> ConsoleBackend for T {}
 
 /// The handle the server provides as Leptos context for every request.
 #[derive(Clone)]

@@ -8,14 +8,14 @@
 //! checks: the time stays flat, because the dashboard reads buckets and partial indexes and
 //! never counts the records table.
 
-use app::backend::ConsoleBackend;
+use app::backend::ConsoleReads;
 use app::dto::DashboardRange;
 use domain::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::console::StoreConsole;
-use idem::idempotency::journal::RequestJournal;
-use idem::idempotency::sealing::ResponseSealer;
+use idem::engine::sealing::ResponseSealer;
+use idem::engine::{EngineParts, EngineSettings, PaymentsEngine};
 use idem::metrics::OutcomeCounter;
-use idem::payments::engine::{EngineSettings, PaymentsEngine};
+use idem::metrics::journal::RequestJournal;
 use idem::provider::client::ProviderClient;
 use idem::store::{self, DatabaseTarget};
 use sqlx::Connection;
@@ -88,11 +88,14 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
     .expect("provider client (never called)");
     let keys = tempfile::tempdir().expect("key directory");
     let engine = Arc::new(PaymentsEngine::new(
-        store.clone(),
-        provider,
-        Arc::new(OutcomeCounter::default()),
-        Arc::new(RequestJournal::default()),
-        Arc::new(ResponseSealer::load_or_create(keys.path()).expect("sealing key")),
+        EngineParts {
+            records: store.clone(),
+            payments: store.clone(),
+            provider,
+            outcomes: Arc::new(OutcomeCounter::default()),
+            journal: Arc::new(RequestJournal::default()),
+            sealer: Arc::new(ResponseSealer::load_or_create(keys.path()).expect("sealing key")),
+        },
         EngineSettings {
             lease: Duration::from_secs(30),
             expiry: ExpiryPolicy {

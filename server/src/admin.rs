@@ -6,7 +6,7 @@ use crate::auth::api_key::NewApiKey;
 use crate::auth::operator::Password;
 use crate::cli::{AccountCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
 use crate::store::operators::{OperatorChange, StoredOperator};
-use crate::store::{Store, StoreError};
+use crate::store::{OperatorStore, StoreError, TenantStore};
 use domain::command::AccountId;
 use domain::money::{Balance, Currency};
 use domain::operator::AuditEntry;
@@ -38,7 +38,7 @@ fn invalid(field: &str, problem: impl std::fmt::Display) -> AdminError {
     AdminError::InvalidArgument(format!("{field}: {problem}"))
 }
 
-async fn tenant_id(store: &dyn Store, name: &str) -> Result<TenantId, AdminError> {
+async fn tenant_id(store: &dyn TenantStore, name: &str) -> Result<TenantId, AdminError> {
     let parsed = TenantName::parse(name).map_err(|problem| invalid("--tenant", problem))?;
     store
         .tenant_id_by_name(&parsed)
@@ -47,7 +47,7 @@ async fn tenant_id(store: &dyn Store, name: &str) -> Result<TenantId, AdminError
 }
 
 /// Runs a tenant command; returns what to print on standard output.
-pub async fn tenant(store: &dyn Store, command: TenantCommand) -> Result<String, AdminError> {
+pub async fn tenant(store: &dyn TenantStore, command: TenantCommand) -> Result<String, AdminError> {
     match command {
         TenantCommand::Create {
             name,
@@ -65,7 +65,7 @@ pub async fn tenant(store: &dyn Store, command: TenantCommand) -> Result<String,
     }
 }
 
-pub async fn api_key(store: &dyn Store, command: ApiKeyCommand) -> Result<String, AdminError> {
+pub async fn api_key(store: &dyn TenantStore, command: ApiKeyCommand) -> Result<String, AdminError> {
     match command {
         ApiKeyCommand::Create { tenant } => {
             let tenant_id = tenant_id(store, &tenant).await?;
@@ -88,7 +88,7 @@ pub async fn api_key(store: &dyn Store, command: ApiKeyCommand) -> Result<String
     }
 }
 
-pub async fn account(store: &dyn Store, command: AccountCommand) -> Result<String, AdminError> {
+pub async fn account(store: &dyn TenantStore, command: AccountCommand) -> Result<String, AdminError> {
     match command {
         AccountCommand::Create {
             tenant,
@@ -120,7 +120,7 @@ pub async fn account(store: &dyn Store, command: AccountCommand) -> Result<Strin
 
 /// Runs an operator command; prints the generated password (and only that) when it makes
 /// one. Every change is written to the audit log with it, in the name of the command line.
-pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<String, AdminError> {
+pub async fn operator(store: &dyn OperatorStore, command: OperatorCommand) -> Result<String, AdminError> {
     match command {
         OperatorCommand::Create { username, role } => {
             let parsed =
@@ -191,7 +191,7 @@ pub async fn operator(store: &dyn Store, command: OperatorCommand) -> Result<Str
 /// Gives the operator a new generated password through `change` (which ends every session
 /// they had); returns the password, to be shown once.
 async fn with_new_password(
-    store: &dyn Store,
+    store: &dyn OperatorStore,
     username: &str,
     change: fn(String) -> OperatorChange,
     action: &str,
@@ -211,7 +211,7 @@ async fn with_new_password(
 /// Applies `change` with its audit entry (`operator.<action>`), or says there is no such
 /// operator.
 async fn change_operator(
-    store: &dyn Store,
+    store: &dyn OperatorStore,
     username: &str,
     change: &OperatorChange,
     action: &str,

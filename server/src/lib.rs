@@ -1,20 +1,24 @@
 //! Idem: a payments API whose idempotency layer is payment grade, and its operator console.
 //!
-//! One module per concern; `docs/ARCHITECTURE.md` is the map.
+//! The domain floor is its own crate (`domain`); here, bottom up: `crash` (test-only crash
+//! points), `supervisor`, `store`, `provider`, `auth`, `metrics`, `engine`, `events`,
+//! `console`, `workers`, `http`, `application`, and the command line (`cli`, `admin`,
+//! `serve`, `telemetry`). Every import points down; `docs/ARCHITECTURE.md` is the map and
+//! `server/tests/it/architecture.rs` checks it.
 
 pub mod admin;
+pub mod application;
 pub mod auth;
 pub mod cli;
 pub mod console;
 pub mod crash;
+pub mod engine;
 pub mod events;
-pub mod expiry;
 pub mod http;
-pub mod idempotency;
 pub mod metrics;
-pub mod payments;
 pub mod provider;
-pub mod recovery;
 pub mod serve;
 pub mod store;
+pub mod supervisor;
 pub mod telemetry;
+pub mod workers;

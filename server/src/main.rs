@@ -8,7 +8,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 enum CommandError {
     #[error(transparent)]
-    Serve(#[from] serve::ServeError),
+    Serve(#[from] idem::application::ServeError),
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
     #[error(transparent)]

@@ -14,6 +14,7 @@ pub mod api_error;
 pub mod claim;
 pub mod command;
 pub mod decision;
+pub mod event;
 pub mod expiry;
 pub mod fingerprint;
 pub mod key;

@@ -43,6 +43,22 @@ pub struct Scope {
     pub key: IdempotencyKey,
 }
 
+impl Scope {
+    /// How the audit log names this scope's record.
+    pub fn audit_target(&self) -> String {
+        audit_target(
+            self.tenant_id.as_str(),
+            self.operation.as_str(),
+            self.key.as_str(),
+        )
+    }
+}
+
+/// How the audit log names a record: `tenant/operation/key`.
+pub fn audit_target(tenant_id: &str, operation: &str, key: &str) -> String {
+    format!("{tenant_id}/{operation}/{key}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

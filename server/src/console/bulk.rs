@@ -5,24 +5,100 @@
 //! single reconciliation (guards, audit) in the name of the operator who started the job, and
 //! only while they may still reconcile: their role and standing are read again for every item.
 
-use super::StoreConsole;
+use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
 use crate::store::StoreError;
-use crate::store::bulk::{BulkItem, ClaimedBulkJob};
-use crate::store::console::audit_target;
+use crate::store::bulk::{BulkItem, BulkItemResult, ClaimedBulkJob};
 use crate::store::operators::StoredOperator;
-use app::backend::ConsoleBackend;
-use app::dto::{CurrentOperator, ReconcileResult};
-use domain::operator::AuditEntry;
-use domain::operator::OperatorRole;
+use app::backend::{ConsoleActions, ConsoleError};
+use app::dto::{BulkJobView, CurrentOperator, RecordRef};
+use domain::operator::{AuditEntry, OperatorRole};
+use domain::recovery::ReconcileAction;
 use std::time::Duration;
 
 /// How long a runner holds a job without finishing an item before another may resume it:
 /// longer than one item can take (a provider call, bounded by its timeout).
 pub const BULK_LEASE: Duration = Duration::from_secs(60);
 
+/// Records one bulk reconciliation takes at most.
+const MAX_BULK_ITEMS: usize = 500;
+
 impl StoreConsole {
+    /// Writes the frozen set and starts running it here.
+    pub(super) async fn start_bulk_job(
+        &self,
+        operator: &CurrentOperator,
+        items: Vec<(RecordRef, i64, ReconcileAction)>,
+        reason: String,
+    ) -> Result<BulkJobView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        if items.is_empty() || items.len() > MAX_BULK_ITEMS {
+            return Err(ConsoleError::Invalid(format!(
+                "a bulk reconciliation takes 1 to {MAX_BULK_ITEMS} records"
+            )));
+        }
+        let items = items
+            .into_iter()
+            .zip(0..)
+            .map(|((record, version, action), position)| {
+                scope_of(&record)?;
+                Ok(BulkItem {
+                    position,
+                    record: views::record_name(&record),
+                    version,
+                    action,
+                })
+            })
+            .collect::<Result<Vec<_>, ConsoleError>>()?;
+        let job = ClaimedBulkJob {
+            id: format!("blk_{}", domain::random::random_hex(12)),
+            requested_by: operator.username.clone(),
+            reason,
+        };
+        self.store
+            .create_bulk_job(&job, &items)
+            .await
+            .map_err(unavailable("bulk reconcile"))?;
+        // Run it here and now; if this instance dies, another resumes it after the lease.
+        let claimed = self
+            .store
+            .claim_bulk_job(Some(&job.id), BULK_LEASE)
+            .await
+            .map_err(unavailable("bulk reconcile"))?;
+        if let Some(claimed) = claimed {
+            let console = self.clone();
+            tokio::spawn(async move { console.run_bulk_job(claimed).await });
+        }
+        let view = self
+            .store
+            .bulk_job(&job.id)
+            .await
+            .map_err(unavailable("bulk job"))?;
+        view.map(views::bulk_job)
+            .ok_or_else(|| ConsoleError::Invalid("the job vanished".to_owned()))
+    }
+
+    /// One pass of the resumer: runs, one after the other, unfinished jobs nobody holds;
+    /// returns how many.
+    pub async fn resume_bulk_jobs(&self) -> usize {
+        let mut resumed = 0;
+        loop {
+            match self.store.claim_bulk_job(None, BULK_LEASE).await {
+                Ok(Some(job)) => {
+                    tracing::warn!(job = %job.id, "bulk reconcile: resuming a job whose runner stopped");
+                    self.run_bulk_job(job).await;
+                    resumed += 1;
+                }
+                Ok(None) => return resumed,
+                Err(error) => {
+                    tracing::warn!(%error, "bulk reconcile: no job claimed; trying again later");
+                    return resumed;
+                }
+            }
+        }
+    }
+
     /// Applies a claimed job's pending items in order, then marks it finished.
-    pub(super) async fn run_bulk_job(&self, job: ClaimedBulkJob) {
+    async fn run_bulk_job(&self, job: ClaimedBulkJob) {
         let items = match self.store.pending_bulk_items(&job.id).await {
             Ok(items) => items,
             Err(error) => {
@@ -60,7 +136,7 @@ impl StoreConsole {
         &self,
         job: &ClaimedBulkJob,
         item: &BulkItem,
-    ) -> Result<ReconcileResult, StoreError> {
+    ) -> Result<BulkItemResult, StoreError> {
         let standing = self.store.operator_by_username(&job.requested_by).await?;
         let operator = match reconciling_operator(standing) {
             Ok(operator) => operator,
@@ -69,35 +145,37 @@ impl StoreConsole {
                 self.write_audit(AuditEntry {
                     actor: job.requested_by.clone(),
                     action: format!("reconcile.{}", item.action.as_str()),
-                    target: Some(audit_target(&item.record)),
+                    target: Some(item.record.audit_target()),
                     reason: Some(job.reason.clone()),
                     result: "refused".to_owned(),
                     details: Some(message.clone()),
                 })
                 .await;
-                return Ok(ReconcileResult {
-                    record: item.record.clone(),
+                return Ok(BulkItemResult {
                     ok: false,
-                    status: None,
                     message,
+                    status: None,
                 });
             }
         };
-        Ok(self
-            .apply_reconcile(
-                &operator,
-                item.record.clone(),
-                item.version,
-                item.action,
-                job.reason.clone(),
-            )
-            .await
-            .unwrap_or_else(|error| ReconcileResult {
-                record: item.record.clone(),
-                ok: false,
-                status: None,
-                message: error.to_string(),
-            }))
+        let record = views::record_ref(item.record.clone());
+        Ok(
+            match self
+                .apply_reconcile(&operator, record, item.version, item.action, job.reason.clone())
+                .await
+            {
+                Ok(result) => BulkItemResult {
+                    ok: result.ok,
+                    message: result.message,
+                    status: result.status,
+                },
+                Err(error) => BulkItemResult {
+                    ok: false,
+                    message: error.to_string(),
+                    status: None,
+                },
+            },
+        )
     }
 }
 
@@ -112,26 +190,4 @@ fn reconciling_operator(standing: Option<StoredOperator>) -> Result<CurrentOpera
             role: operator.role,
         }),
     }
-}
-
-/// Resumes, every `interval`, unfinished jobs nobody holds.
-pub fn spawn_resumer(console: StoreConsole, interval: Duration) {
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            loop {
-                match console.store.claim_bulk_job(None, BULK_LEASE).await {
-                    Ok(Some(job)) => {
-                        tracing::warn!(job = %job.id, "bulk reconcile: resuming a job whose runner stopped");
-                        console.run_bulk_job(job).await;
-                    }
-                    Ok(None) => break,
-                    Err(error) => {
-                        tracing::warn!(%error, "bulk reconcile: no job claimed; trying again later");
-                        break;
-                    }
-                }
-            }
-        }
-    });
 }

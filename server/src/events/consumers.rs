@@ -11,9 +11,10 @@
 //!   between sending and marking sends again with the same message id (at-least-once; the
 //!   mail system deduplicates on the id).
 
-use super::EventMessage;
-use crate::store::Store;
+use crate::store::EventStore;
 use crate::store::events::PendingReceipt;
+use crate::supervisor::Periodic;
+use domain::event::EventMessage;
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -59,11 +60,11 @@ fn handled(applied: bool) -> Handled {
 }
 
 pub struct Ledger {
-    store: Arc<dyn Store>,
+    store: Arc<dyn EventStore>,
 }
 
 impl Ledger {
-    pub fn new(store: Arc<dyn Store>) -> Ledger {
+    pub fn new(store: Arc<dyn EventStore>) -> Ledger {
         Ledger { store }
     }
 }
@@ -87,11 +88,11 @@ impl Consumer for Ledger {
 }
 
 pub struct Receipts {
-    store: Arc<dyn Store>,
+    store: Arc<dyn EventStore>,
 }
 
 impl Receipts {
-    pub fn new(store: Arc<dyn Store>) -> Receipts {
+    pub fn new(store: Arc<dyn EventStore>) -> Receipts {
         Receipts { store }
     }
 }
@@ -178,13 +179,18 @@ impl ReceiptSink {
 
 /// Delivers pending receipts to the sink and marks them sent.
 pub struct ReceiptSender {
-    store: Arc<dyn Store>,
+    store: Arc<dyn EventStore>,
     sink: ReceiptSink,
+    interval: Duration,
 }
 
 impl ReceiptSender {
-    pub fn new(store: Arc<dyn Store>, sink: ReceiptSink) -> ReceiptSender {
-        ReceiptSender { store, sink }
+    pub fn new(store: Arc<dyn EventStore>, sink: ReceiptSink, interval: Duration) -> ReceiptSender {
+        ReceiptSender {
+            store,
+            sink,
+            interval,
+        }
     }
 
     /// Sends what is pending; returns how many were sent.
@@ -199,15 +205,19 @@ impl ReceiptSender {
     }
 }
 
-pub fn spawn_receipt_sender(sender: ReceiptSender, interval: Duration) {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            if let Err(error) = sender.send_pending(100).await {
-                tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
-            }
+#[async_trait::async_trait]
+impl Periodic for ReceiptSender {
+    fn name(&self) -> &'static str {
+        "receipt sender"
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    async fn pass(&self) {
+        if let Err(error) = self.send_pending(100).await {
+            tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
         }
-    });
+    }
 }

@@ -4,13 +4,15 @@
 //! consumer is a durable pull consumer named after it: a message is acknowledged only after
 //! its side effect committed, refused (redelivered later) when handling failed.
 
-use super::EventMessage;
 use super::consumers::Consumer;
 use super::transport::{Transport, TransportError};
+use crate::supervisor::Worker;
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage};
+use domain::event::EventMessage;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub struct NatsSettings {
@@ -65,8 +67,9 @@ impl NatsJetStream {
         Ok(())
     }
 
-    /// Runs `consumer` as a durable pull consumer of the stream, until the process stops.
-    pub async fn spawn_consumer(&self, consumer: Arc<dyn Consumer>) -> Result<(), TransportError> {
+    /// `consumer` as a durable pull consumer of the stream (created now, so that a missing
+    /// stream stops the start), to run under the supervisor.
+    pub async fn consumer(&self, consumer: Arc<dyn Consumer>) -> Result<NatsConsumer, TransportError> {
         let stream = self
             .jetstream
             .get_stream(&self.settings.stream)
@@ -84,44 +87,72 @@ impl NatsJetStream {
             )
             .await
             .map_err(failed)?;
-        tokio::spawn(async move {
-            loop {
-                let mut messages = match pull.messages().await {
-                    Ok(messages) => messages,
-                    Err(error) => {
-                        tracing::warn!(%error, consumer = consumer.name(), "NATS: cannot pull; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                while let Some(next) = messages.next().await {
-                    let message = match next {
-                        Ok(message) => message,
-                        Err(error) => {
-                            tracing::warn!(%error, consumer = consumer.name(), "NATS: pull failed");
-                            break;
-                        }
-                    };
-                    let ack = match serde_json::from_slice::<EventMessage>(&message.payload) {
-                        Ok(event) => match consumer.handle(&event).await {
-                            Ok(_) => AckKind::Ack,
-                            Err(error) => {
-                                tracing::warn!(%error, event_id = %event.event_id, consumer = consumer.name(), "event not handled; redelivered later");
-                                AckKind::Nak(Some(Duration::from_secs(1)))
-                            }
-                        },
-                        Err(error) => {
-                            tracing::error!(%error, consumer = consumer.name(), "not an Idem event; dropped");
-                            AckKind::Term
-                        }
-                    };
-                    if let Err(error) = message.ack_with(ack).await {
-                        tracing::warn!(%error, "NATS: acknowledgement lost; the message comes again");
+        Ok(NatsConsumer { pull, consumer })
+    }
+}
+
+/// A consumer fed by its durable pull consumer: each message handled, then acknowledged (or
+/// given back for redelivery).
+pub struct NatsConsumer {
+    pull: jetstream::consumer::PullConsumer,
+    consumer: Arc<dyn Consumer>,
+}
+
+impl NatsConsumer {
+    async fn handle(&self, message: &jetstream::Message) -> AckKind {
+        match serde_json::from_slice::<EventMessage>(&message.payload) {
+            Ok(event) => match self.consumer.handle(&event).await {
+                Ok(_) => AckKind::Ack,
+                Err(error) => {
+                    tracing::warn!(%error, event_id = %event.event_id, consumer = self.consumer.name(), "event not handled; redelivered later");
+                    AckKind::Nak(Some(Duration::from_secs(1)))
+                }
+            },
+            Err(error) => {
+                tracing::error!(%error, consumer = self.consumer.name(), "not an Idem event; dropped");
+                AckKind::Term
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Worker for NatsConsumer {
+    fn name(&self) -> &'static str {
+        "NATS consumer"
+    }
+
+    async fn run(&self, stop: CancellationToken) {
+        while !stop.is_cancelled() {
+            let mut messages = match self.pull.messages().await {
+                Ok(messages) => messages,
+                Err(error) => {
+                    tracing::warn!(%error, consumer = self.consumer.name(), "NATS: cannot pull; retrying");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                     }
                 }
+            };
+            loop {
+                let next = tokio::select! {
+                    () = stop.cancelled() => return,
+                    next = messages.next() => next,
+                };
+                let message = match next {
+                    Some(Ok(message)) => message,
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, consumer = self.consumer.name(), "NATS: pull failed");
+                        break;
+                    }
+                    None => break,
+                };
+                let ack = self.handle(&message).await;
+                if let Err(error) = message.ack_with(ack).await {
+                    tracing::warn!(%error, "NATS: acknowledgement lost; the message comes again");
+                }
             }
-        });
-        Ok(())
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! operator. A crash between publishing and marking publishes again: consumers deduplicate.
 
 use super::transport::Transport;
-use crate::store::Store;
+use crate::store::EventStore;
+use crate::supervisor::Periodic;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,14 +27,14 @@ pub struct PublishReport {
 }
 
 pub struct Publisher {
-    store: Arc<dyn Store>,
+    store: Arc<dyn EventStore>,
     transport: Arc<dyn Transport>,
     settings: PublisherSettings,
 }
 
 impl Publisher {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn EventStore>,
         transport: Arc<dyn Transport>,
         settings: PublisherSettings,
     ) -> Publisher {
@@ -101,16 +102,17 @@ impl Publisher {
     }
 }
 
-pub fn spawn_publisher(publisher: Publisher) {
-    tokio::spawn(async move {
-        // The first pass waits one interval, like every later one: an instance idles its
-        // publisher with a long interval (tests do) and must not publish while starting.
-        let every = publisher.settings.interval;
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            publisher.run_once().await;
-        }
-    });
+#[async_trait::async_trait]
+impl Periodic for Publisher {
+    fn name(&self) -> &'static str {
+        "outbox publisher"
+    }
+
+    fn interval(&self) -> Duration {
+        self.settings.interval
+    }
+
+    async fn pass(&self) {
+        self.run_once().await;
+    }
 }

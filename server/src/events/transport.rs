@@ -1,8 +1,8 @@
 //! How published events reach consumers: one trait, an in-process implementation (the
 //! embedded default: the consumers run in this process) and NATS JetStream.
 
-use super::EventMessage;
 use super::consumers::Consumer;
+use domain::event::EventMessage;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]

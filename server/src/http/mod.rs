@@ -2,14 +2,14 @@
 
 pub mod error;
 mod health;
+mod payments;
 pub mod rate_limit;
 
 use crate::console;
 use crate::console::StoreConsole;
 use crate::console::access::{AccessState, SignInLimits};
+use crate::engine::PaymentsEngine;
 use crate::metrics::prometheus::Exposition;
-use crate::payments;
-use crate::payments::engine::PaymentsEngine;
 use crate::store::Store;
 use app::backend::Backend;
 use axum::Router;
@@ -42,8 +42,6 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// Mark the console's session cookie `Secure` (serve behind TLS).
     pub secure_cookies: bool,
-    /// The recovery worker's attempt limit, for the console's "needs an operator".
-    pub recovery_max_attempts: i32,
 }
 
 /// Shared by every handler.
@@ -55,12 +53,9 @@ pub struct AppState {
     pub metrics: Arc<Exposition>,
 }
 
-pub fn router(state: AppState, settings: &HttpSettings) -> Router {
-    let console_backend = Backend(Arc::new(StoreConsole::new(
-        state.store.clone(),
-        state.engine.clone(),
-        settings.recovery_max_attempts,
-    )));
+/// The payments API and the console, behind the middleware every request goes through.
+pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -> Router {
+    let console_backend = Backend(Arc::new(console));
     let access = AccessState {
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),
@@ -69,13 +64,13 @@ pub fn router(state: AppState, settings: &HttpSettings) -> Router {
     let api = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/payments", post(payments::http::create_payment))
-        .route("/payments/{id}", get(payments::http::get_payment))
-        .route("/idempotency", get(payments::http::discovery))
+        .route("/payments", post(payments::create_payment))
+        .route("/payments/{id}", get(payments::get_payment))
+        .route("/idempotency", get(payments::discovery))
         .route("/metrics", get(metrics_text))
         .route(
             "/accounts/{account_id}/settings/default-currency",
-            put(payments::http::set_default_currency),
+            put(payments::set_default_currency),
         )
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));

@@ -2,9 +2,12 @@
 //! per-minute buckets to the database every few seconds (and on shutdown), so that counts
 //! add up across instances and survive restarts without a write per request.
 
+pub mod journal;
 pub mod prometheus;
 
-use crate::store::Store;
+use crate::store::MetricsStore;
+use crate::store::metrics::OutcomeCount;
+use crate::supervisor::Periodic;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use domain::outcome::Outcome;
 use domain::scope::Operation;
@@ -12,17 +15,6 @@ use domain::tenant::TenantId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-/// One bucket's increment, as written to the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutcomeCount {
-    /// The minute the outcomes happened in (this instance's clock).
-    pub bucket_start: DateTime<Utc>,
-    pub tenant_id: String,
-    pub operation: Operation,
-    pub outcome: Outcome,
-    pub count: i64,
-}
 
 type BucketKey = (DateTime<Utc>, String, Operation, Outcome);
 
@@ -60,13 +52,13 @@ impl OutcomeCounter {
 #[async_trait::async_trait]
 pub trait Buffered: Send + Sync + 'static {
     /// Writes what was buffered since the last flush; on failure keeps it for the next one.
-    async fn flush(&self, store: &dyn Store);
+    async fn flush(&self, store: &dyn MetricsStore);
 }
 
 #[async_trait::async_trait]
 impl Buffered for OutcomeCounter {
     /// A database hiccup delays counts but loses none.
-    async fn flush(&self, store: &dyn Store) {
+    async fn flush(&self, store: &dyn MetricsStore) {
         let mut drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
         // Every instance upserts its buckets in the same order, so two flushes at once wait
         // for each other instead of deadlocking.
@@ -96,14 +88,26 @@ impl Buffered for OutcomeCounter {
     }
 }
 
-/// Flushes `counter` every `interval` until the process stops.
-pub fn spawn_flusher(counter: Arc<dyn Buffered>, store: Arc<dyn Store>, interval: Duration) {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            counter.flush(store.as_ref()).await;
-        }
-    });
+/// Writes what `buffer` holds every `interval` (and, at shutdown, once more: see
+/// `Application::run_until_stopped`).
+pub struct Flusher {
+    pub name: &'static str,
+    pub buffer: Arc<dyn Buffered>,
+    pub store: Arc<dyn MetricsStore>,
+    pub interval: Duration,
+}
+
+#[async_trait::async_trait]
+impl Periodic for Flusher {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    async fn pass(&self) {
+        self.buffer.flush(self.store.as_ref()).await;
+    }
 }

@@ -4,6 +4,7 @@
 //! time, so every instance reports the same truth.
 
 use crate::store::Store;
+use crate::store::metrics::LiveGauges;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
@@ -33,22 +34,6 @@ pub fn install() -> Option<PrometheusHandle> {
                 .ok()
         })
         .clone()
-}
-
-/// Live gauges of one tenant and operation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LiveGauges {
-    pub tenant_id: String,
-    pub operation: String,
-    pub unknown_count: i64,
-    pub in_progress_age_max_seconds: f64,
-}
-
-/// Work waiting on background workers, across instances.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OutboxBacklog {
-    pub unpublished: i64,
-    pub oldest_unpublished_age_seconds: f64,
 }
 
 /// What `/metrics` renders.

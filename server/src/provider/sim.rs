@@ -17,6 +17,7 @@
 //! Everything else succeeds unless a queued fault says otherwise.
 
 use super::{Charge, ChargeRequest, ChargeStatus};
+use crate::supervisor::Worker;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +29,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// How long a `drop_response_after_accept` call is held before the connection is closed: far
 /// past any sensible client timeout.
@@ -123,6 +125,58 @@ impl Simulator {
             ledger.faults.remove(index);
         }
         Some(taken)
+    }
+}
+
+/// The simulator served from inside `idem serve` when no provider is configured, on a free
+/// loopback port, as one of its workers (so that a fresh checkout runs with nothing else
+/// started).
+pub struct InProcessSimulator {
+    listener: std::net::TcpListener,
+    simulator: Simulator,
+}
+
+impl InProcessSimulator {
+    pub async fn bind() -> std::io::Result<InProcessSimulator> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await?
+            .into_std()?;
+        Ok(InProcessSimulator {
+            listener,
+            simulator: Simulator::default(),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        match self.listener.local_addr() {
+            Ok(address) => format!("http://{address}"),
+            Err(_) => "http://127.0.0.1:0".to_owned(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Worker for InProcessSimulator {
+    fn name(&self) -> &'static str {
+        "provider simulator"
+    }
+
+    async fn run(&self, stop: CancellationToken) {
+        let served = match self
+            .listener
+            .try_clone()
+            .and_then(tokio::net::TcpListener::from_std)
+        {
+            Ok(listener) => {
+                axum::serve(listener, router(self.simulator.clone()))
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = served {
+            tracing::error!(%error, "in-process provider simulator stopped");
+        }
     }
 }
 

@@ -1,36 +1,49 @@
 //! Overrides awaiting a second admin: the request (written with its audit entry), the list,
 //! and the decision, taken once by a conditional update before anything is applied, so two
-//! approvers cannot both apply it and the requester can never decide their own. One body for
-//! both dialects; the statement that differs is in [`ApprovalSql`].
+//! approvers cannot both apply it and the requester can never decide their own.
 
-use crate::store::StoreError;
-use app::dto::{OverrideRequestView, RecordRef};
+use super::StoreError;
+use super::console::RecordName;
+use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::operators::insert_audit;
 use chrono::{DateTime, Utc};
 use domain::operator::AuditEntry;
 use domain::recovery::{OverrideOutcome, OverrideState};
+use domain::scope::Scope;
+use sqlx::Transaction;
 use std::time::Duration;
-
-/// How long a request waits for a second admin. Evidence a day old is not the evidence the
-/// approver would be looking at, so after that the request is rejected and must be made again.
-pub const OVERRIDE_DECISION_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// An admin's request, bound to the record's version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOverrideRequest {
     pub id: String,
-    pub record: RecordRef,
+    pub scope: Scope,
     pub record_version: i64,
     pub outcome: OverrideOutcome,
     pub requested_by: String,
     pub reason: String,
 }
 
-pub fn new_override_id() -> String {
-    format!("ovr_{}", domain::random::random_hex(12))
+/// A request as stored, with its decision once taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverrideRequest {
+    pub id: String,
+    pub record: RecordName,
+    pub record_version: i64,
+    pub outcome: OverrideOutcome,
+    pub requested_by: String,
+    pub reason: String,
+    pub requested_at: DateTime<Utc>,
+    pub state: OverrideState,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    /// What applying it did, once approved.
+    pub result: Option<String>,
 }
 
 #[async_trait::async_trait]
-pub trait ApprovalStore {
+pub trait ApprovalStore: Send + Sync {
     /// `Err(AlreadyExists)` when the record has a pending request already. Requests older
     /// than `window` are expired first, so that one of those does not block a new one.
     async fn request_override(
@@ -41,9 +54,9 @@ pub trait ApprovalStore {
     ) -> Result<(), StoreError>;
 
     /// Pending requests first, then the newest decided ones; `limit` rows at most.
-    async fn override_requests(&self, limit: i64) -> Result<Vec<OverrideRequestView>, StoreError>;
+    async fn override_requests(&self, limit: i64) -> Result<Vec<OverrideRequest>, StoreError>;
 
-    async fn override_request(&self, id: &str) -> Result<Option<OverrideRequestView>, StoreError>;
+    async fn override_request(&self, id: &str) -> Result<Option<OverrideRequest>, StoreError>;
 
     /// Takes the decision (`Approved` or `Rejected`) on a pending request for `decided_by`,
     /// with `audit` in the same transaction when given. `false` (nothing written) when the
@@ -58,55 +71,28 @@ pub trait ApprovalStore {
         window: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// Rejects every request still pending after `window`, each with an audit entry in the
-    /// same transaction (the cleanup worker's); returns how many.
+    /// Rejects every request still pending after `window`, each with an audit entry (by
+    /// [`OVERRIDE_EXPIRY_ACTOR`]) in the same transaction; returns how many.
     async fn expire_override_requests(&self, window: Duration) -> Result<u64, StoreError>;
 
     /// What applying an approved request did (`Applied` or `Failed`).
     async fn finish_override(&self, id: &str, state: OverrideState, result: &str) -> Result<(), StoreError>;
 }
 
-pub(super) struct ApprovalSql {
+/// Who the audit log says rejected a request nobody decided in time.
+pub const OVERRIDE_EXPIRY_ACTOR: &str = "worker:override_expiry";
+
+/// Approval statements that differ by dialect.
+pub trait ApprovalStatements {
     /// `$1` id, `$2` state, `$3` decided by, `$4` reason, `$5` window (seconds): pending and
     /// younger than the window -> decided, stamped now.
-    pub decide_override: &'static str,
+    const DECIDE_OVERRIDE: &'static str;
     /// `$1` window (seconds), `$2` reason: pending and older -> rejected by nobody; returns
     /// each one's id and record (tenant, operation, key).
-    pub expire_overrides: &'static str,
+    const EXPIRE_OVERRIDES: &'static str;
 }
 
-/// Why the worker rejected a request, as its decision reason and audit details say.
-pub(super) fn expiry_reason(window: Duration) -> String {
-    format!(
-        "expired: no second admin decided within {} h",
-        window.as_secs() / 3600
-    )
-}
-
-/// The actor of the audit entries the cleanup worker writes.
-pub(super) const EXPIRY_ACTOR: &str = "worker:cleanup";
-
-pub(super) const INSERT_OVERRIDE: &str = "insert into override_requests (id, tenant_id, operation_name, \
-     idempotency_key, record_version, outcome, provider_charge_id, requested_by, reason) \
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-macro_rules! select_overrides {
-    ($rest:literal) => {
-        concat!(
-            "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, ",
-            "provider_charge_id, requested_by, reason, requested_at, state, decided_by, decision_reason, ",
-            "decided_at, result from override_requests ",
-            $rest
-        )
-    };
-}
-pub(super) const LIST_OVERRIDES: &str =
-    select_overrides!("order by case when state = 'pending' then 0 else 1 end, requested_at desc limit $1");
-pub(super) const ONE_OVERRIDE: &str = select_overrides!("where id = $1");
-pub(super) const FINISH_OVERRIDE: &str =
-    "update override_requests set state = $2, result = $3 where id = $1 and state = 'approved'";
-
-/// A row of `select_overrides!`.
-pub(super) type OverrideRow = (
+type OverrideRow = (
     String,
     String,
     String,
@@ -125,7 +111,7 @@ pub(super) type OverrideRow = (
 );
 
 /// The stored name and charge id of an outcome.
-pub(super) fn stored_outcome(outcome: &OverrideOutcome) -> (&'static str, Option<&str>) {
+fn stored_outcome(outcome: &OverrideOutcome) -> (&'static str, Option<&str>) {
     match outcome {
         OverrideOutcome::Charged { charge_id } => ("charged", Some(charge_id)),
         OverrideOutcome::Declined { charge_id } => ("declined", Some(charge_id)),
@@ -133,8 +119,8 @@ pub(super) fn stored_outcome(outcome: &OverrideOutcome) -> (&'static str, Option
     }
 }
 
-pub(super) fn override_of(row: OverrideRow) -> Result<OverrideRequestView, StoreError> {
-    let (
+fn override_of(
+    (
         id,
         tenant_id,
         operation,
@@ -150,15 +136,17 @@ pub(super) fn override_of(row: OverrideRow) -> Result<OverrideRequestView, Store
         decision_reason,
         decided_at,
         result,
-    ) = row;
+    ): OverrideRow,
+) -> Result<OverrideRequest, StoreError> {
     let outcome = match (outcome.as_str(), charge_id) {
         ("charged", Some(charge_id)) => OverrideOutcome::Charged { charge_id },
         ("declined", Some(charge_id)) => OverrideOutcome::Declined { charge_id },
         ("not_charged", None) => OverrideOutcome::NotCharged,
-        (other, _) => return Err(StoreError::Corrupt(format!("override outcome {other}"))),
+        (other, _) => return Err(StoreError::corrupt("override outcome", other)),
     };
-    Ok(OverrideRequestView {
-        record: RecordRef {
+    Ok(OverrideRequest {
+        id,
+        record: RecordName {
             tenant_id,
             operation,
             key,
@@ -167,165 +155,150 @@ pub(super) fn override_of(row: OverrideRow) -> Result<OverrideRequestView, Store
         outcome,
         requested_by,
         reason,
-        requested_at: crate::store::rfc3339_millis(requested_at),
+        requested_at,
         state: state
             .parse()
-            .map_err(|_| StoreError::Corrupt(format!("override state {state}")))?,
+            .map_err(|_| StoreError::corrupt("override state", &state))?,
         decided_by,
         decision_reason,
-        decided_at: decided_at.map(crate::store::rfc3339_millis),
+        decided_at,
         result,
-        id,
     })
 }
 
-macro_rules! impl_approval_store {
-    ($store:ty, $db:ty, $sql:expr) => {
-        impl $store {
-            /// Rejects the requests pending longer than `window`, with their audit entries,
-            /// inside `tx`; returns how many.
-            async fn expire_overrides_in(
-                tx: &mut sqlx::Transaction<'static, $db>,
-                window: std::time::Duration,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let why = $crate::store::approvals::expiry_reason(window);
-                let expired: Vec<(String, String, String, String)> = sqlx::query_as($sql.expire_overrides)
-                    .bind(window.as_secs_f64())
-                    .bind(why.as_str())
-                    .fetch_all(&mut **tx)
-                    .await?;
-                for (id, tenant_id, operation, key) in &expired {
-                    let record = app::dto::RecordRef {
-                        tenant_id: tenant_id.clone(),
-                        operation: operation.clone(),
-                        key: key.clone(),
-                    };
-                    let entry = domain::operator::AuditEntry {
-                        actor: $crate::store::approvals::EXPIRY_ACTOR.to_owned(),
-                        action: "override.expire".to_owned(),
-                        target: Some($crate::store::console::audit_target(&record)),
-                        reason: None,
-                        result: "ok".to_owned(),
-                        details: Some(format!("{id}: {why}")),
-                    };
-                    Self::audit_in(tx, &entry).await?;
-                }
-                Ok(u64::try_from(expired.len()).unwrap_or(u64::MAX))
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl $crate::store::approvals::ApprovalStore for $store {
-            async fn request_override(
-                &self,
-                request: &$crate::store::approvals::NewOverrideRequest,
-                audit: &domain::operator::AuditEntry,
-                window: std::time::Duration,
-            ) -> Result<(), $crate::store::StoreError> {
-                let (outcome, charge_id) = $crate::store::approvals::stored_outcome(&request.outcome);
-                let mut tx = self.pool.begin().await?;
-                Self::expire_overrides_in(&mut tx, window).await?;
-                sqlx::query($crate::store::approvals::INSERT_OVERRIDE)
-                    .bind(request.id.as_str())
-                    .bind(request.record.tenant_id.as_str())
-                    .bind(request.record.operation.as_str())
-                    .bind(request.record.key.as_str())
-                    .bind(request.record_version)
-                    .bind(outcome)
-                    .bind(charge_id)
-                    .bind(request.requested_by.as_str())
-                    .bind(request.reason.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                Self::audit_in(&mut tx, audit).await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn override_requests(
-                &self,
-                limit: i64,
-            ) -> Result<Vec<app::dto::OverrideRequestView>, $crate::store::StoreError> {
-                let rows: Vec<$crate::store::approvals::OverrideRow> =
-                    sqlx::query_as($crate::store::approvals::LIST_OVERRIDES)
-                        .bind(limit)
-                        .fetch_all(&self.pool)
-                        .await?;
-                rows.into_iter()
-                    .map($crate::store::approvals::override_of)
-                    .collect()
-            }
-
-            async fn override_request(
-                &self,
-                id: &str,
-            ) -> Result<Option<app::dto::OverrideRequestView>, $crate::store::StoreError> {
-                let row: Option<$crate::store::approvals::OverrideRow> =
-                    sqlx::query_as($crate::store::approvals::ONE_OVERRIDE)
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                row.map($crate::store::approvals::override_of).transpose()
-            }
-
-            async fn decide_override(
-                &self,
-                id: &str,
-                decision: domain::recovery::OverrideState,
-                decided_by: &str,
-                reason: &str,
-                audit: Option<&domain::operator::AuditEntry>,
-                window: std::time::Duration,
-            ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let decided = sqlx::query($sql.decide_override)
-                    .bind(id)
-                    .bind(decision.as_str())
-                    .bind(decided_by)
-                    .bind(reason)
-                    .bind(window.as_secs_f64())
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if !decided {
-                    tx.rollback().await?;
-                    return Ok(false);
-                }
-                if let Some(audit) = audit {
-                    Self::audit_in(&mut tx, audit).await?;
-                }
-                tx.commit().await?;
-                Ok(true)
-            }
-
-            async fn expire_override_requests(
-                &self,
-                window: std::time::Duration,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let expired = Self::expire_overrides_in(&mut tx, window).await?;
-                tx.commit().await?;
-                Ok(expired)
-            }
-
-            async fn finish_override(
-                &self,
-                id: &str,
-                state: domain::recovery::OverrideState,
-                result: &str,
-            ) -> Result<(), $crate::store::StoreError> {
-                $crate::store::shared::write_one!(
-                    self.pool,
-                    $crate::store::approvals::FINISH_OVERRIDE,
-                    id,
-                    state.as_str(),
-                    result
-                )
-                .await?;
-                Ok(())
-            }
-        }
-    };
+/// Rejects the requests pending longer than `window`, with their audit entries, inside `tx`;
+/// returns how many.
+async fn expire_overrides_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    window: Duration,
+) -> Result<u64, StoreError> {
+    let why = format!(
+        "expired: no second admin decided within {} h",
+        window.as_secs() / 3600
+    );
+    let expired: Vec<(String, String, String, String)> = sqlx::query_as(D::EXPIRE_OVERRIDES)
+        .bind(window.as_secs_f64())
+        .bind(why.as_str())
+        .fetch_all(&mut **tx)
+        .await?;
+    for (id, tenant_id, operation, key) in &expired {
+        let entry = AuditEntry {
+            actor: OVERRIDE_EXPIRY_ACTOR.to_owned(),
+            action: "override.expire".to_owned(),
+            target: Some(domain::scope::audit_target(tenant_id, operation, key)),
+            reason: None,
+            result: "ok".to_owned(),
+            details: Some(format!("{id}: {why}")),
+        };
+        insert_audit(tx, &entry).await?;
+    }
+    Ok(u64::try_from(expired.len()).unwrap_or(u64::MAX))
 }
-pub(super) use impl_approval_store;
+
+#[async_trait::async_trait]
+impl<D: Dialect> ApprovalStore for SqlStore<D> {
+    async fn request_override(
+        &self,
+        request: &NewOverrideRequest,
+        audit: &AuditEntry,
+        window: Duration,
+    ) -> Result<(), StoreError> {
+        let (outcome, charge_id) = stored_outcome(&request.outcome);
+        let mut tx = self.pool.begin().await?;
+        expire_overrides_in(&mut tx, window).await?;
+        sqlx::query(
+            "insert into override_requests (id, tenant_id, operation_name, idempotency_key, record_version, \
+             outcome, provider_charge_id, requested_by, reason) values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(request.id.as_str())
+        .bind(request.scope.tenant_id.as_str())
+        .bind(request.scope.operation.as_str())
+        .bind(request.scope.key.as_str())
+        .bind(request.record_version)
+        .bind(outcome)
+        .bind(charge_id)
+        .bind(request.requested_by.as_str())
+        .bind(request.reason.as_str())
+        .execute(&mut *tx)
+        .await?;
+        insert_audit(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn override_requests(&self, limit: i64) -> Result<Vec<OverrideRequest>, StoreError> {
+        let rows: Vec<OverrideRow> = sqlx::query_as(
+            "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, provider_charge_id, \
+             requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, result \
+             from override_requests \
+             order by case when state = 'pending' then 0 else 1 end, requested_at desc limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(override_of).collect()
+    }
+
+    async fn override_request(&self, id: &str) -> Result<Option<OverrideRequest>, StoreError> {
+        let row: Option<OverrideRow> = sqlx::query_as(
+            "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, provider_charge_id, \
+             requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, result \
+             from override_requests where id = $1",
+        )
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(override_of).transpose()
+    }
+
+    async fn decide_override(
+        &self,
+        id: &str,
+        decision: OverrideState,
+        decided_by: &str,
+        reason: &str,
+        audit: Option<&AuditEntry>,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let decided = sqlx::query(D::DECIDE_OVERRIDE)
+            .bind(id)
+            .bind(decision.as_str())
+            .bind(decided_by)
+            .bind(reason)
+            .bind(window.as_secs_f64())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if !decided {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        if let Some(audit) = audit {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn expire_override_requests(&self, window: Duration) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let expired = expire_overrides_in(&mut tx, window).await?;
+        tx.commit().await?;
+        Ok(expired)
+    }
+
+    async fn finish_override(&self, id: &str, state: OverrideState, result: &str) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "update override_requests set state = $2, result = $3 where id = $1 and state = 'approved'",
+            )
+            .bind(id)
+            .bind(state.as_str())
+            .bind(result),
+        )
+        .await?;
+        Ok(())
+    }
+}

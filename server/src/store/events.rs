@@ -1,9 +1,16 @@
 //! The outbox's delivery and the consumers' durable state: claims, publication marks, backoff
 //! and dead letters; consumer inboxes with the ledger and receipts written in the same
-//! transaction. One body for both dialects; statements that differ are in [`EventSql`].
+//! transaction.
 
-use crate::events::EventMessage;
-use crate::store::StoreError;
+use super::StoreError;
+use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::operators::insert_audit;
+use super::payments::minor_to_decimal;
+use crate::crash::{CrashPoint, crash_point};
+use chrono::{DateTime, Utc};
+use domain::event::EventMessage;
+use domain::operator::AuditEntry;
+use sqlx::Transaction;
 use std::time::Duration;
 
 /// A receipt recorded and not yet sent.
@@ -15,10 +22,32 @@ pub struct PendingReceipt {
     pub body: String,
 }
 
+/// An event the publisher gave up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub event_id: String,
+    pub event_type: String,
+    pub payment_id: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    /// Also its version: a re-drive applies only while it is still dead since then.
+    pub dead_at: DateTime<Utc>,
+}
+
+/// Events not yet published, and the age of the oldest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OutboxBacklog {
+    pub unpublished: i64,
+    pub oldest_unpublished_age_seconds: f64,
+}
+
 #[async_trait::async_trait]
-pub trait EventStore {
-    /// Per consumer, how many published events of `event_type` from the last `window` it has
-    /// not processed.
+pub trait EventStore: Send + Sync {
+    /// Events not yet published, and the age of the oldest.
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError>;
+
+    /// How many published events of `event_type` from the last `window` `consumer` has not
+    /// processed.
     async fn consumer_lag(
         &self,
         consumer: &str,
@@ -27,15 +56,16 @@ pub trait EventStore {
     ) -> Result<i64, StoreError>;
 
     /// Dead-lettered events, oldest first.
-    async fn dead_letters(&self, limit: i64) -> Result<Vec<app::dto::DeadLetter>, StoreError>;
+    async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, StoreError>;
 
     /// Puts a dead letter back to the publisher, if it is still dead since `dead_at` (the
-    /// version the operator saw), with the audit entry in the same transaction.
+    /// version the operator saw, RFC 3339 with microseconds), with the audit entry in the same
+    /// transaction.
     async fn redrive_event(
         &self,
         event_id: &str,
         dead_at: &str,
-        audit: &domain::operator::AuditEntry,
+        audit: &AuditEntry,
     ) -> Result<bool, StoreError>;
 
     /// Claims up to `limit` due, unpublished, live events for `claim` (other publishers skip
@@ -75,294 +105,273 @@ pub trait EventStore {
     async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), StoreError>;
 }
 
-pub(super) struct EventSql {
+/// Event statements that differ by dialect.
+pub trait EventStatements {
+    /// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
+    const OUTBOX_BACKLOG: &'static str;
     /// `$1` consumer, `$2` event type, `$3` window seconds.
-    pub consumer_lag: &'static str,
+    const CONSUMER_LAG: &'static str;
     /// `$1` event id, `$2` dead at (RFC 3339 text).
-    pub redrive_event: &'static str,
+    const REDRIVE_EVENT: &'static str;
     /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
-    pub claim_events: &'static str,
+    const CLAIM_EVENTS: &'static str;
     /// `$1` event id.
-    pub mark_event_published: &'static str,
+    const MARK_EVENT_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
-    pub mark_event_failed: &'static str,
+    const MARK_EVENT_FAILED: &'static str;
     /// `$1` dedupe key.
-    pub mark_receipt_sent: &'static str,
+    const MARK_RECEIPT_SENT: &'static str;
 }
 
-pub(super) const INBOX_INSERT: &str =
-    "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing";
-pub(super) const PAYMENT_FOR_EVENTS: &str =
-    "select tenant_id, account_id, amount_minor, currency from payments where id = $1";
-pub(super) const INSERT_LEDGER_TRANSACTION: &str = "insert into ledger_transactions (id, entry_type, source_payment_id) \
-     values ($1, 'payment_authorized', $2) on conflict do nothing";
-pub(super) const INSERT_POSTING: &str =
-    "insert into ledger_postings (transaction_id, account, amount_minor, currency) values ($1, $2, $3, $4)";
-pub(super) const INSERT_RECEIPT: &str =
-    "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing";
-pub(super) const DEAD_LETTERS: &str = "select id, event_type, payment_id, attempts, last_error, dead_at \
-     from outbox_events where dead_at is not null order by dead_at, id limit $1";
-pub(super) const PENDING_RECEIPTS: &str =
-    "select dedupe_key, payment_id, body from receipts where sent_at is null order by created_at limit $1";
-
-macro_rules! impl_event_store {
-    ($store:ty, $db:ty, $sql:expr) => {
-        impl $store {
-            /// Starts a consumer's transaction with its inbox row: `None` when the message was
-            /// processed before (nothing written). Writing first also takes SQLite's write lock
-            /// at once, so two deliveries queue instead of failing to upgrade a read.
-            async fn inbox_claim(
-                &self,
-                consumer: &str,
-                message_id: &str,
-            ) -> Result<Option<sqlx::Transaction<'static, $db>>, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let fresh = sqlx::query($crate::store::events::INBOX_INSERT)
-                    .bind(consumer)
-                    .bind(message_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if fresh {
-                    Ok(Some(tx))
-                } else {
-                    tx.rollback().await?;
-                    Ok(None)
-                }
-            }
-
-            /// The inbox row and the side effect are written: commit them together (a crash
-            /// before this rolls both back, and the redelivery does the work once).
-            async fn inbox_commit(
-                tx: sqlx::Transaction<'static, $db>,
-            ) -> Result<(), $crate::store::StoreError> {
-                $crate::crash::crash_point($crate::crash::CrashPoint::ConsumerAfterSideEffect);
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn payment_for_events(
-                tx: &mut sqlx::Transaction<'static, $db>,
-                payment_id: &str,
-            ) -> Result<(String, String, i64, String), $crate::store::StoreError> {
-                sqlx::query_as($crate::store::events::PAYMENT_FOR_EVENTS)
-                    .bind(payment_id)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .ok_or_else(|| {
-                        $crate::store::StoreError::Corrupt(format!("event for unknown payment {payment_id}"))
-                    })
-            }
+impl<D: Dialect> SqlStore<D> {
+    /// Starts a consumer's transaction with its inbox row: `None` when the message was
+    /// processed before (nothing written). Writing first also takes SQLite's write lock at
+    /// once, so two deliveries queue instead of failing to upgrade a read.
+    async fn inbox_claim(
+        &self,
+        consumer: &str,
+        message_id: &str,
+    ) -> Result<Option<Transaction<'static, D>>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let fresh = sqlx::query(
+            "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing",
+        )
+        .bind(consumer)
+        .bind(message_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if fresh {
+            Ok(Some(tx))
+        } else {
+            tx.rollback().await?;
+            Ok(None)
         }
+    }
+}
 
-        #[async_trait::async_trait]
-        impl $crate::store::events::EventStore for $store {
-            async fn consumer_lag(
-                &self,
-                consumer: &str,
-                event_type: &str,
-                window: std::time::Duration,
-            ) -> Result<i64, $crate::store::StoreError> {
-                Ok(sqlx::query_scalar($sql.consumer_lag)
-                    .bind(consumer)
-                    .bind(event_type)
-                    .bind(window.as_secs_f64())
-                    .fetch_one(&self.pool)
-                    .await?)
-            }
+/// The inbox row and the side effect are written: commit them together (a crash before this
+/// rolls both back, and the redelivery does the work once).
+async fn inbox_commit<D: Dialect>(tx: Transaction<'_, D>) -> Result<(), StoreError> {
+    crash_point(CrashPoint::ConsumerAfterSideEffect);
+    tx.commit().await?;
+    Ok(())
+}
 
-            async fn dead_letters(
-                &self,
-                limit: i64,
-            ) -> Result<Vec<app::dto::DeadLetter>, $crate::store::StoreError> {
-                let rows: Vec<(
-                    String,
-                    String,
-                    String,
-                    i32,
-                    Option<String>,
-                    chrono::DateTime<chrono::Utc>,
-                )> = sqlx::query_as($crate::store::events::DEAD_LETTERS)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?;
-                Ok(rows
-                    .into_iter()
-                    .map(
-                        |(event_id, event_type, payment_id, attempts, last_error, dead_at)| {
-                            app::dto::DeadLetter {
-                                event_id,
-                                event_type,
-                                payment_id,
-                                attempts,
-                                last_error,
-                                // Microseconds: the re-drive compares it with the stored value.
-                                dead_at: dead_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-                            }
-                        },
-                    )
-                    .collect())
-            }
+/// Tenant, account, amount (minor units) and currency of an event's payment.
+async fn payment_for_events<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    payment_id: &str,
+) -> Result<(String, String, i64, String), StoreError> {
+    sqlx::query_as("select tenant_id, account_id, amount_minor, currency from payments where id = $1")
+        .bind(payment_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::corrupt("event for unknown payment", payment_id))
+}
 
-            async fn redrive_event(
-                &self,
-                event_id: &str,
-                dead_at: &str,
-                audit: &domain::operator::AuditEntry,
-            ) -> Result<bool, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let redriven = sqlx::query($sql.redrive_event)
-                    .bind(event_id)
-                    .bind(dead_at)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if redriven {
-                    Self::audit_in(&mut tx, audit).await?;
-                }
-                tx.commit().await?;
-                Ok(redriven)
-            }
+#[async_trait::async_trait]
+impl<D: Dialect> EventStore for SqlStore<D> {
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let (unpublished, oldest_unpublished_age_seconds): (i64, f64) =
+            sqlx::query_as(D::OUTBOX_BACKLOG).fetch_one(&self.pool).await?;
+        Ok(OutboxBacklog {
+            unpublished,
+            oldest_unpublished_age_seconds,
+        })
+    }
 
-            async fn claim_events(
-                &self,
-                limit: i64,
-                claim: std::time::Duration,
-            ) -> Result<Vec<$crate::events::EventMessage>, $crate::store::StoreError> {
-                let mut tx = self.pool.begin().await?;
-                let rows: Vec<(String, String, String, String)> = sqlx::query_as($sql.claim_events)
-                    .bind(claim.as_secs_f64())
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(rows
-                    .into_iter()
-                    .map(
-                        |(event_id, event_type, payment_id, payload)| $crate::events::EventMessage {
-                            event_id,
-                            event_type,
-                            payment_id,
-                            payload,
-                        },
-                    )
-                    .collect())
-            }
+    async fn consumer_lag(
+        &self,
+        consumer: &str,
+        event_type: &str,
+        window: Duration,
+    ) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(D::CONSUMER_LAG)
+            .bind(consumer)
+            .bind(event_type)
+            .bind(window.as_secs_f64())
+            .fetch_one(&self.pool)
+            .await?)
+    }
 
-            async fn mark_event_published(&self, event_id: &str) -> Result<(), $crate::store::StoreError> {
-                $crate::store::shared::write_one!(self.pool, $sql.mark_event_published, event_id).await?;
-                Ok(())
-            }
+    async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows: Vec<(String, String, String, i32, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+            "select id, event_type, payment_id, attempts, last_error, dead_at \
+             from outbox_events where dead_at is not null order by dead_at, id limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(event_id, event_type, payment_id, attempts, last_error, dead_at)| DeadLetter {
+                    event_id,
+                    event_type,
+                    payment_id,
+                    attempts,
+                    last_error,
+                    dead_at,
+                },
+            )
+            .collect())
+    }
 
-            async fn mark_event_failed(
-                &self,
-                event_id: &str,
-                error: &str,
-                max_attempts: i32,
-            ) -> Result<(), $crate::store::StoreError> {
-                $crate::store::shared::write_one!(
-                    self.pool,
-                    $sql.mark_event_failed,
-                    error,
-                    max_attempts,
-                    event_id
+    async fn redrive_event(
+        &self,
+        event_id: &str,
+        dead_at: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let redriven = sqlx::query(D::REDRIVE_EVENT)
+            .bind(event_id)
+            .bind(dead_at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if redriven {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(redriven)
+    }
+
+    async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<(String, String, String, String)> = sqlx::query_as(D::CLAIM_EVENTS)
+            .bind(claim.as_secs_f64())
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(event_id, event_type, payment_id, payload)| EventMessage {
+                event_id,
+                event_type,
+                payment_id,
+                payload,
+            })
+            .collect())
+    }
+
+    async fn mark_event_published(&self, event_id: &str) -> Result<(), StoreError> {
+        self.write_one(sqlx::query(D::MARK_EVENT_PUBLISHED).bind(event_id))
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_event_failed(
+        &self,
+        event_id: &str,
+        error: &str,
+        max_attempts: i32,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(D::MARK_EVENT_FAILED)
+                .bind(error)
+                .bind(max_attempts)
+                .bind(event_id),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn consume_into_ledger(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        payment_id: &str,
+    ) -> Result<bool, StoreError> {
+        let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
+            return Ok(false);
+        };
+        let (tenant_id, account_id, amount, currency) = payment_for_events(&mut tx, payment_id).await?;
+        let transaction_id = format!("ledger_payment_{payment_id}");
+        let created = sqlx::query(
+            "insert into ledger_transactions (id, entry_type, source_payment_id) \
+             values ($1, 'payment_authorized', $2) on conflict do nothing",
+        )
+        .bind(transaction_id.as_str())
+        .bind(payment_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if created {
+            // Debit the customer's account, credit the provider's clearing account.
+            for (account, signed) in [
+                (format!("customer:{tenant_id}:{account_id}"), -amount),
+                (format!("provider_clearing:{currency}"), amount),
+            ] {
+                sqlx::query(
+                    "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
+                     values ($1, $2, $3, $4)",
                 )
+                .bind(transaction_id.as_str())
+                .bind(account)
+                .bind(signed)
+                .bind(currency.as_str())
+                .execute(&mut *tx)
                 .await?;
-                Ok(())
-            }
-
-            async fn consume_into_ledger(
-                &self,
-                consumer: &str,
-                message_id: &str,
-                payment_id: &str,
-            ) -> Result<bool, $crate::store::StoreError> {
-                let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
-                    return Ok(false);
-                };
-                let (tenant_id, account_id, amount, currency) =
-                    Self::payment_for_events(&mut tx, payment_id).await?;
-                let transaction_id = format!("ledger_payment_{payment_id}");
-                let created = sqlx::query($crate::store::events::INSERT_LEDGER_TRANSACTION)
-                    .bind(transaction_id.as_str())
-                    .bind(payment_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                if created {
-                    // Debit the customer's account, credit the provider's clearing account.
-                    for (account, signed) in [
-                        (format!("customer:{tenant_id}:{account_id}"), -amount),
-                        (format!("provider_clearing:{currency}"), amount),
-                    ] {
-                        sqlx::query($crate::store::events::INSERT_POSTING)
-                            .bind(transaction_id.as_str())
-                            .bind(account)
-                            .bind(signed)
-                            .bind(currency.as_str())
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                }
-                Self::inbox_commit(tx).await?;
-                Ok(created)
-            }
-
-            async fn consume_into_receipts(
-                &self,
-                consumer: &str,
-                message_id: &str,
-                payment_id: &str,
-            ) -> Result<bool, $crate::store::StoreError> {
-                let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
-                    return Ok(false);
-                };
-                let (_, account_id, amount, currency) = Self::payment_for_events(&mut tx, payment_id).await?;
-                let body = format!(
-                    "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
-                    $crate::store::console::minor_to_decimal(amount, &currency)
-                );
-                let created = sqlx::query($crate::store::events::INSERT_RECEIPT)
-                    .bind(format!("receipt_payment_{payment_id}"))
-                    .bind(payment_id)
-                    .bind(body)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                    == 1;
-                Self::inbox_commit(tx).await?;
-                Ok(created)
-            }
-
-            async fn pending_receipts(
-                &self,
-                limit: i64,
-            ) -> Result<Vec<$crate::store::events::PendingReceipt>, $crate::store::StoreError> {
-                let rows: Vec<(String, String, String)> =
-                    sqlx::query_as($crate::store::events::PENDING_RECEIPTS)
-                        .bind(limit)
-                        .fetch_all(&self.pool)
-                        .await?;
-                Ok(rows
-                    .into_iter()
-                    .map(
-                        |(dedupe_key, payment_id, body)| $crate::store::events::PendingReceipt {
-                            dedupe_key,
-                            payment_id,
-                            body,
-                        },
-                    )
-                    .collect())
-            }
-
-            async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), $crate::store::StoreError> {
-                $crate::store::shared::write_one!(self.pool, $sql.mark_receipt_sent, dedupe_key).await?;
-                Ok(())
             }
         }
-    };
+        inbox_commit(tx).await?;
+        Ok(created)
+    }
+
+    async fn consume_into_receipts(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        payment_id: &str,
+    ) -> Result<bool, StoreError> {
+        let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
+            return Ok(false);
+        };
+        let (_, account_id, amount, currency) = payment_for_events(&mut tx, payment_id).await?;
+        let body = format!(
+            "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
+            minor_to_decimal(amount, &currency)
+        );
+        let created = sqlx::query(
+            "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing",
+        )
+        .bind(format!("receipt_payment_{payment_id}"))
+        .bind(payment_id)
+        .bind(body)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        inbox_commit(tx).await?;
+        Ok(created)
+    }
+
+    async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "select dedupe_key, payment_id, body from receipts where sent_at is null order by created_at limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(dedupe_key, payment_id, body)| PendingReceipt {
+                dedupe_key,
+                payment_id,
+                body,
+            })
+            .collect())
+    }
+
+    async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), StoreError> {
+        self.write_one(sqlx::query(D::MARK_RECEIPT_SENT).bind(dedupe_key))
+            .await?;
+        Ok(())
+    }
 }
-pub(super) use impl_event_store;

@@ -2,7 +2,7 @@
 //! acknowledged payment must exist, every operation must run to its end anyway (its retry is
 //! a replay), and no database connection may be left inside a transaction.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::process::Stdio;
@@ -26,7 +26,7 @@ fn abort_after(index: usize, typical_latency: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
     let mut command = idem_command(dir.path());

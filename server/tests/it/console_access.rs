@@ -198,7 +198,7 @@ conformance! {
         let first = spawn_app_with_store(db, store.clone()).await;
         let signed_in = first.post_sign_in("ada", OPERATOR_PASSWORD).await;
         let cookie = session_cookie(&signed_in).expect("cookie");
-        let second = spawn_app_with_store(crate::support::TestDatabase::create(idem::store::Dialect::Sqlite).await, store).await;
+        let second = spawn_app_with_store(crate::support::TestDatabase::create(idem::store::DialectName::Sqlite).await, store).await;
         let whoami = second
             .client
             .post(second.url("/api/console/whoami"))

@@ -3,7 +3,7 @@
 //! reconciliation (roles on the server, typed reason, version re-check, audit).
 
 use crate::support::{
-    Dialect, IdemProcess, TestDatabase, admin, conformance, seed_tenant, serve_recovering, session_cookie,
+    DialectName, IdemProcess, TestDatabase, admin, conformance, seed_tenant, serve_recovering, session_cookie,
 };
 use serde_json::{Value, json};
 
@@ -170,7 +170,7 @@ impl Installation {
 
 #[tokio::test]
 async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     // No worker recovery: the unknown outcome waits for an operator.
     let app = Installation::start(&db, &[("IDEM_METRICS_FLUSH_MS", "100")]).await;
     assert_eq!(app.pay("k-diff", BODY.to_owned()).await.status(), 201);
@@ -325,7 +325,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
 
 #[tokio::test]
 async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
     let sim = IdemProcess::provider_sim().await;
@@ -539,7 +539,7 @@ conformance! {
 
 #[tokio::test]
 async fn an_override_without_provider_evidence_needs_a_second_admin() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let app = Installation::start(&db, &[("IDEM_CLEANUP_INTERVAL_MS", "200")]).await;
     app.sim
         .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
@@ -745,7 +745,7 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     )
     .await;
     assert_eq!(
-        db.query_i64(&audit("override.expire", "worker:cleanup", "ok"))
+        db.query_i64(&audit("override.expire", "worker:override_expiry", "ok"))
             .await,
         1
     );
@@ -761,7 +761,7 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
 
 #[tokio::test]
 async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let app = Installation::start(&db, &[]).await;
     app.sim
         .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 3 }))

@@ -5,13 +5,14 @@
 //! ledger sums to zero, nothing is left unpublished.
 
 use crate::support::{IdemProcess, TestDatabase, conformance, seed_tenant, serve_recovering};
+use domain::event::EventMessage;
 use futures_util::future::join_all;
-use idem::events::EventMessage;
 use idem::events::consumers::{Consumer, Ledger, Receipts};
 use idem::events::nats::{NatsJetStream, NatsSettings};
 use idem::events::publisher::{Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
-use idem::store::Dialect;
+use idem::store::DialectName;
+use idem::supervisor::Supervisor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -157,7 +158,7 @@ async fn crash_then_restart_with(
     crash_point: &str,
     transport: &[(&str, &str)],
 ) -> (TestDatabase, tempfile::TempDir) {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let sim = IdemProcess::provider_sim().await;
     payments_awaiting_publication(dir.path(), &db, &sim).await;
@@ -327,7 +328,7 @@ impl Transport for DuplicatingNats {
 
 #[tokio::test]
 async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let sim = IdemProcess::provider_sim().await;
     payments_with_idle_publisher(dir.path(), &db, &sim).await;
@@ -337,11 +338,12 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         .await
         .expect("NATS JetStream (scripts/test starts one)");
     let store = db.store().await;
+    let mut consumers = Supervisor::default();
     for consumer in [
         Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
         Arc::new(Receipts::new(store.clone())),
     ] {
-        nats.spawn_consumer(consumer).await.expect("consumer");
+        consumers.spawn(Arc::new(nats.consumer(consumer).await.expect("consumer")));
     }
     let transport = Arc::new(DuplicatingNats {
         nats,
@@ -442,7 +444,7 @@ impl SmtpServer {
 #[tokio::test]
 async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
     let smtp = SmtpServer::start().await;
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
     let sim = IdemProcess::provider_sim().await;

@@ -2,7 +2,7 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant, seed_tenant_with};
+use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant, seed_tenant_with};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -31,7 +31,7 @@ impl Api {
 
     /// `settings`: environment variables for `idem serve`, over the defaults below.
     async fn start_with(provider_timeout_ms: u64, settings: &[(&str, &str)]) -> Api {
-        let db = TestDatabase::create(Dialect::Postgres).await;
+        let db = TestDatabase::create(DialectName::Postgres).await;
         let dir = tempfile::tempdir().expect("temporary directory");
         let acme_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
         let globex_key = seed_tenant(dir.path(), &db, "globex", "50.00").await;

@@ -1,6 +1,6 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
-use crate::support::{Dialect, IdemProcess, TEST_RESPONSE_KEYS, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestDatabase, idem_command, seed_tenant};
 use idem::store::Readiness;
 use sqlx::Connection;
 use std::time::Duration;
@@ -90,7 +90,7 @@ async fn sigterm_lets_an_in_flight_request_finish() {
 
 #[tokio::test]
 async fn migrate_applies_the_postgres_schema() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let output = idem_command(dir.path())
         .arg("migrate")
@@ -209,7 +209,7 @@ async fn serve_refused(mut command: tokio::process::Command, reason: &str) -> St
 
 #[tokio::test]
 async fn instances_sharing_a_database_must_share_response_keys() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let other_secret = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
     let with_keys = |keys: Option<String>| {
@@ -244,7 +244,7 @@ async fn instances_sharing_a_database_must_share_response_keys() {
 #[tokio::test]
 async fn logs_never_carry_api_keys_bodies_or_credentials() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let db = TestDatabase::create(Dialect::Sqlite).await;
+    let db = TestDatabase::create(DialectName::Sqlite).await;
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
     let mut command = idem_command(dir.path());
     command

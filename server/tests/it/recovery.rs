@@ -2,7 +2,9 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, seed_tenant, seed_tenant_with, serve_recovering};
+use crate::support::{
+    DialectName, IdemProcess, TestDatabase, seed_tenant, seed_tenant_with, serve_recovering,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -33,7 +35,7 @@ async fn crash_then_retry(crash_point: &str) {
 }
 
 async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
     let sim = IdemProcess::provider_sim().await;
@@ -157,7 +159,7 @@ async fn the_worker_alone_recovers_a_crash_at_every_step() {
 /// A provider fault leaves the outcome unknown; without any client retry the recovery worker
 /// resolves it by asking the provider, and the client's later retry gets the resolved answer.
 async fn fault_then_worker_recovers(faults: &[Value]) {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
     let sim = IdemProcess::provider_sim().await;
@@ -247,7 +249,7 @@ async fn a_refusal_before_accepting_is_resolved_by_sending_with_the_same_key() {
 
 #[tokio::test]
 async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
     let sim = IdemProcess::provider_sim().await;
@@ -304,7 +306,7 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
 
 #[tokio::test]
 async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant_with(
         dir.path(),

@@ -4,8 +4,8 @@
 //! bound, every body is gone, every tombstone keeps its metadata, nothing in flight is touched.
 
 use crate::support::{IdemProcess, conformance, idem_command, seed_tenant};
-use idem::expiry::cleanup::{Cleanup, CleanupSettings};
-use idem::store::Dialect;
+use idem::store::DialectName;
+use idem::workers::retention::{Cleanup, CleanupSettings};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,13 +18,13 @@ const RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Seeds `EXPIRED` completed records (window ended a day ago) with their bodies,
 /// `OLD_TOMBSTONES` tombstones from 40 days ago, and 3 unknown outcomes past their window,
 /// which cleanup must leave alone.
-fn seed_sql(dialect: Dialect) -> String {
+fn seed_sql(dialect: DialectName) -> String {
     let tenant = "(select id from tenants where name = 'acme')";
     let columns = "tenant_id, operation_name, idempotency_key, fingerprint_version, request_fingerprint, \
          canonical_command, status, progress_step, resource_type, resource_id, provider_reference, \
          response_status_code, response_schema_version, lease_version, created_by, expires_at";
     match dialect {
-        Dialect::Postgres => format!(
+        DialectName::Postgres => format!(
             "insert into idempotency_records ({columns}) \
              select {tenant}, 'create_payment', 'old-' || g, 1, md5(g::text) || md5(g::text), '{{}}', \
              'COMPLETED', 'COMPLETED', 'payment', 'pay_old_' || g, 'ch_old_' || g, 201, '2026-05-01', 1, \
@@ -44,7 +44,7 @@ fn seed_sql(dialect: Dialect) -> String {
              null, '2026-05-01', 1, 'key_seed', now() - interval '1 day' \
              from generate_series(1, 3) g;"
         ),
-        Dialect::Sqlite => {
+        DialectName::Sqlite => {
             let ago = |modifier: &str| format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {modifier})");
             let series = |count: i64| {
                 format!("with recursive g(n) as (select 1 union all select n + 1 from g where n < {count})")
@@ -136,14 +136,14 @@ conformance! {
 
         let store = db.store().await;
         let bound = Duration::from_secs(2);
-        let mut cleanup = Cleanup::new(CleanupSettings {
+        let cleanup = Cleanup::new(store.clone(), CleanupSettings {
             interval: Duration::from_secs(1),
             retention: RETENTION,
             max_batch: 1_000,
             batch_bound: bound,
             pause: Duration::from_millis(5),
         });
-        let report = cleanup.run_once(store.as_ref()).await;
+        let report = cleanup.run_once().await;
         stop.store(true, Ordering::Relaxed);
         let mut failures = Vec::new();
         for client in clients {

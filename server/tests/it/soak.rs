@@ -3,7 +3,7 @@
 //! each round. At the end every key is retried until it settles: one payment per key, one
 //! provider charge per payment, nothing left IN_PROGRESS or UNKNOWN.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, seed_tenant, serve_recovering};
+use crate::support::{DialectName, IdemProcess, TestDatabase, seed_tenant, serve_recovering};
 use futures_util::future::join_all;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -17,7 +17,7 @@ fn body(key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
-    let db = TestDatabase::create(Dialect::Postgres).await;
+    let db = TestDatabase::create(DialectName::Postgres).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "100000.00").await;
     let sim = IdemProcess::provider_sim().await;

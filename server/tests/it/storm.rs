@@ -3,7 +3,7 @@
 //! them all. Exactly one payment and one provider charge per key; every other answer is a
 //! replay or "in progress"; no 5xx.
 
-use crate::support::{Dialect, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant};
 use futures_util::future::join_all;
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -23,7 +23,7 @@ struct Tally {
     other: Vec<String>,
 }
 
-async fn storm(dialect: Dialect, servers: usize) {
+async fn storm(dialect: DialectName, servers: usize) {
     let db = TestDatabase::create(dialect).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
@@ -108,10 +108,10 @@ async fn storm(dialect: Dialect, servers: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_storm_across_two_instances_on_postgres_pays_once_per_key() {
-    storm(Dialect::Postgres, 2).await;
+    storm(DialectName::Postgres, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_storm_on_sqlite_pays_once_per_key() {
-    storm(Dialect::Sqlite, 1).await;
+    storm(DialectName::Sqlite, 1).await;
 }

@@ -1,22 +1,13 @@
 use super::TestDatabase;
-use domain::expiry::{AfterExpiry, ExpiryPolicy};
-use domain::operator::AuditEntry;
-use domain::operator::OperatorRole;
+use clap::Parser;
+use domain::operator::{AuditEntry, OperatorRole};
+use idem::application::Application;
 use idem::auth::operator::Password;
-use idem::http::rate_limit::ApiRateLimit;
-use idem::http::{self, AppState, HttpSettings};
-use idem::idempotency::journal::RequestJournal;
-use idem::idempotency::sealing::ResponseSealer;
-use idem::metrics::OutcomeCounter;
-use idem::metrics::prometheus::Exposition;
-use idem::payments::engine::{EngineSettings, PaymentsEngine};
-use idem::provider::client::ProviderClient;
-use idem::provider::sim;
+use idem::cli::{Cli, Command, ServeArgs};
 use idem::store::Store;
 use idem::store::operators::StoredOperator;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tempfile::TempDir;
 
 /// The HTTP app served in-process on a random port, over a real database.
@@ -26,6 +17,8 @@ pub struct TestApp {
     pub db: TestDatabase,
     /// A console build stand-in: `pkg/idem.css` only.
     pub site_root: TempDir,
+    /// The instance's data directory (receipts, generated keys), gone with the app.
+    _data_dir: TempDir,
     /// The console session cookie (`name=value`) once signed in.
     pub session: Option<String>,
 }
@@ -145,54 +138,44 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
     let site_root = tempfile::tempdir().expect("site root");
     std::fs::create_dir_all(site_root.path().join("pkg")).expect("pkg dir");
     std::fs::write(site_root.path().join("pkg/idem.css"), "body { color: black; }\n").expect("css");
-
+    let data_dir = tempfile::tempdir().expect("data directory");
+    // Background work waits a day: these tests drive every step themselves.
+    let idle = "86400000";
+    let site = site_root.path().display().to_string();
+    let args = serve_args(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--site-root",
+        &site,
+        "--request-timeout-secs",
+        "10",
+        "--body-limit-bytes",
+        "16384",
+        "--provider-timeout-ms",
+        "5000",
+        "--response-keys",
+        super::TEST_RESPONSE_KEYS,
+        "--rate-limit-per-sec",
+        "0",
+        "--recovery-interval-ms",
+        idle,
+        "--settlement-interval-ms",
+        idle,
+        "--outbox-interval-ms",
+        idle,
+        "--cleanup-interval-ms",
+        idle,
+        "--metrics-flush-ms",
+        idle,
+        "--retention-secs",
+        "604800",
+    ]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let address = listener.local_addr().expect("local address");
-    let settings = HttpSettings {
-        site_root: site_root.path().to_path_buf(),
-        site_addr: address,
-        request_timeout: Duration::from_secs(10),
-        body_limit_bytes: 16 * 1024,
-        secure_cookies: false,
-        recovery_max_attempts: 10,
-    };
-    // The provider simulator, in-process as `idem serve` runs it by default.
-    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let sim_address = sim_listener.local_addr().expect("local address");
-    tokio::spawn(async move { axum::serve(sim_listener, sim::router(sim::Simulator::default())).await });
-    let provider = ProviderClient::new(
-        &format!("http://{sim_address}"),
-        Duration::from_secs(2),
-        Duration::from_secs(5),
-    )
-    .expect("provider client");
-    let engine = PaymentsEngine::new(
-        store.clone(),
-        provider,
-        Arc::new(OutcomeCounter::default()),
-        Arc::new(RequestJournal::default()),
-        Arc::new(ResponseSealer::load_or_create(&site_root.path().join("keys")).expect("sealing key")),
-        EngineSettings {
-            lease: Duration::from_secs(30),
-            expiry: ExpiryPolicy {
-                window: Duration::from_secs(24 * 3600),
-                after_expiry: AfterExpiry::NewOperation,
-                retention: Duration::from_secs(7 * 24 * 3600),
-            },
-            instance_id: "test-instance".to_owned(),
-        },
-    );
-    let state = AppState {
-        store,
-        engine: Arc::new(engine),
-        rate_limit: Arc::new(ApiRateLimit::per_second(0)),
-        metrics: Arc::new(Exposition::new(
-            idem::metrics::prometheus::install(),
-            Duration::from_secs(7 * 24 * 3600),
-        )),
-    };
-    let router = http::router(state, &settings);
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let application = Application::build(listener, store, data_dir.path(), args)
+        .await
+        .expect("the application builds");
+    let address = application.address();
+    tokio::spawn(application.run_until_stopped(std::future::pending()));
 
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -203,6 +186,19 @@ pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> Te
         client,
         db,
         site_root,
+        _data_dir: data_dir,
         session: None,
+    }
+}
+
+/// `idem serve`'s settings as its command line makes them from `flags`.
+pub fn serve_args(flags: &[&str]) -> ServeArgs {
+    let command_line = ["idem", "serve"].into_iter().chain(flags.iter().copied());
+    match Cli::try_parse_from(command_line)
+        .expect("valid serve flags")
+        .command
+    {
+        Command::Serve(args) => *args,
+        _ => unreachable!("parsed as serve"),
     }
 }

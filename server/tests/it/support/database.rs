@@ -1,4 +1,4 @@
-use idem::store::{self, DatabaseTarget, Dialect, Store};
+use idem::store::{self, DatabaseTarget, DialectName, Store};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{ConnectOptions, Connection};
@@ -22,9 +22,9 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    pub async fn create(dialect: Dialect) -> Self {
+    pub async fn create(dialect: DialectName) -> Self {
         match dialect {
-            Dialect::Postgres => {
+            DialectName::Postgres => {
                 let name = format!("idem_test_{}", uuid::Uuid::new_v4().simple());
                 let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.unwrap_or_else(|error| {
                     panic!(
@@ -48,7 +48,7 @@ impl TestDatabase {
                     _dir: None,
                 }
             }
-            Dialect::Sqlite => {
+            DialectName::Sqlite => {
                 let dir = tempfile::tempdir().expect("temporary directory");
                 TestDatabase {
                     target: DatabaseTarget::EmbeddedSqlite {

@@ -7,7 +7,7 @@ mod process;
 
 pub use app::{OPERATOR_PASSWORD, create_operator, session_cookie, spawn_app, spawn_app_with_store};
 pub use database::TestDatabase;
-pub use idem::store::Dialect;
+pub use idem::store::DialectName;
 pub use process::{
     IdemProcess, TEST_RESPONSE_KEYS, admin, idem_command, seed_tenant, seed_tenant_with, serve_recovering,
 };
@@ -25,12 +25,12 @@ macro_rules! conformance {
 
             #[tokio::test]
             async fn postgres() {
-                body($crate::support::TestDatabase::create($crate::support::Dialect::Postgres).await).await
+                body($crate::support::TestDatabase::create($crate::support::DialectName::Postgres).await).await
             }
 
             #[tokio::test]
             async fn sqlite() {
-                body($crate::support::TestDatabase::create($crate::support::Dialect::Sqlite).await).await
+                body($crate::support::TestDatabase::create($crate::support::DialectName::Sqlite).await).await
             }
         }
     )*};

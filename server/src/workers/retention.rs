@@ -1,12 +1,12 @@
-//! The cleanup worker: purges bodies of settled records past their window and deletes
+//! The retention worker: purges bodies of settled records past their window and deletes
 //! tombstones past retention, in small batches, so that it never fights traffic. Each batch
 //! is one short transaction, bounded where the database allows (PostgreSQL: statement and lock
 //! timeouts; rows a request holds are skipped, not waited for). The batch size adapts: a batch
 //! that overran its bound halves the next one, a quick one doubles it up to the maximum.
 
-use crate::store::Store;
-use crate::store::approvals::OVERRIDE_DECISION_WINDOW;
-use std::sync::Arc;
+use crate::store::RetentionStore;
+use crate::supervisor::Periodic;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -35,11 +35,11 @@ pub struct CleanupReport {
     pub longest_hold: Duration,
 }
 
-/// The worker's state between passes: the batch size it learned.
-#[derive(Debug, Clone)]
+/// The worker, and its state between passes: the batch size it learned.
 pub struct Cleanup {
+    store: Arc<dyn RetentionStore>,
     settings: CleanupSettings,
-    batch: i64,
+    batch: Mutex<i64>,
 }
 
 const MIN_BATCH: i64 = 10;
@@ -60,29 +60,41 @@ impl Phase {
 }
 
 impl Cleanup {
-    pub fn new(settings: CleanupSettings) -> Cleanup {
-        let batch = settings.max_batch.max(MIN_BATCH);
-        Cleanup { settings, batch }
+    pub fn new(store: Arc<dyn RetentionStore>, settings: CleanupSettings) -> Cleanup {
+        let batch = Mutex::new(settings.max_batch.max(MIN_BATCH));
+        Cleanup {
+            store,
+            settings,
+            batch,
+        }
     }
 
     /// Purges, then deletes, until nothing is due (or a phase keeps failing).
-    pub async fn run_once(&mut self, store: &dyn Store) -> CleanupReport {
+    pub async fn run_once(&self) -> CleanupReport {
         let mut report = CleanupReport::default();
-        report.purged = self.drain(store, Phase::Purge, &mut report).await;
-        report.deleted = self.drain(store, Phase::DeleteTombstones, &mut report).await;
+        report.purged = self.drain(Phase::Purge, &mut report).await;
+        report.deleted = self.drain(Phase::DeleteTombstones, &mut report).await;
         report
     }
 
-    async fn drain(&mut self, store: &dyn Store, phase: Phase, report: &mut CleanupReport) -> u64 {
+    fn batch(&self) -> i64 {
+        *self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn learn(&self, next: i64) {
+        *self.batch.lock().unwrap_or_else(PoisonError::into_inner) = next;
+    }
+
+    async fn drain(&self, phase: Phase, report: &mut CleanupReport) -> u64 {
         let mut done = 0;
         let mut failures_in_a_row = 0;
         loop {
-            let size = self.batch;
+            let size = self.batch();
             let started = Instant::now();
             let result = match phase {
-                Phase::Purge => store.purge_expired(size, self.settings.batch_bound).await,
+                Phase::Purge => self.store.purge_expired(size, self.settings.batch_bound).await,
                 Phase::DeleteTombstones => {
-                    store
+                    self.store
                         .delete_tombstones(self.settings.retention, size, self.settings.batch_bound)
                         .await
                 }
@@ -96,7 +108,7 @@ impl Cleanup {
                     failures_in_a_row += 1;
                     metrics::counter!("idempotency_cleanup_batch_overruns_total").increment(1);
                     tracing::warn!(%error, batch = size, ?phase, "cleanup batch failed; trying a smaller one");
-                    self.batch = (size / 2).max(MIN_BATCH);
+                    self.learn((size / 2).max(MIN_BATCH));
                     if failures_in_a_row >= 3 {
                         return done;
                     }
@@ -113,9 +125,9 @@ impl Cleanup {
             if batch.held > self.settings.batch_bound {
                 report.overruns += 1;
                 metrics::counter!("idempotency_cleanup_batch_overruns_total").increment(1);
-                self.batch = (size / 2).max(MIN_BATCH);
+                self.learn((size / 2).max(MIN_BATCH));
             } else if batch.held < self.settings.batch_bound / 4 {
-                self.batch = (size * 2).min(self.settings.max_batch.max(MIN_BATCH));
+                self.learn((size * 2).min(self.settings.max_batch.max(MIN_BATCH)));
             }
             if count < u64::try_from(size).unwrap_or(0) {
                 return done;
@@ -127,35 +139,26 @@ impl Cleanup {
     }
 }
 
-pub fn spawn_worker(store: Arc<dyn Store>, settings: CleanupSettings) {
-    tokio::spawn(async move {
-        // The first pass waits one interval: a starting instance has enough to do.
-        let mut ticks =
-            tokio::time::interval_at(tokio::time::Instant::now() + settings.interval, settings.interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut cleanup = Cleanup::new(settings);
-        loop {
-            ticks.tick().await;
-            let report = cleanup.run_once(store.as_ref()).await;
-            // Console sessions past their expiry go too (they are refused already).
-            if let Err(error) = store.delete_expired_sessions(1_000).await {
-                tracing::warn!(%error, "cleanup: expired sessions not deleted");
-            }
-            // Override requests nobody decided in time are rejected (each audited).
-            match store.expire_override_requests(OVERRIDE_DECISION_WINDOW).await {
-                Ok(0) => {}
-                Ok(expired) => tracing::info!(expired, "cleanup: override requests expired"),
-                Err(error) => tracing::warn!(%error, "cleanup: override requests not expired"),
-            }
-            if report.purged + report.deleted > 0 {
-                tracing::info!(
-                    purged = report.purged,
-                    deleted = report.deleted,
-                    batches = report.batches,
-                    longest_hold_ms = report.longest_hold.as_millis(),
-                    "cleanup pass"
-                );
-            }
+#[async_trait::async_trait]
+impl Periodic for Cleanup {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+
+    fn interval(&self) -> Duration {
+        self.settings.interval
+    }
+
+    async fn pass(&self) {
+        let report = self.run_once().await;
+        if report.purged + report.deleted > 0 {
+            tracing::info!(
+                purged = report.purged,
+                deleted = report.deleted,
+                batches = report.batches,
+                longest_hold_ms = report.longest_hold.as_millis(),
+                "retention pass"
+            );
         }
-    });
+    }
 }

@@ -1,10 +1,10 @@
 //! The payments API's HTTP surface: request parsing in the contract's precedence
 //! (authentication, then validation), and answers rendered with the contract's headers.
 
-use super::engine::{Answer, CreatePaymentRequest};
+use super::AppState;
+use super::error::ErrorResponse;
 use crate::auth::api_key::ApiKeyHash;
-use crate::http::AppState;
-use crate::http::error::ErrorResponse;
+use crate::engine::{Answer, CreatePaymentRequest, Reply};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -15,7 +15,7 @@ use domain::api_error::ApiError;
 use domain::command::{AccountId, CreatePayment, FieldProblem};
 use domain::key::IdempotencyKey;
 use domain::money::Currency;
-use domain::representation::ApiVersion;
+use domain::representation::{ApiVersion, PaymentStatus};
 use domain::tenant::Principal;
 use serde_json::json;
 
@@ -181,27 +181,48 @@ fn prefers_minimal(headers: &HeaderMap) -> bool {
         .any(|preference| preference.trim().eq_ignore_ascii_case("return=minimal"))
 }
 
+/// The engine's answer as HTTP, with the contract's headers: `Idempotent-Replayed`,
+/// `Idempotency-Expires`, `Retry-After`.
 fn render(answer: Answer, minimal: bool) -> Response {
-    let status = StatusCode::from_u16(answer.response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    // A minimal 201 is the Location alone; a replay honours the retry's own preference.
-    let body = if minimal && status == StatusCode::CREATED {
-        Vec::new()
-    } else {
-        answer.response.body
+    let mut response = match answer.reply {
+        Reply::Stored(stored) => {
+            let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            // A minimal 201 is the Location alone; a replay honours the retry's own preference.
+            let minimal = minimal && status == StatusCode::CREATED;
+            let body = if minimal { Vec::new() } else { stored.body };
+            let mut response = (status, body).into_response();
+            let headers = response.headers_mut();
+            for (name, value) in &stored.headers {
+                if minimal && name == "content-type" {
+                    continue;
+                }
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::try_from(name.as_str()),
+                    HeaderValue::try_from(value.as_str()),
+                ) {
+                    headers.insert(name, value);
+                }
+            }
+            response
+        }
+        Reply::OutcomeUnknown {
+            payment_id,
+            retry_after_secs,
+        } => {
+            let body = json!({
+                "paymentId": payment_id,
+                "status": PaymentStatus::Processing.as_str(),
+                "errorCode": "PAYMENT_OUTCOME_UNKNOWN",
+            });
+            let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            response
+        }
+        Reply::Error(error) => ErrorResponse(error).into_response(),
     };
-    let mut response = (status, body).into_response();
     let headers = response.headers_mut();
-    for (name, value) in &answer.response.headers {
-        if minimal && status == StatusCode::CREATED && name == "content-type" {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::try_from(value.as_str()),
-        ) {
-            headers.insert(name, value);
-        }
-    }
     if answer.replayed {
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
@@ -209,9 +230,6 @@ fn render(answer: Answer, minimal: bool) -> Response {
         && let Ok(value) = HeaderValue::try_from(expires_at.to_rfc3339_opts(SecondsFormat::Secs, true))
     {
         headers.insert("idempotency-expires", value);
-    }
-    if let Some(seconds) = answer.retry_after_secs {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }

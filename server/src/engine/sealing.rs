@@ -5,7 +5,7 @@
 //!
 //! Format: `idem1` · key id length (1 byte) · key id · nonce (12 bytes) · ciphertext.
 
-use crate::store::Store;
+use crate::store::RetentionStore;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, Payload};
@@ -13,7 +13,6 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
 use chrono::Utc;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const MAGIC: &[u8] = b"idem1";
@@ -102,7 +101,11 @@ impl ResponseSealer {
     /// Checks this instance's keys against every key that sealed responses which may still
     /// be replayed (`horizon`: the longest a sealed body can be replayed after it was sealed),
     /// then registers the sealing key. Refuses to start rather than answer replays with errors.
-    pub async fn check_against(&self, store: &dyn Store, horizon: Duration) -> Result<(), SealingError> {
+    pub async fn check_against(
+        &self,
+        store: &dyn RetentionStore,
+        horizon: Duration,
+    ) -> Result<(), SealingError> {
         let still_replayable_since = Utc::now() - chrono::Duration::from_std(horizon).unwrap_or_default();
         for check in store.response_key_checks().await? {
             let opens = self
@@ -126,7 +129,7 @@ impl ResponseSealer {
 
     /// Notes that this instance seals with its current key now (for other instances'
     /// [`check_against`](Self::check_against)).
-    pub async fn note_in_use(&self, store: &dyn Store) -> Result<(), SealingError> {
+    pub async fn note_in_use(&self, store: &dyn RetentionStore) -> Result<(), SealingError> {
         let probe = self.seal(KEY_CHECK_SCOPE, KEY_CHECK_PLAINTEXT);
         Ok(store.note_sealing_key(&self.current_id, &probe).await?)
     }
@@ -180,21 +183,6 @@ impl ResponseSealer {
             )
             .map_err(|_| SealingError::CannotOpen("authentication failed"))
     }
-}
-
-/// Keeps this instance's sealing key marked as in use while it runs.
-pub fn spawn_key_heartbeat(sealer: Arc<ResponseSealer>, store: Arc<dyn Store>, every: Duration) {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
-            ticks.tick().await;
-            if let Err(error) = sealer.note_in_use(store.as_ref()).await {
-                tracing::warn!(%error, "cannot note the response key as in use");
-            }
-        }
-    });
 }
 
 #[cfg(unix)]

@@ -3,9 +3,9 @@
 //! in memory and written in batches like outcome counts, so the hot path writes nothing more;
 //! the last seconds before a crash may be missing from the journal, never from the records.
 
-use crate::metrics::Buffered;
-use crate::store::Store;
-use crate::store::console::JournalEntry;
+use super::Buffered;
+use crate::store::MetricsStore;
+use crate::store::metrics::JournalEntry;
 use std::sync::{Mutex, MutexGuard};
 
 /// Entries kept while the database cannot take them; past this the oldest are dropped.
@@ -35,7 +35,7 @@ impl RequestJournal {
 
 #[async_trait::async_trait]
 impl Buffered for RequestJournal {
-    async fn flush(&self, store: &dyn Store) {
+    async fn flush(&self, store: &dyn MetricsStore) {
         let drained: Vec<JournalEntry> = std::mem::take(&mut *self.pending());
         if drained.is_empty() {
             return;

@@ -1,0 +1,392 @@
+//! What operators do: reconcile a record (guarded by its version and the provider's answer),
+//! ask for and decide a two-admin override, re-drive dead letters, mark a late charge
+//! refunded, reveal a stored response. Each is audited, in the same transaction as the change
+//! it makes where it makes one; refusals and failures are audited too.
+
+use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
+use crate::engine::Reconciled;
+use crate::store::StoreError;
+use crate::store::approvals::NewOverrideRequest;
+use app::backend::{ConsoleActions, ConsoleError};
+use app::dto::{
+    BulkJobView, CurrentOperator, OverrideRequestView, ReconcileResult, RecordRef, RedriveResult,
+    RevealedResponse,
+};
+use domain::operator::{AuditEntry, OperatorRole};
+use domain::recovery::{OverrideOutcome, OverrideState, ReconcileAction};
+use std::time::Duration;
+
+/// How long a request waits for a second admin. Evidence a day old is not the evidence the
+/// approver would be looking at, so after that the request is rejected and must be made again.
+pub const OVERRIDE_DECISION_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether an applied reconciliation settled the record: `Ok(None)` the key was released,
+/// `Ok(Some(status))` the record holds that answer for the key now, `Err(status)` the
+/// provider call answered that and the record is still unresolved.
+fn settled(reconciled: &Reconciled) -> Result<Option<u16>, u16> {
+    match reconciled {
+        Reconciled::KeyReleased => Ok(None),
+        Reconciled::Answered(answer) if matches!(answer.status(), 201 | 402) => Ok(Some(answer.status())),
+        Reconciled::Answered(answer) => Err(answer.status()),
+    }
+}
+
+impl StoreConsole {
+    async fn override_view(&self, id: &str) -> Result<OverrideRequestView, ConsoleError> {
+        self.store
+            .override_request(id)
+            .await
+            .map_err(unavailable("override request"))?
+            .map(views::override_request)
+            .ok_or_else(|| ConsoleError::Invalid("no such override request".to_owned()))
+    }
+}
+
+/// The charge two admins vouch for must name one: 1 to 128 visible characters.
+fn checked_outcome(outcome: OverrideOutcome) -> Result<OverrideOutcome, ConsoleError> {
+    let charge_id = match &outcome {
+        OverrideOutcome::Charged { charge_id } | OverrideOutcome::Declined { charge_id } => charge_id,
+        OverrideOutcome::NotCharged => return Ok(outcome),
+    };
+    let visible = |character: char| !character.is_whitespace() && !character.is_control();
+    if charge_id.is_empty() || charge_id.chars().count() > 128 || !charge_id.chars().all(visible) {
+        return Err(ConsoleError::Invalid(
+            "name the provider's charge id (1 to 128 characters, no spaces)".to_owned(),
+        ));
+    }
+    Ok(outcome)
+}
+
+#[async_trait::async_trait]
+impl ConsoleActions for StoreConsole {
+    async fn apply_reconcile(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        version: i64,
+        action: ReconcileAction,
+        reason: String,
+    ) -> Result<ReconcileResult, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let scope = scope_of(&record)?;
+        let audit = |result: &str, details: String| AuditEntry {
+            actor: operator.username.clone(),
+            action: format!("reconcile.{}", action.as_str()),
+            target: Some(scope.audit_target()),
+            reason: Some(reason.clone()),
+            result: result.to_owned(),
+            details: Some(details),
+        };
+        let applied = audit("ok", format!("previewed version {version}"));
+        let (ok, message) = match self.engine.reconcile(&scope, version, action, &applied).await {
+            // The completion (or the release) committed with its audit entry.
+            Ok(reconciled) => match settled(&reconciled) {
+                Ok(None) => (true, "applied: payment declined, key released".to_owned()),
+                Ok(Some(_)) => (true, "applied".to_owned()),
+                Err(status) => {
+                    let message = format!("not settled: the provider call answered {status}");
+                    self.write_audit(audit("failed", message.clone())).await;
+                    (false, message)
+                }
+            },
+            Err(refusal) => {
+                self.write_audit(audit("refused", refusal.to_string())).await;
+                (false, refusal.to_string())
+            }
+        };
+        let status = self
+            .store
+            .load_record(&scope)
+            .await
+            .ok()
+            .flatten()
+            .map(|found| found.record.status);
+        Ok(ReconcileResult {
+            record,
+            ok,
+            status,
+            message,
+        })
+    }
+
+    async fn start_bulk_reconcile(
+        &self,
+        operator: &CurrentOperator,
+        items: Vec<(RecordRef, i64, ReconcileAction)>,
+        reason: String,
+    ) -> Result<BulkJobView, ConsoleError> {
+        self.start_bulk_job(operator, items, reason).await
+    }
+
+    async fn request_override(
+        &self,
+        admin: &CurrentOperator,
+        record: RecordRef,
+        version: i64,
+        outcome: OverrideOutcome,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let outcome = checked_outcome(outcome)?;
+        let found = self.existing_record(&record, "override request").await?;
+        if !found.needs_operator() || found.record.lease_version != version {
+            return Err(ConsoleError::Invalid(
+                "the record changed since you looked, or no longer needs an operator; reload it".to_owned(),
+            ));
+        }
+        let scope = scope_of(&record)?;
+        let request = NewOverrideRequest {
+            id: format!("ovr_{}", domain::random::random_hex(12)),
+            record_version: version,
+            outcome,
+            requested_by: admin.username.clone(),
+            reason: reason.clone(),
+            scope,
+        };
+        let audit = AuditEntry {
+            actor: admin.username.clone(),
+            action: "override.request".to_owned(),
+            target: Some(request.scope.audit_target()),
+            reason: Some(reason),
+            result: "ok".to_owned(),
+            details: Some(format!(
+                "{}: {} at version {version}; waits for a second admin",
+                request.id, request.outcome
+            )),
+        };
+        match self
+            .store
+            .request_override(&request, &audit, OVERRIDE_DECISION_WINDOW)
+            .await
+        {
+            Ok(()) => self.override_view(&request.id).await,
+            Err(StoreError::AlreadyExists) => Err(ConsoleError::Invalid(
+                "this record already has an override waiting for a second admin".to_owned(),
+            )),
+            Err(error) => Err(unavailable("override request")(error)),
+        }
+    }
+
+    async fn decide_override(
+        &self,
+        admin: &CurrentOperator,
+        id: String,
+        approve: bool,
+        reason: String,
+    ) -> Result<OverrideRequestView, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let request = self.override_view(&id).await?;
+        let target = views::record_name(&request.record).audit_target();
+        let action = if approve {
+            "override.approve"
+        } else {
+            "override.reject"
+        };
+        let audit = |result: &str, details: String| AuditEntry {
+            actor: admin.username.clone(),
+            action: action.to_owned(),
+            target: Some(target.clone()),
+            reason: Some(reason.clone()),
+            result: result.to_owned(),
+            details: Some(format!(
+                "{id}, requested by {}: {}; {details}",
+                request.requested_by, request.outcome
+            )),
+        };
+        let refuse = |why: &'static str| {
+            let entry = audit("refused", why.to_owned());
+            async move {
+                self.write_audit(entry).await;
+                Err(ConsoleError::Invalid(why.to_owned()))
+            }
+        };
+        if request.requested_by == admin.username {
+            return refuse("an override needs a second admin: its requester cannot decide it").await;
+        }
+        // Both admins must stand behind an applied override when it is applied: a requester
+        // since disabled or demoted (left, or not trusted any more) vouches for nothing.
+        if approve {
+            let requester = self
+                .store
+                .operator_by_username(&request.requested_by)
+                .await
+                .map_err(unavailable("override requester"))?;
+            if !requester
+                .is_some_and(|requester| !requester.disabled && requester.role == OperatorRole::Admin)
+            {
+                return refuse("its requester is no longer an enabled admin: it can only be rejected").await;
+            }
+        }
+        let decision = if approve {
+            OverrideState::Approved
+        } else {
+            OverrideState::Rejected
+        };
+        let rejected = audit("ok", "nothing applied".to_owned());
+        let decided = self
+            .store
+            .decide_override(
+                &id,
+                decision,
+                &admin.username,
+                &reason,
+                (!approve).then_some(&rejected),
+                OVERRIDE_DECISION_WINDOW,
+            )
+            .await
+            .map_err(unavailable("override decision"))?;
+        if !decided {
+            return refuse(
+                "the request is no longer pending: decided already, or expired unanswered \
+                 (ask again with today's evidence)",
+            )
+            .await;
+        }
+        if approve {
+            let scope = scope_of(&request.record)?;
+            let applied = audit("ok", format!("applied at version {}", request.record_version));
+            let (state, result) = match self
+                .engine
+                .override_outcome(&scope, request.record_version, &request.outcome, &applied)
+                .await
+            {
+                Ok(reconciled) => match settled(&reconciled) {
+                    Ok(None) => (
+                        OverrideState::Applied,
+                        "payment declined, key released".to_owned(),
+                    ),
+                    Ok(Some(status)) => (
+                        OverrideState::Applied,
+                        format!("record settled with answer {status}"),
+                    ),
+                    Err(status) => {
+                        let message = format!("not settled: answered {status}");
+                        self.write_audit(audit("failed", message.clone())).await;
+                        (OverrideState::Failed, message)
+                    }
+                },
+                Err(refusal) => {
+                    self.write_audit(audit("refused", refusal.to_string())).await;
+                    (OverrideState::Failed, refusal.to_string())
+                }
+            };
+            self.store
+                .finish_override(&id, state, &result)
+                .await
+                .map_err(unavailable("override result"))?;
+        }
+        self.override_view(&id).await
+    }
+
+    async fn redrive(
+        &self,
+        operator: &CurrentOperator,
+        dead_letters: Vec<(String, String)>,
+        reason: String,
+    ) -> Result<Vec<RedriveResult>, ConsoleError> {
+        let reason = checked_reason(&reason)?;
+        let mut results = Vec::with_capacity(dead_letters.len());
+        for (event_id, dead_at) in dead_letters {
+            let audit = AuditEntry {
+                actor: operator.username.clone(),
+                action: "redrive_event".to_owned(),
+                target: Some(event_id.clone()),
+                reason: Some(reason.clone()),
+                result: "ok".to_owned(),
+                details: Some(format!("dead since {dead_at}")),
+            };
+            let (ok, message) = match self.store.redrive_event(&event_id, &dead_at, &audit).await {
+                Ok(true) => (true, "back to the publisher".to_owned()),
+                Ok(false) => {
+                    let message = "not re-driven: it changed since the preview".to_owned();
+                    self.write_audit(AuditEntry {
+                        result: "refused".to_owned(),
+                        details: Some(message.clone()),
+                        ..audit
+                    })
+                    .await;
+                    (false, message)
+                }
+                Err(error) => return Err(unavailable("redrive")(error)),
+            };
+            results.push(RedriveResult {
+                event_id,
+                ok,
+                message,
+            });
+        }
+        Ok(results)
+    }
+
+    async fn resolve_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reference: String,
+    ) -> Result<ReconcileResult, ConsoleError> {
+        let reference = checked_reason(&reference)?;
+        let scope = scope_of(&record)?;
+        let audit = |result: &str, details: String| AuditEntry {
+            actor: operator.username.clone(),
+            action: "late_charge.resolve".to_owned(),
+            target: Some(scope.audit_target()),
+            reason: Some(reference.clone()),
+            result: result.to_owned(),
+            details: Some(details),
+        };
+        let resolved = self
+            .store
+            .resolve_late_charge(
+                &scope,
+                &payment_id,
+                &operator.username,
+                &reference,
+                &audit("ok", format!("{payment_id}: refunded at the provider")),
+            )
+            .await
+            .map_err(unavailable("late charge resolution"))?;
+        if !resolved {
+            let why = format!(
+                "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
+            );
+            self.write_audit(audit("refused", why.clone())).await;
+            return Err(ConsoleError::Invalid(why));
+        }
+        Ok(ReconcileResult {
+            record,
+            ok: true,
+            status: None,
+            message: format!("the late charge of {payment_id} is marked refunded"),
+        })
+    }
+
+    async fn reveal_response(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+    ) -> Result<Option<RevealedResponse>, ConsoleError> {
+        let scope = scope_of(&record)?;
+        // Audited first: if the entry cannot be written, nothing is revealed.
+        self.store
+            .append_audit(&AuditEntry {
+                actor: operator.username.clone(),
+                action: "reveal_response".to_owned(),
+                target: Some(scope.audit_target()),
+                reason: None,
+                result: "ok".to_owned(),
+                details: None,
+            })
+            .await
+            .map_err(unavailable("reveal audit"))?;
+        let stored = self.engine.stored_response(&scope).await.map_err(|problem| {
+            tracing::error!(%problem, "console: a stored response cannot be opened");
+            ConsoleError::Invalid("the stored response cannot be opened (see the server log)".to_owned())
+        })?;
+        Ok(stored.map(|response| RevealedResponse {
+            status: response.status,
+            headers: response.headers,
+            body: String::from_utf8_lossy(&response.body).into_owned(),
+        }))
+    }
+}

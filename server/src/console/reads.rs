@@ -1,0 +1,332 @@
+//! The console's reads: dashboard, records, a record's page, the recovery queue and a
+//! reconcile preview, overrides, bulk jobs, events, the audit log.
+
+use super::{StoreConsole, scope_of, unavailable, views};
+use crate::events::consumers::{LEDGER, RECEIPTS};
+use crate::store::operators::AuditCursor;
+use app::backend::{ConsoleError, ConsoleReads};
+use app::dto::{
+    AuditEntryView, BulkJobView, ConsumerLag, Dashboard, DashboardRange, EventsOverview, LiveGauges,
+    OverrideRequestView, ReconcileOption, ReconcilePreview, RecordDetail, RecordFilter, RecordPage,
+    RecordRef, RecordSummary, Series, TenantOption,
+};
+use chrono::{DateTime, SecondsFormat, Utc};
+use domain::outcome::Outcome;
+use domain::record::RecordStatus;
+use domain::recovery::{ProviderEvidence, ReconcileAction};
+use std::time::Duration;
+use strum::VariantArray;
+
+/// Rows per records page.
+const PAGE: usize = 50;
+
+/// How long back the events page looks for a consumer's lag.
+const LAG_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+fn now_text() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// A count as the console shows it.
+fn count(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+#[async_trait::async_trait]
+impl ConsoleReads for StoreConsole {
+    async fn dashboard(
+        &self,
+        range: DashboardRange,
+        tenant: String,
+        operation: String,
+    ) -> Result<Dashboard, ConsoleError> {
+        let step = range.step_seconds();
+        let points = usize::try_from(range.seconds() / step).unwrap_or(0);
+        let to = (Utc::now().timestamp() / step + 1) * step;
+        let from = to - range.seconds();
+        let named = |text: &str| (!text.is_empty()).then_some(text.to_owned());
+        let rows = self
+            .store
+            .outcome_series(
+                step,
+                from,
+                to,
+                named(&tenant).as_deref(),
+                named(&operation).as_deref(),
+            )
+            .await
+            .map_err(unavailable("dashboard series"))?;
+        let series = Outcome::VARIANTS
+            .iter()
+            .map(|outcome| {
+                let mut values = vec![0_u64; points];
+                for (bucket, _, total) in rows.iter().filter(|(_, name, _)| name == outcome.as_str()) {
+                    if let Some(slot) = usize::try_from((bucket - from) / step)
+                        .ok()
+                        .and_then(|i| values.get_mut(i))
+                    {
+                        *slot += count(*total);
+                    }
+                }
+                Series {
+                    outcome: outcome.as_str().to_owned(),
+                    total: values.iter().sum(),
+                    points: values,
+                }
+            })
+            .collect();
+        let gauges = self
+            .store
+            .record_gauges(self.recovery_max_attempts)
+            .await
+            .map_err(unavailable("dashboard gauges"))?;
+        let outbox = self
+            .store
+            .outbox_backlog()
+            .await
+            .map_err(unavailable("outbox backlog"))?;
+        let cleanup = self
+            .store
+            .retention_backlog(self.engine.settings().expiry.retention)
+            .await
+            .map_err(unavailable("cleanup backlog"))?;
+        let charged_after_release = self
+            .store
+            .late_charges()
+            .await
+            .map_err(unavailable("late charges"))?;
+        let tenants = self.store.tenants().await.map_err(unavailable("tenants"))?;
+        Ok(Dashboard {
+            range,
+            from: DateTime::from_timestamp(from, 0)
+                .unwrap_or_default()
+                .to_rfc3339_opts(SecondsFormat::Secs, true),
+            step_seconds: step,
+            series,
+            live: LiveGauges {
+                in_progress: count(gauges.in_progress),
+                stale_in_progress: count(gauges.stale_in_progress),
+                oldest_stale_in_progress_secs: gauges.oldest_stale_in_progress_secs,
+                unknown: count(gauges.unknown),
+                oldest_unknown_secs: gauges.oldest_unknown_secs,
+                needs_operator: count(gauges.needs_operator),
+                outbox_backlog: count(outbox.unpublished),
+                outbox_oldest_secs: outbox.oldest_unpublished_age_seconds,
+                cleanup_to_purge: count(cleanup.to_purge),
+                cleanup_to_delete: count(cleanup.to_delete),
+                charged_after_release: count(charged_after_release),
+            },
+            tenants: tenants
+                .into_iter()
+                .map(|(id, name)| TenantOption { id, name })
+                .collect(),
+            read_at: now_text(),
+        })
+    }
+
+    async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError> {
+        let query = views::record_query(&filter).map_err(ConsoleError::Invalid)?;
+        let mut rows: Vec<RecordSummary> = self
+            .store
+            .list_records(&query, (PAGE + 1) as i64)
+            .await
+            .map_err(unavailable("records"))?
+            .into_iter()
+            .map(views::summary)
+            .collect();
+        let next = (rows.len() > PAGE).then(|| rows[PAGE - 1].cursor.clone());
+        rows.truncate(PAGE);
+        Ok(RecordPage { rows, next })
+    }
+
+    async fn find(&self, needle: String) -> Result<Vec<RecordSummary>, ConsoleError> {
+        let needle = needle.trim();
+        if needle.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .store
+            .find_records(needle, 20)
+            .await
+            .map_err(unavailable("find records"))?;
+        Ok(rows.into_iter().map(views::summary).collect())
+    }
+
+    async fn record(&self, record: RecordRef) -> Result<Option<RecordDetail>, ConsoleError> {
+        // A name no record can have names no record.
+        let Ok(scope) = scope_of(&record) else {
+            return Ok(None);
+        };
+        let Some(history) = self
+            .store
+            .record_history(&scope)
+            .await
+            .map_err(unavailable("record detail"))?
+        else {
+            return Ok(None);
+        };
+        let audit = self
+            .store
+            .audit_of_target(&scope.audit_target(), 100)
+            .await
+            .map_err(unavailable("record audit"))?;
+        Ok(Some(views::record_detail(history, audit)))
+    }
+
+    async fn recovery_queue(&self) -> Result<Vec<RecordSummary>, ConsoleError> {
+        let rows = self
+            .store
+            .recovery_queue(200)
+            .await
+            .map_err(unavailable("recovery queue"))?;
+        Ok(rows.into_iter().map(views::summary).collect())
+    }
+
+    async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError> {
+        let found = self.existing_record(&record, "reconcile preview").await?;
+        let status = found.record.status;
+        let needs_operator = found.needs_operator();
+        let payment_id = found.record.resource_id.clone().unwrap_or_default();
+        let evidence = self.engine.provider_evidence(&payment_id).await;
+        let options = if needs_operator {
+            options(status, &payment_id, &evidence)
+        } else {
+            Vec::new()
+        };
+        let blocked = options.is_empty().then(|| match &evidence {
+            _ if !needs_operator => format!("nothing to do: the record is {status}"),
+            ProviderEvidence::Unreachable { problem } => {
+                format!("nothing can be applied: the provider did not answer ({problem})")
+            }
+            _ => "nothing can be applied".to_owned(),
+        });
+        Ok(ReconcilePreview {
+            record,
+            status,
+            version: found.record.lease_version,
+            evidence,
+            options,
+            blocked,
+        })
+    }
+
+    async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError> {
+        let job = self.store.bulk_job(&id).await.map_err(unavailable("bulk job"))?;
+        Ok(job.map(views::bulk_job))
+    }
+
+    async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError> {
+        let requests = self
+            .store
+            .override_requests(100)
+            .await
+            .map_err(unavailable("override requests"))?;
+        Ok(requests.into_iter().map(views::override_request).collect())
+    }
+
+    async fn events(&self) -> Result<EventsOverview, ConsoleError> {
+        let backlog = self
+            .store
+            .outbox_backlog()
+            .await
+            .map_err(unavailable("outbox backlog"))?;
+        let mut consumers = Vec::new();
+        for consumer in [LEDGER, RECEIPTS] {
+            let lag = self
+                .store
+                .consumer_lag(consumer, "PaymentAuthorized", LAG_WINDOW)
+                .await
+                .map_err(unavailable("consumer lag"))?;
+            consumers.push(ConsumerLag {
+                consumer: consumer.to_owned(),
+                lag: count(lag),
+            });
+        }
+        let dead_letters = self
+            .store
+            .dead_letters(200)
+            .await
+            .map_err(unavailable("dead letters"))?;
+        Ok(EventsOverview {
+            unpublished: count(backlog.unpublished),
+            oldest_unpublished_secs: backlog.oldest_unpublished_age_seconds,
+            consumers,
+            dead_letters: dead_letters.into_iter().map(views::dead_letter).collect(),
+            read_at: now_text(),
+        })
+    }
+
+    async fn audit(&self, before: String) -> Result<Vec<AuditEntryView>, ConsoleError> {
+        let cursor = if before.is_empty() {
+            None
+        } else {
+            let not_a_cursor = || ConsoleError::Invalid("not a page cursor".to_owned());
+            let (at, id): (String, String) = serde_json::from_str(&before).map_err(|_| not_a_cursor())?;
+            let at = DateTime::parse_from_rfc3339(&at)
+                .map_err(|_| not_a_cursor())?
+                .with_timezone(&Utc);
+            Some(AuditCursor { at, id })
+        };
+        let page = self
+            .store
+            .audit_page(cursor.as_ref(), 50)
+            .await
+            .map_err(unavailable("audit log"))?;
+        Ok(page.into_iter().map(views::audit_entry).collect())
+    }
+}
+
+/// What each possible action would do, in the operator's words, given what the provider
+/// said; the safest first.
+fn options(status: RecordStatus, payment_id: &str, evidence: &ProviderEvidence) -> Vec<ReconcileOption> {
+    let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
+    match evidence {
+        ProviderEvidence::Charged {
+            charge_id,
+            status: charge,
+        } if charge == "succeeded" => vec![option(
+            ReconcileAction::ApplyProviderResult,
+            vec![
+                format!("record {status} -> COMPLETED"),
+                format!("payment {payment_id} PROCESSING -> PENDING, provider charge {charge_id}"),
+                "response 201 stored: retries with the key are answered with it".to_owned(),
+                "event PaymentAuthorized".to_owned(),
+            ],
+        )],
+        ProviderEvidence::Charged { charge_id, .. } => vec![option(
+            ReconcileAction::ApplyProviderResult,
+            vec![
+                format!("record {status} -> FAILED_REPLAYABLE"),
+                format!(
+                    "payment {payment_id} PROCESSING -> DECLINED (charge {charge_id}); the held amount is released"
+                ),
+                "response 402 PAYMENT_DECLINED stored: retries with the key are answered with it".to_owned(),
+                "event PaymentDeclined".to_owned(),
+            ],
+        )],
+        ProviderEvidence::NoCharge => vec![
+            option(
+                ReconcileAction::RetryCharge,
+                vec![
+                    format!(
+                        "the charge is sent now with the payment's provider key provider_payment_{payment_id}"
+                    ),
+                    format!(
+                        "then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"
+                    ),
+                ],
+            ),
+            option(
+                ReconcileAction::MarkFailedAndReleaseKey,
+                vec![
+                    format!("record {status} -> FAILED_RETRYABLE: the key's next retry executes anew"),
+                    format!(
+                        "payment {payment_id} PROCESSING -> DECLINED, not charged; the held amount and its merchant reference are released"
+                    ),
+                    "nothing is sent to the provider; event PaymentDeclined".to_owned(),
+                ],
+            ),
+        ],
+        ProviderEvidence::Unreachable { .. } => Vec::new(),
+    }
+}

@@ -1,0 +1,345 @@
+//! The store's rows as the console's view models (`app::dto`), and the records browser's
+//! filter and cursor parsed from what the browser sent. Times are RFC 3339 UTC with
+//! milliseconds, as every page shows them.
+
+use super::diff;
+use crate::store::approvals::OverrideRequest;
+use crate::store::bulk::BulkJob;
+use crate::store::console::{RecordCursor, RecordHistory, RecordName, RecordQuery, RecordSummary};
+use crate::store::events::DeadLetter;
+use crate::store::operators::LoggedAudit;
+use crate::store::payments::minor_to_decimal;
+use crate::store::rfc3339_millis as at;
+use app::dto;
+use chrono::{DateTime, Utc};
+
+pub fn record_ref(name: RecordName) -> dto::RecordRef {
+    dto::RecordRef {
+        tenant_id: name.tenant_id,
+        operation: name.operation,
+        key: name.key,
+    }
+}
+
+pub fn record_name(record: &dto::RecordRef) -> RecordName {
+    RecordName {
+        tenant_id: record.tenant_id.clone(),
+        operation: record.operation.clone(),
+        key: record.key.clone(),
+    }
+}
+
+/// A row of the records browser, with the cursor that continues after it.
+pub fn summary(row: RecordSummary) -> dto::RecordSummary {
+    // Microseconds: PostgreSQL keeps them, and a cursor rounded down would skip rows.
+    let exact = row.created_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let record = record_ref(row.record);
+    let cursor = serde_json::to_string(&[exact.as_str(), &record.tenant_id, &record.operation, &record.key])
+        .unwrap_or_default();
+    dto::RecordSummary {
+        record,
+        status: row.status,
+        step: row.step.as_str().to_owned(),
+        resource_id: row.resource_id,
+        provider_reference: row.provider_reference,
+        created_at: at(row.created_at),
+        updated_at: at(row.updated_at),
+        recovery_attempts: row.recovery_attempts,
+        cursor,
+    }
+}
+
+/// The browser's filter, every part checked; what is wrong is said in the operator's words.
+pub fn record_query(filter: &dto::RecordFilter) -> Result<RecordQuery, String> {
+    let named = |text: &str| (!text.is_empty()).then(|| text.to_owned());
+    let status = named(&filter.status)
+        .map(|status| status.parse().map_err(|_| format!("unknown status {status:?}")))
+        .transpose()?;
+    let step = named(&filter.step)
+        .map(|step| step.parse().map_err(|_| format!("unknown step {step:?}")))
+        .transpose()?;
+    let time = |text: &str| -> Result<Option<DateTime<Utc>>, String> {
+        named(text)
+            .map(|text| {
+                DateTime::parse_from_rfc3339(&text)
+                    .map(|at| at.with_timezone(&Utc))
+                    .map_err(|_| format!("not an RFC 3339 time: {text:?}"))
+            })
+            .transpose()
+    };
+    Ok(RecordQuery {
+        status,
+        step,
+        tenant: named(&filter.tenant),
+        operation: named(&filter.operation),
+        key_prefix: named(&filter.key_prefix),
+        from: time(&filter.from)?,
+        to: time(&filter.to)?,
+        after: named(&filter.after).map(|after| cursor(&after)).transpose()?,
+    })
+}
+
+/// A cursor as [`summary`] made it.
+fn cursor(text: &str) -> Result<RecordCursor, String> {
+    let not_a_cursor = || "not a page cursor".to_owned();
+    let [created_at, tenant_id, operation, key]: [String; 4] =
+        serde_json::from_str(text).map_err(|_| not_a_cursor())?;
+    let created_at = DateTime::parse_from_rfc3339(&created_at)
+        .map_err(|_| not_a_cursor())?
+        .with_timezone(&Utc);
+    Ok(RecordCursor {
+        created_at,
+        record: RecordName {
+            tenant_id,
+            operation,
+            key,
+        },
+    })
+}
+
+/// Everything the record page shows: the record's story and its audit trail, each request
+/// with what it changed against the record's command.
+pub fn record_detail(history: RecordHistory, audit: Vec<LoggedAudit>) -> dto::RecordDetail {
+    let requests = history
+        .journal
+        .into_iter()
+        .map(|entry| dto::RequestView {
+            at: at(entry.at),
+            status_code: entry.status_code,
+            same_request: entry.canonical_command.is_none(),
+            changes: entry
+                .canonical_command
+                .as_deref()
+                .map(|retry| diff::changes(&history.canonical_command, retry))
+                .unwrap_or_default(),
+            error_code: entry.error_code,
+            replayed: entry.replayed,
+        })
+        .collect();
+    dto::RecordDetail {
+        record: record_ref(history.record),
+        status: history.status,
+        step: history.step.as_str().to_owned(),
+        settled_status: history.settled_status.map(|status| status.as_str().to_owned()),
+        fingerprint_version: history.fingerprint_version,
+        fingerprint: history.fingerprint,
+        canonical_command: history.canonical_command,
+        resource_id: history.resource_id,
+        provider_reference: history.provider_reference,
+        response_status_code: history.response_status_code,
+        lease_owner: history.lease_owner,
+        lease_version: history.lease_version,
+        locked_until: history.locked_until.map(at),
+        recovery_attempts: history.recovery_attempts,
+        next_recovery_at: history.next_recovery_at.map(at),
+        expired_retries: history.expired_retries,
+        created_by: history.created_by,
+        created_at: at(history.created_at),
+        updated_at: at(history.updated_at),
+        completed_at: history.completed_at.map(at),
+        expires_at: at(history.expires_at),
+        claimed_as: <&str>::from(history.claimed_as).to_owned(),
+        steps: history
+            .steps
+            .into_iter()
+            .map(|step| dto::StepView {
+                at: at(step.at),
+                status: step.status.as_str().to_owned(),
+                step: step.step.as_str().to_owned(),
+                lease_version: step.lease_version,
+                lease_owner: step.lease_owner,
+            })
+            .collect(),
+        released_payments: history
+            .released_payments
+            .into_iter()
+            .map(|payment| dto::ReleasedPaymentView {
+                id: payment.id,
+                released_at: at(payment.released_at),
+                late_charge_id: payment.late_charge_id,
+                late_charge_resolved: payment.late_charge_resolution.map(|resolution| {
+                    dto::LateChargeResolution {
+                        at: at(resolution.at),
+                        by: resolution.by,
+                        reference: resolution.reference,
+                    }
+                }),
+            })
+            .collect(),
+        payment: history.payment.map(|payment| dto::PaymentSummary {
+            amount: minor_to_decimal(payment.amount_minor, &payment.currency),
+            id: payment.id,
+            account_id: payment.account_id,
+            currency: payment.currency,
+            merchant_reference: payment.merchant_reference,
+            status: payment.status.as_str().to_owned(),
+            provider_charge_id: payment.provider_charge_id,
+        }),
+        events: history
+            .events
+            .into_iter()
+            .map(|event| dto::EventView {
+                id: event.id,
+                event_type: event.event_type,
+                created_at: at(event.created_at),
+                published_at: event.published_at.map(at),
+            })
+            .collect(),
+        requests,
+        audit: audit.into_iter().map(audit_entry).collect(),
+    }
+}
+
+pub fn audit_entry(logged: LoggedAudit) -> dto::AuditEntryView {
+    dto::AuditEntryView {
+        id: logged.id,
+        at: at(logged.at),
+        actor: logged.entry.actor,
+        action: logged.entry.action,
+        target: logged.entry.target,
+        reason: logged.entry.reason,
+        result: logged.entry.result,
+        details: logged.entry.details,
+    }
+}
+
+pub fn override_request(request: OverrideRequest) -> dto::OverrideRequestView {
+    dto::OverrideRequestView {
+        id: request.id,
+        record: record_ref(request.record),
+        record_version: request.record_version,
+        outcome: request.outcome,
+        requested_by: request.requested_by,
+        reason: request.reason,
+        requested_at: at(request.requested_at),
+        state: request.state,
+        decided_by: request.decided_by,
+        decision_reason: request.decision_reason,
+        decided_at: request.decided_at.map(at),
+        result: request.result,
+    }
+}
+
+pub fn bulk_job(job: BulkJob) -> dto::BulkJobView {
+    dto::BulkJobView {
+        id: job.id,
+        requested_by: job.requested_by,
+        reason: job.reason,
+        created_at: at(job.created_at),
+        finished_at: job.finished_at.map(at),
+        items: job
+            .items
+            .into_iter()
+            .map(|(item, result)| {
+                let record = record_ref(item.record);
+                dto::BulkItemView {
+                    position: item.position,
+                    version: item.version,
+                    action: item.action,
+                    result: result.map(|result| dto::ReconcileResult {
+                        record: record.clone(),
+                        ok: result.ok,
+                        status: result.status,
+                        message: result.message,
+                    }),
+                    record,
+                }
+            })
+            .collect(),
+    }
+}
+
+pub fn dead_letter(letter: DeadLetter) -> dto::DeadLetter {
+    dto::DeadLetter {
+        event_id: letter.event_id,
+        event_type: letter.event_type,
+        payment_id: letter.payment_id,
+        attempts: letter.attempts,
+        last_error: letter.last_error,
+        // Microseconds: the re-drive compares it with the stored value.
+        dead_at: letter.dead_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use domain::record::{ProgressStep, RecordStatus};
+
+    #[test]
+    fn a_filter_is_checked_part_by_part_and_any_means_none() {
+        let any = record_query(&dto::RecordFilter::default()).expect("the empty filter");
+        assert_eq!(any, RecordQuery::default());
+        let filter = dto::RecordFilter {
+            status: "COMPLETED".into(),
+            step: "PROVIDER_REQUEST_SENT".into(),
+            from: "2026-11-29T00:00:00Z".into(),
+            ..dto::RecordFilter::default()
+        };
+        let query = record_query(&filter).expect("a valid filter");
+        assert_eq!(query.status, Some(RecordStatus::Completed));
+        assert_eq!(query.step, Some(ProgressStep::ProviderRequestSent));
+        assert_eq!(query.from, Utc.with_ymd_and_hms(2026, 11, 29, 0, 0, 0).single());
+        for bad in [
+            dto::RecordFilter {
+                from: "yesterday".into(),
+                ..dto::RecordFilter::default()
+            },
+            dto::RecordFilter {
+                after: "[1]".into(),
+                ..dto::RecordFilter::default()
+            },
+            dto::RecordFilter {
+                after: r#"["not a time", "ten_1", "create_payment", "k"]"#.into(),
+                ..dto::RecordFilter::default()
+            },
+            dto::RecordFilter {
+                status: "DONE".into(),
+                ..dto::RecordFilter::default()
+            },
+            dto::RecordFilter {
+                step: "halfway".into(),
+                ..dto::RecordFilter::default()
+            },
+        ] {
+            assert!(record_query(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_row_names_the_cursor_that_continues_after_it_to_the_microsecond() {
+        let created_at = Utc
+            .with_ymd_and_hms(2026, 11, 29, 10, 0, 0)
+            .single()
+            .expect("time")
+            + chrono::Duration::microseconds(123_456);
+        let row = RecordSummary {
+            record: RecordName {
+                tenant_id: "ten_1".into(),
+                operation: "create_payment".into(),
+                key: "k/1".into(),
+            },
+            status: RecordStatus::Completed,
+            step: ProgressStep::Completed,
+            resource_id: None,
+            provider_reference: None,
+            created_at,
+            updated_at: created_at,
+            recovery_attempts: 0,
+        };
+        let shown = summary(row.clone());
+        let filter = dto::RecordFilter {
+            after: shown.cursor,
+            ..dto::RecordFilter::default()
+        };
+        let query = record_query(&filter).expect("its own cursor parses");
+        assert_eq!(
+            query.after,
+            Some(RecordCursor {
+                created_at,
+                record: row.record
+            })
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! The passes the workers run through the engine: recovery of records whose outcome is
+//! unknown or whose owner died (the same reconciler a client's retry runs), settlement of
+//! authorised payments, and the watch over released payments for a charge that arrives after
+//! all.
+
+use super::PaymentsEngine;
+use super::answer::Answer;
+use super::owner::{Charging, Owned, Owner};
+use domain::api_error::ApiError;
+use domain::decision::{Decision, decide};
+use domain::payment::new_event_id;
+use domain::record::ProgressStep;
+use domain::representation::{ApiVersion, PaymentView};
+use domain::scope::Scope;
+use domain::tenant::TenantId;
+use serde_json::json;
+use std::time::Duration;
+
+impl PaymentsEngine {
+    /// Resolves one record against the provider if it still needs it (an unknown outcome due
+    /// for a look, or a dead owner's record); `None` when there was nothing to do.
+    pub async fn recover(&self, scope: &Scope) -> Option<Answer> {
+        let found = match self.records.load_record(scope).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(error) => {
+                error.as_api_error("recovery read");
+                return None;
+            }
+        };
+        let lease_version = match decide(&found.record, &found.record.request_fingerprint, found.now) {
+            Decision::Recover { lease_version }
+            | Decision::TakeOver {
+                lease_version,
+                resume_from: ProgressStep::ProviderRequestSent,
+            } => lease_version,
+            _ => return None,
+        };
+        let owned = self
+            .take_over_and_resume(scope, &found, lease_version, None, Charging::AskFirst)
+            .await;
+        Some(self.answered(scope, owned, Some(found.record.expires_at)).await)
+    }
+
+    /// A payment made without a key whose provider answer was lost: ask the provider by its
+    /// key and settle it (the settlement applies only while it is still PROCESSING).
+    pub async fn recover_unkeyed(&self, tenant_id: &TenantId, payment: &PaymentView) -> Answer {
+        match self
+            .execute(
+                Owner::Unkeyed,
+                tenant_id,
+                payment,
+                ApiVersion::V2,
+                Charging::AskFirst,
+            )
+            .await
+        {
+            Owned::Answered(answer) => answer,
+            // Without a record there is no lease to lose.
+            Owned::FencedOut => Answer::error(ApiError::Internal, None),
+        }
+    }
+
+    /// One settlement pass: authorised payments not checked for `recheck_after` are looked up
+    /// at the provider; those it reports settled become SETTLED with their PaymentSettled
+    /// event (once: the update is conditional on PENDING). Returns how many settled.
+    pub async fn settle_pending(&self, recheck_after: Duration, limit: i64) -> usize {
+        let ids = match self.payments.take_payments_to_settle(recheck_after, limit).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "settlement: cannot list payments");
+                return 0;
+            }
+        };
+        let mut settled = 0;
+        for payment_id in ids {
+            let charge = match self.provider.find_charge(&payment_id).await {
+                Ok(Some(charge)) if charge.settled => charge,
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, %payment_id, "settlement: provider look-up failed; later");
+                    continue;
+                }
+            };
+            let event_id = new_event_id();
+            let payload = json!({
+                "eventId": event_id,
+                "type": "PaymentSettled",
+                "paymentId": payment_id,
+                "providerChargeId": charge.charge_id,
+            })
+            .to_string();
+            match self
+                .payments
+                .settle_payment(&payment_id, &event_id, &payload)
+                .await
+            {
+                Ok(true) => settled += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, %payment_id, "settlement: not recorded; later"),
+            }
+        }
+        settled
+    }
+
+    /// Asks the provider again about payments released in the last `watch`: a charge found
+    /// under a released payment's key means money moved for a payment Idem declined (the
+    /// provider took the request after Idem's call gave up). It is kept on the payment,
+    /// counted and logged as an error, for an operator to refund. Returns how many were found.
+    pub async fn watch_released(&self, watch: Duration, recheck_after: Duration, limit: i64) -> usize {
+        let ids = match self
+            .payments
+            .take_released_payments_to_watch(watch, recheck_after, limit)
+            .await
+        {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "release watch: cannot list payments");
+                return 0;
+            }
+        };
+        let mut charged = 0;
+        for payment_id in ids {
+            match self.provider.find_charge(&payment_id).await {
+                Ok(Some(charge)) => match self
+                    .payments
+                    .note_late_charge(&payment_id, &charge.charge_id)
+                    .await
+                {
+                    Ok(true) => {
+                        charged += 1;
+                        metrics::counter!("idempotency_released_payment_charged_total").increment(1);
+                        tracing::error!(
+                            %payment_id,
+                            charge_id = %charge.charge_id,
+                            "a payment released as not charged was charged after all: refund it"
+                        );
+                    }
+                    Ok(false) => {}
+                    Err(error) => tracing::warn!(%error, %payment_id, "release watch: not recorded; later"),
+                },
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, %payment_id, "release watch: provider look-up failed; later")
+                }
+            }
+        }
+        charged
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.settings.lease
+    }
+}

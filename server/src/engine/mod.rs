@@ -1,0 +1,114 @@
+//! The engine: create_payment end to end, and everything that settles a record later.
+//!
+//! - `request.rs`: the request path: the insert-first claim, or the answer [`decide`] gives a
+//!   request that finds its key's record; a takeover when the record's owner died.
+//! - `owner.rs`: what the holder of a record's lease does: ask the provider with no
+//!   transaction open, then complete, every write fenced by the lease version; a taker
+//!   resumes from the last durable step and asks before it sends.
+//! - `operator.rs`: what only operators do: reconcile against the provider's evidence, apply
+//!   an override two admins vouched for, release a key the provider never charged.
+//! - `background.rs`: the passes the workers run: recovery, settlement, the release watch.
+//! - `answer.rs`: what the client is answered, in the contract's terms.
+//! - `sealing.rs`: stored response bodies sealed at rest.
+//!
+//! The HTTP handler runs [`PaymentsEngine::create_payment`] in its own task, so a client that
+//! disconnects cannot cancel it halfway (no half-done operation, no connection returned to
+//! the pool inside a transaction).
+//!
+//! [`decide`]: domain::decision::decide
+
+mod answer;
+mod background;
+mod operator;
+mod owner;
+mod request;
+pub mod sealing;
+
+pub use answer::{Answer, Reply};
+pub use operator::{ReconcileRefusal, Reconciled};
+pub use request::CreatePaymentRequest;
+
+use crate::metrics::OutcomeCounter;
+use crate::metrics::journal::RequestJournal;
+use crate::provider::client::ProviderClient;
+use crate::store::{PaymentStore, RecordStore};
+use domain::claim::StoredResponse;
+use domain::command::CreatePayment;
+use domain::expiry::ExpiryPolicy;
+use domain::outcome::Outcome;
+use domain::scope::Scope;
+use domain::tenant::TenantId;
+use sealing::ResponseSealer;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// How long an owner may work before a retry may take over.
+    pub lease: Duration,
+    /// create_payment's window, policy after it, and tombstone retention.
+    pub expiry: ExpiryPolicy,
+    /// This instance, as lease owner.
+    pub instance_id: String,
+}
+
+pub struct PaymentsEngine {
+    records: Arc<dyn RecordStore>,
+    payments: Arc<dyn PaymentStore>,
+    provider: ProviderClient,
+    outcomes: Arc<OutcomeCounter>,
+    journal: Arc<RequestJournal>,
+    sealer: Arc<ResponseSealer>,
+    settings: EngineSettings,
+}
+
+/// What the engine needs besides its settings.
+pub struct EngineParts {
+    pub records: Arc<dyn RecordStore>,
+    pub payments: Arc<dyn PaymentStore>,
+    pub provider: ProviderClient,
+    pub outcomes: Arc<OutcomeCounter>,
+    pub journal: Arc<RequestJournal>,
+    pub sealer: Arc<ResponseSealer>,
+}
+
+impl PaymentsEngine {
+    pub fn new(parts: EngineParts, settings: EngineSettings) -> Self {
+        PaymentsEngine {
+            records: parts.records,
+            payments: parts.payments,
+            provider: parts.provider,
+            outcomes: parts.outcomes,
+            journal: parts.journal,
+            sealer: parts.sealer,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    fn count(&self, tenant_id: &TenantId, outcome: Outcome) {
+        self.outcomes.record(tenant_id, CreatePayment::OPERATION, outcome);
+    }
+
+    /// The response as stored: its body sealed, bound to the record's scope.
+    fn sealed(&self, scope: &Scope, response: &StoredResponse) -> StoredResponse {
+        StoredResponse {
+            body: self.sealer.seal(&sealing_scope(scope), &response.body),
+            ..response.clone()
+        }
+    }
+
+    /// A stored response opened.
+    fn opened(&self, scope: &Scope, stored: StoredResponse) -> Result<StoredResponse, sealing::SealingError> {
+        let body = self.sealer.open(&sealing_scope(scope), &stored.body)?;
+        Ok(StoredResponse { body, ..stored })
+    }
+}
+
+/// The associated data a stored body is sealed with: its record's scope.
+fn sealing_scope(scope: &Scope) -> Vec<u8> {
+    format!("{}|{}|{}", scope.tenant_id, scope.operation, scope.key).into_bytes()
+}

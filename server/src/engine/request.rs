@@ -1,0 +1,345 @@
+//! The request path of create_payment: the insert-first claim decides every race; a request
+//! that finds its key's record gets what [`decide`] says, and takes the record over when its
+//! owner is gone.
+
+use super::PaymentsEngine;
+use super::answer::{Answer, bound_error};
+use super::owner::{Charging, Owned, Owner};
+use crate::store::metrics::JournalEntry;
+use chrono::Utc;
+use domain::api_error::ApiError;
+use domain::claim::{ClaimOutcome, NewClaim, UnkeyedOutcome};
+use domain::command::CreatePayment;
+use domain::decision::{Decision, decide};
+use domain::expiry::AfterExpiry;
+use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use domain::key::IdempotencyKey;
+use domain::outcome::Outcome;
+use domain::payment::{NewPayment, PaymentId};
+use domain::record::{ClaimedAs, ProgressStep, RecordAt};
+use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
+use domain::scope::Scope;
+use domain::tenant::Principal;
+use std::collections::BTreeMap;
+
+/// How many times one request reads its record again after being fenced out before it tells
+/// the client to come back: each round means another owner made progress meanwhile.
+const MAX_ROUNDS: usize = 3;
+
+/// A parsed, authenticated create_payment request.
+#[derive(Debug, Clone)]
+pub struct CreatePaymentRequest {
+    pub principal: Principal,
+    /// `None` only for tenants that do not require keys.
+    pub key: Option<IdempotencyKey>,
+    /// The version the answer is produced in: the request's, or the tenant's default.
+    pub api_version: ApiVersion,
+    /// Whether the client named the version. Only a named version is part of the
+    /// fingerprint: a retry that relies on the default stays the same request when a deploy
+    /// changes the default, and is replayed in the version its answer was produced in.
+    pub api_version_requested: bool,
+    pub command: CreatePayment,
+}
+
+/// What a record says to a request: an answer now, or "its owner is gone: take it over".
+enum Verdict {
+    Answer(Answer),
+    Resume { lease_version: i64 },
+}
+
+impl PaymentsEngine {
+    pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
+        let payment = NewPayment::from_command(
+            PaymentId::generate(),
+            request.principal.tenant_id.clone(),
+            &request.command,
+        );
+        let Some(key) = request.key.clone() else {
+            return self.create_payment_without_key(&request, &payment).await;
+        };
+        let scope = Scope {
+            tenant_id: request.principal.tenant_id.clone(),
+            operation: CreatePayment::OPERATION,
+            key,
+        };
+        let claim = NewClaim {
+            scope: scope.clone(),
+            fingerprint: fingerprint(&request, FingerprintVersion::CURRENT),
+            created_by: request.principal.api_key_id.clone(),
+            response_schema_version: request.api_version.as_str().to_owned(),
+            lease_owner: self.settings.instance_id.clone(),
+            lease: self.settings.lease,
+            window: self.settings.expiry.window,
+            after_expiry: self.settings.expiry.after_expiry,
+        };
+        let answer = self.claim_and_answer(&request, &claim, &payment).await;
+        self.journal_answer(&scope, &claim.fingerprint, &answer);
+        answer
+    }
+
+    /// Notes the request and its answer in the request journal (a conflicting retry with its
+    /// command, for the console's diff).
+    fn journal_answer(&self, scope: &Scope, fingerprint: &Fingerprint, answer: &Answer) {
+        let error_code = answer.error_code();
+        let conflicting = error_code.as_deref() == Some(ApiError::KeyReusedWithDifferentRequest.code());
+        self.journal.record(JournalEntry {
+            scope: scope.clone(),
+            at: Utc::now(),
+            fingerprint: fingerprint.sha256_hex.clone(),
+            canonical_command: conflicting.then(|| fingerprint.canonical.clone()),
+            status_code: answer.status(),
+            error_code,
+            replayed: answer.replayed,
+        });
+    }
+
+    async fn claim_and_answer(
+        &self,
+        request: &CreatePaymentRequest,
+        claim: &NewClaim,
+        payment: &NewPayment,
+    ) -> Answer {
+        let scope = &claim.scope;
+        let insufficient_funds = self.sealed(scope, &bound_error(&ApiError::InsufficientFunds));
+        match self
+            .records
+            .claim_create_payment(claim, payment, &insufficient_funds)
+            .await
+        {
+            Ok(ClaimOutcome::Claimed {
+                lease_version,
+                expires_at,
+                payment_created_at,
+                claimed_as,
+            }) => {
+                if claimed_as == ClaimedAs::AfterExpiry {
+                    self.count(&scope.tenant_id, Outcome::ExpiredRetry);
+                }
+                self.count(&scope.tenant_id, Outcome::NewExecution);
+                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
+                let owner = Owner::Keyed {
+                    scope,
+                    lease_version,
+                    expires_at,
+                    audit: None,
+                };
+                let owned = self
+                    .execute(
+                        owner,
+                        &scope.tenant_id,
+                        &view,
+                        request.api_version,
+                        Charging::Send,
+                    )
+                    .await;
+                self.answered(scope, owned, Some(expires_at)).await
+            }
+            Ok(ClaimOutcome::Existing(found)) => {
+                // The retry is compared in the fingerprint version its record was made with.
+                let retry = fingerprint(request, FingerprintVersion(found.record.fingerprint_version));
+                self.answer_record(scope, found, &retry.sha256_hex).await
+            }
+            Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
+                Answer::error(ApiError::InsufficientFunds, Some(expires_at))
+            }
+            Ok(ClaimOutcome::Refused(refusal)) => Answer::refused(refusal),
+            // The claim's transaction did not commit: nothing was recorded, a retry executes.
+            Err(error) => Answer::error(error.as_api_error("claim"), None),
+        }
+    }
+
+    /// A tenant that does not require keys: no record, the same local transaction (the
+    /// business key still stops a second payment), the same provider call and completion.
+    async fn create_payment_without_key(
+        &self,
+        request: &CreatePaymentRequest,
+        payment: &NewPayment,
+    ) -> Answer {
+        match self.payments.create_payment_without_key(payment).await {
+            Ok(UnkeyedOutcome::Created { payment_created_at }) => {
+                self.count(&payment.tenant_id, Outcome::NewExecution);
+                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
+                match self
+                    .execute(
+                        Owner::Unkeyed,
+                        &payment.tenant_id,
+                        &view,
+                        request.api_version,
+                        Charging::Send,
+                    )
+                    .await
+                {
+                    Owned::Answered(answer) => answer,
+                    Owned::FencedOut => Answer::error(ApiError::Internal, None),
+                }
+            }
+            Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
+            Ok(UnkeyedOutcome::Refused(refusal)) => Answer::refused(refusal),
+            Err(error) => Answer::error(error.as_api_error("create payment without key"), None),
+        }
+    }
+
+    /// An owner's answer; when it was fenced out, what the record says now.
+    pub(super) async fn answered(
+        &self,
+        scope: &Scope,
+        owned: Owned,
+        expires_at: Option<chrono::DateTime<Utc>>,
+    ) -> Answer {
+        match owned {
+            Owned::Answered(answer) => answer,
+            Owned::FencedOut => self.answer_current(scope, expires_at).await,
+        }
+    }
+
+    /// This owner was fenced out (another took over meanwhile): the record is the truth now,
+    /// answered as it stands.
+    async fn answer_current(&self, scope: &Scope, expires_at: Option<chrono::DateTime<Utc>>) -> Answer {
+        match self.records.load_record(scope).await {
+            Ok(Some(found)) => {
+                let fingerprint = found.record.request_fingerprint.clone();
+                self.answer_record(scope, found, &fingerprint).await
+            }
+            Ok(None) => Answer::error(ApiError::Internal, expires_at),
+            Err(error) => Answer::error(error.as_api_error("reload after fencing"), expires_at),
+        }
+    }
+
+    /// The answer `found` gives a request with `fingerprint_hex`, taking the record over when
+    /// its owner is gone. A takeover that is fenced out in turn reads the record again and
+    /// answers it as it stands: a loop, each round answering or reading newer state.
+    async fn answer_record(&self, scope: &Scope, mut found: RecordAt, fingerprint_hex: &str) -> Answer {
+        let mut fingerprint = fingerprint_hex.to_owned();
+        for _ in 0..MAX_ROUNDS {
+            let lease_version = match self.verdict(scope, &found, &fingerprint).await {
+                Verdict::Answer(answer) => return answer,
+                Verdict::Resume { lease_version } => lease_version,
+            };
+            match self
+                .take_over_and_resume(scope, &found, lease_version, None, Charging::AskFirst)
+                .await
+            {
+                Owned::Answered(answer) => return answer,
+                Owned::FencedOut => {}
+            }
+            found = match self.records.load_record(scope).await {
+                Ok(Some(current)) => current,
+                Ok(None) => return Answer::error(ApiError::Internal, Some(found.record.expires_at)),
+                Err(error) => {
+                    return Answer::error(
+                        error.as_api_error("reload after fencing"),
+                        Some(found.record.expires_at),
+                    );
+                }
+            };
+            fingerprint = found.record.request_fingerprint.clone();
+        }
+        Answer::in_progress(1, Some(found.record.expires_at))
+    }
+
+    /// What the record says to a request with `fingerprint_hex`, counted as its outcome.
+    async fn verdict(&self, scope: &Scope, found: &RecordAt, fingerprint_hex: &str) -> Verdict {
+        let expires_at = Some(found.record.expires_at);
+        let decision = decide(&found.record, fingerprint_hex, found.now);
+        self.count(&scope.tenant_id, self.outcome_of(&decision));
+        Verdict::Answer(match decision {
+            Decision::ConflictDifferentRequest => {
+                tracing::warn!(
+                    tenant_id = %scope.tenant_id,
+                    operation = scope.operation.as_str(),
+                    stored_fingerprint = %found.record.request_fingerprint,
+                    retry_fingerprint = %fingerprint_hex,
+                    "idempotency key reused with a different request"
+                );
+                Answer::error(ApiError::KeyReusedWithDifferentRequest, expires_at)
+            }
+            Decision::Replay => self.replay(scope, expires_at).await,
+            Decision::InProgress { retry_after_secs } => Answer::in_progress(retry_after_secs, expires_at),
+            Decision::TakeOver {
+                lease_version,
+                resume_from: ProgressStep::ProviderRequestSent,
+            }
+            | Decision::Recover { lease_version } => return Verdict::Resume { lease_version },
+            // No other step is ever left durable by an owner (the local transaction moves a
+            // record to PROVIDER_REQUEST_SENT at once). A released key (FAILED_RETRYABLE) is
+            // renewed by the claim itself when the retry's fingerprint matches in the current
+            // fingerprint version; one released under an older version is not re-executed
+            // (the claim cannot compare it) and waits like an in-progress record.
+            Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                tracing::error!(tenant_id = %scope.tenant_id, "record in a state no owner leaves; not taken over");
+                Answer::in_progress(1, expires_at)
+            }
+            Decision::OutcomeUnknown { retry_after_secs } => Answer::outcome_unknown(
+                found.record.resource_id.as_deref().unwrap_or_default(),
+                retry_after_secs,
+                expires_at,
+            ),
+            Decision::Expired => match self.settings.expiry.after_expiry {
+                AfterExpiry::Reject => {
+                    if let Err(error) = self.records.note_expired_retry(scope).await {
+                        error.as_api_error("note expired retry");
+                    }
+                    Answer::error(
+                        ApiError::IdempotencyKeyExpired {
+                            resource_id: found.record.resource_id.clone(),
+                        },
+                        expires_at,
+                    )
+                }
+                // The record passed its window between the claim and this read: the retry's
+                // own claim renews it, so it is told to come back at once.
+                AfterExpiry::NewOperation => Answer::in_progress(1, expires_at),
+            },
+        })
+    }
+
+    fn outcome_of(&self, decision: &Decision) -> Outcome {
+        match decision {
+            Decision::ConflictDifferentRequest => Outcome::ConflictDifferentRequest,
+            Decision::Replay => Outcome::Replay,
+            Decision::InProgress { .. } | Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
+                Outcome::InProgress
+            }
+            Decision::Expired => match self.settings.expiry.after_expiry {
+                AfterExpiry::Reject => Outcome::ExpiredRetry,
+                AfterExpiry::NewOperation => Outcome::InProgress,
+            },
+            Decision::OutcomeUnknown { .. } | Decision::Recover { .. } => Outcome::OutcomeUnknown,
+        }
+    }
+
+    /// The stored answer, opened: the same status and body bytes as the first time.
+    async fn replay(&self, scope: &Scope, expires_at: Option<chrono::DateTime<Utc>>) -> Answer {
+        match self.records.load_response(scope).await {
+            Ok(Some(stored)) => match self.opened(scope, stored) {
+                Ok(response) => Answer::replay(response, expires_at),
+                Err(error) => {
+                    tracing::error!(%error, tenant_id = %scope.tenant_id, "stored response cannot be opened");
+                    Answer::error(ApiError::Internal, expires_at)
+                }
+            },
+            Ok(None) => {
+                tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");
+                Answer::error(ApiError::Internal, expires_at)
+            }
+            Err(error) => Answer::error(error.as_api_error("load response"), expires_at),
+        }
+    }
+}
+
+/// The request's fingerprint in `version`.
+fn fingerprint(request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
+    Fingerprint::compute_in(
+        version,
+        &FingerprintInput {
+            operation: CreatePayment::OPERATION,
+            path_params: BTreeMap::new(),
+            api_version: if request.api_version_requested {
+                request.api_version.as_str()
+            } else {
+                ""
+            },
+            command: &request.command,
+        },
+    )
+}

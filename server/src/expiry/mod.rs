@@ -1,3 +1,0 @@
-//! Expiry is part of the API contract (`domain::expiry`); this is its worker.
-
-pub mod cleanup;

@@ -1,0 +1,124 @@
+//! The one place that says what the store needs of a SQL database, so that every store body
+//! is written once, generic over [`Dialect`], and `sqlx::Postgres` and `sqlx::Sqlite` are its
+//! two implementations (`postgres.rs`, `sqlite.rs`).
+//!
+//! What the bodies need of sqlx (binding and reading these column types, executing on a
+//! connection) is stated as supertraits of `Dialect`. Rust implies a trait's supertraits
+//! wherever the trait is a bound, but not its other where-clauses (rust-lang/rust#20671), so
+//! each requirement is phrased as `Imply<T, Is: Bound>` (the `imply-hack` crate), and
+//! `D: Dialect` is then the only bound a body names. What differs in the SQL text (the clock,
+//! interval arithmetic, row locks, physical row ids) is one associated constant per statement,
+//! grouped by concern (`RecordStatements` in `records.rs`, …): a statement used by one body is
+//! declared, documented and used in the same file, and written out in each dialect's file.
+
+use super::StoreError;
+use super::approvals::ApprovalStatements;
+use super::bulk::BulkStatements;
+use super::console::ConsoleStatements;
+use super::events::EventStatements;
+use super::metrics::MetricsStatements;
+use super::operators::OperatorStatements;
+use super::payments::PaymentStatements;
+use super::records::RecordStatements;
+use super::retention::RetentionStatements;
+use super::target::DialectName;
+use super::tenants::TenantStatements;
+use chrono::{DateTime, Utc};
+use imply_hack::Imply;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
+
+/// A SQL database the store runs on.
+pub trait Dialect:
+    Database
+    + for<'c> Imply<&'c mut <Self as Database>::Connection, Is: Executor<'c, Database = Self>>
+    + for<'q> Imply<<Self as Database>::Arguments<'q>, Is: IntoArguments<'q, Self>>
+    + Imply<<Self as Database>::QueryResult, Is: RowsAffected>
+    + Imply<usize, Is: ColumnIndex<<Self as Database>::Row>>
+    + for<'q> Imply<&'q str, Is: Encode<'q, Self> + Type<Self>>
+    + for<'q> Imply<Option<&'q str>, Is: Encode<'q, Self> + Type<Self>>
+    + for<'q> Imply<&'q [u8], Is: Encode<'q, Self> + Type<Self>>
+    + for<'q> Imply<String, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<Vec<u8>, Is: Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<bool, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<Option<bool>, Is: Encode<'q, Self>>
+    + for<'q> Imply<i16, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<i32, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<i64, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<f64, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
+    + for<'q> Imply<DateTime<Utc>, Is: Decode<'q, Self> + Type<Self>>
+    + RecordStatements
+    + PaymentStatements
+    + TenantStatements
+    + EventStatements
+    + ConsoleStatements
+    + MetricsStatements
+    + OperatorStatements
+    + ApprovalStatements
+    + BulkStatements
+    + RetentionStatements
+    + Send
+    + Sync
+{
+    const DIALECT: DialectName;
+
+    /// This dialect's migrations, embedded in the binary.
+    fn migrator() -> &'static Migrator;
+
+    /// Applies every pending migration (PostgreSQL: under an advisory lock, so that instances
+    /// starting together take turns).
+    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<(), MigrateError>> + Send;
+
+    /// `select count(*)` of the migrations table (0 or 1).
+    const MIGRATIONS_TABLE_EXISTS: &'static str;
+}
+
+/// How many rows a statement wrote (sqlx has it on each driver's result type, not in a trait).
+pub trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// Every concern's store trait, implemented once over one pool of either dialect.
+///
+/// Every write runs in an explicit transaction, even a single statement: a connection that
+/// came back to the pool in a broken state (a cancelled `begin`, sqlx#4385) can then never
+/// swallow an autocommit write and answer success.
+pub struct SqlStore<D: Dialect> {
+    pub(super) pool: Pool<D>,
+}
+
+impl<D: Dialect> SqlStore<D> {
+    pub fn new(pool: Pool<D>) -> Self {
+        SqlStore { pool }
+    }
+
+    /// One write statement in its own transaction; the rows it affected.
+    pub(super) async fn write_one<'q>(
+        &self,
+        statement: Query<'q, D, <D as Database>::Arguments<'q>>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let affected = statement.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(affected)
+    }
+}
+
+/// A timestamp in the one text form both dialects compare correctly (SQLite stores this text;
+/// PostgreSQL casts it).
+pub fn rfc3339_millis(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}

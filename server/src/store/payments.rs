@@ -1,0 +1,553 @@
+//! Payments and accounts: the local part of a create_payment (used inside the claim, or alone
+//! for tenants without keys), its settlement, the payment as the API reads it, the background
+//! passes over payments (settlement, the watch over released payments, payments whose answer
+//! was lost without a key), and an account's settings.
+
+use super::StoreError;
+use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::operators::insert_audit;
+use chrono::{DateTime, Utc};
+use domain::claim::{PaymentCompletion, ProviderVerdict, Refusal, UnkeyedOutcome};
+use domain::command::AccountId;
+use domain::money::{Amount, Currency};
+use domain::operator::AuditEntry;
+use domain::payment::{NewPayment, PaymentId, new_event_id};
+use domain::representation::PaymentView;
+use domain::scope::Scope;
+use domain::tenant::{ApiKeyId, TenantId};
+use sqlx::{Pool, Transaction};
+use std::time::Duration;
+
+#[async_trait::async_trait]
+pub trait PaymentStore: Send + Sync {
+    /// The current state of a payment of this tenant (`None` for another tenant's).
+    async fn payment(
+        &self,
+        tenant_id: &TenantId,
+        payment_id: &str,
+    ) -> Result<Option<PaymentView>, StoreError>;
+
+    /// The local transaction of a create_payment without an idempotency key (tenants that do
+    /// not require keys): the same account checks, hold, payment row and event, no record.
+    /// The business key still stops a second payment.
+    async fn create_payment_without_key(&self, payment: &NewPayment) -> Result<UnkeyedOutcome, StoreError>;
+
+    /// The completion of a payment made without a key: status, hold, event.
+    async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError>;
+
+    /// Takes payments made without a key that were left PROCESSING (their provider answer was
+    /// lost) and untouched for `stale_after`, for the recovery worker.
+    async fn take_stale_unkeyed_payments(
+        &self,
+        stale_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<(TenantId, PaymentView)>, StoreError>;
+
+    /// Takes authorised (PENDING) payments whose settlement was not checked for
+    /// `recheck_after`, for the settlement worker (each taken by bumping its `updated_at`;
+    /// skip-locked on PostgreSQL). Returns their ids.
+    async fn take_payments_to_settle(
+        &self,
+        recheck_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// PENDING -> SETTLED with its PaymentSettled event, in one transaction; `false` when the
+    /// payment was not PENDING (nothing written).
+    async fn settle_payment(
+        &self,
+        payment_id: &str,
+        event_id: &str,
+        payload: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes released payments of the last `watch` (that showed no late charge yet) not
+    /// checked for `recheck_after`, each by stamping its check; returns their ids.
+    async fn take_released_payments_to_watch(
+        &self,
+        watch: Duration,
+        recheck_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Keeps the charge a released payment showed after all; `false` when one was noted
+    /// already.
+    async fn note_late_charge(&self, payment_id: &str, charge_id: &str) -> Result<bool, StoreError>;
+
+    /// Records that the late charge of `payment_id`, released by `scope`'s key, was refunded
+    /// (`reference` says how), with `audit`, in one transaction; `false` (nothing written) when
+    /// that key released no such payment, it has no late charge, or it was resolved already.
+    async fn resolve_late_charge(
+        &self,
+        scope: &Scope,
+        payment_id: &str,
+        by: &str,
+        reference: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
+
+    /// Sets an account's default currency: `None` when the tenant has no such account,
+    /// `Some(true)` when it changed (with one audit row), `Some(false)` when it already was
+    /// that currency (nothing written: the request is naturally idempotent).
+    async fn set_default_currency(
+        &self,
+        tenant_id: &TenantId,
+        account_id: &AccountId,
+        currency: Currency,
+        changed_by: &ApiKeyId,
+    ) -> Result<Option<bool>, StoreError>;
+}
+
+/// Payment statements that differ by dialect.
+pub trait PaymentStatements {
+    /// `$1` tenant, `$2` account: the account's currency and balance, locked for the
+    /// transaction where the dialect has row locks (SQLite: the claim's insert already holds
+    /// its one write lock).
+    const ACCOUNT_FOR_UPDATE: &'static str;
+    /// `$1` amount, `$2` tenant, `$3` account.
+    const HOLD_AMOUNT: &'static str;
+    /// `$1` amount, `$2` tenant, `$3` account.
+    const RELEASE_HOLD: &'static str;
+    /// `$1` payment status, `$2` charge id, `$3` payment id: PROCESSING -> the outcome.
+    const SET_PAYMENT_OUTCOME: &'static str;
+    /// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
+    const RELEASE_PAYMENT: &'static str;
+    /// `$1` stale seconds, `$2` batch size: payments made without a key that are still
+    /// PROCESSING and untouched for that long, each taken (its `updated_at` bumped, which keeps
+    /// other workers off it for as long) and returned as a payment row plus tenant.
+    const TAKE_STALE_UNKEYED_PAYMENTS: &'static str;
+    /// `$1` recheck seconds, `$2` limit: takes PENDING payments, returns their ids.
+    const TAKE_PAYMENTS_TO_SETTLE: &'static str;
+    /// `$1` payment id: PENDING -> SETTLED.
+    const SETTLE_PAYMENT: &'static str;
+    /// `$1` watch seconds, `$2` recheck seconds, `$3` limit: released payments to ask the
+    /// provider about again, each taken by stamping `release_checked_at`; returns ids.
+    const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str;
+    /// `$1` payment, `$2` operator, `$3` reference, `$4` tenant, `$5` key: an unresolved late
+    /// charge of a payment that key released -> resolved now.
+    const RESOLVE_LATE_CHARGE: &'static str;
+    /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
+    const SET_DEFAULT_CURRENCY: &'static str;
+}
+
+/// The payment columns [`PaymentView`] holds.
+const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
+     status, created_at from payments where tenant_id = $1 and id = $2";
+
+type PaymentRow = (String, String, i64, String, String, String, DateTime<Utc>);
+
+fn payment_of(
+    (id, account_id, amount_minor, currency, merchant_reference, status, created_at): PaymentRow,
+) -> Result<PaymentView, StoreError> {
+    let currency =
+        Currency::parse(&currency).map_err(|_| StoreError::corrupt("payment currency", &currency))?;
+    Ok(PaymentView {
+        id,
+        account_id,
+        amount: Amount::from_minor_units(amount_minor, currency)
+            .map_err(|error| StoreError::Corrupt(error.to_string()))?,
+        merchant_reference,
+        status: status
+            .parse()
+            .map_err(|_| StoreError::corrupt("payment status", &status))?,
+        created_at,
+    })
+}
+
+/// Where the local part of create_payment got to, inside its transaction.
+pub(super) enum LocalStep {
+    Created(DateTime<Utc>),
+    InsufficientFunds,
+    Refused(Refusal),
+    /// The business key is taken; the transaction must be rolled back before the existing
+    /// payment can be named.
+    DuplicateMerchantReference,
+}
+
+/// The local part of create_payment, inside `tx`: the tenant's account, its currency and
+/// balance, the hold, the payment row (PROCESSING) and its PaymentCreated event. Writes
+/// nothing when it refuses.
+pub(super) async fn create_payment_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    payment: &NewPayment,
+    idempotency_key: Option<&str>,
+) -> Result<LocalStep, StoreError> {
+    let account: Option<(String, i64)> = sqlx::query_as(D::ACCOUNT_FOR_UPDATE)
+        .bind(payment.tenant_id.as_str())
+        .bind(payment.account_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some((account_currency, balance)) = account else {
+        return Ok(LocalStep::Refused(Refusal::AccountNotFound));
+    };
+    let currency = payment.amount.currency();
+    if account_currency != currency.code() {
+        let account_currency = Currency::parse(&account_currency)
+            .map_err(|_| StoreError::corrupt("account currency", &account_currency))?;
+        return Ok(LocalStep::Refused(Refusal::CurrencyMismatch { account_currency }));
+    }
+    if balance < payment.amount.minor_units() {
+        return Ok(LocalStep::InsufficientFunds);
+    }
+    sqlx::query(D::HOLD_AMOUNT)
+        .bind(payment.amount.minor_units())
+        .bind(payment.tenant_id.as_str())
+        .bind(payment.account_id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    let created: Result<DateTime<Utc>, sqlx::Error> = sqlx::query_scalar(
+        "insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, \
+         channel, status, idempotency_key) values ($1, $2, $3, $4, $5, $6, $7, 'PROCESSING', $8) \
+         returning created_at",
+    )
+    .bind(payment.id.as_str())
+    .bind(payment.tenant_id.as_str())
+    .bind(payment.account_id.as_str())
+    .bind(payment.amount.minor_units())
+    .bind(currency.code())
+    .bind(payment.merchant_reference.as_str())
+    .bind(payment.channel.as_str())
+    .bind(idempotency_key)
+    .fetch_one(&mut **tx)
+    .await;
+    let payment_created_at = match created.map_err(StoreError::from) {
+        Ok(created_at) => created_at,
+        Err(StoreError::AlreadyExists) => return Ok(LocalStep::DuplicateMerchantReference),
+        Err(error) => return Err(error),
+    };
+    let event_id = new_event_id();
+    insert_event_in(
+        tx,
+        &event_id,
+        payment.id.as_str(),
+        "PaymentCreated",
+        &payment.created_event(&event_id),
+    )
+    .await?;
+    Ok(LocalStep::Created(payment_created_at))
+}
+
+/// Names the refusal, once the transaction was rolled back.
+pub(super) async fn refusal<D: Dialect>(
+    pool: &Pool<D>,
+    step: LocalStep,
+    payment: &NewPayment,
+) -> Result<Refusal, StoreError> {
+    match step {
+        LocalStep::Refused(refusal) => Ok(refusal),
+        LocalStep::DuplicateMerchantReference => {
+            let existing: String = sqlx::query_scalar(
+                "select id from payments where tenant_id = $1 and account_id = $2 \
+                 and merchant_reference = $3 and released_at is null",
+            )
+            .bind(payment.tenant_id.as_str())
+            .bind(payment.account_id.as_str())
+            .bind(payment.merchant_reference.as_str())
+            .fetch_one(pool)
+            .await?;
+            Ok(Refusal::DuplicateMerchantReference {
+                payment_id: PaymentId::from_stored(existing),
+            })
+        }
+        LocalStep::Created(_) | LocalStep::InsufficientFunds => {
+            Err(StoreError::Corrupt("not a refusal".into()))
+        }
+    }
+}
+
+/// The payment's outcome inside `tx`: status and charge id, the hold released on a decline,
+/// and the outcome's event.
+pub(super) async fn settle_payment_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    completion: &PaymentCompletion,
+) -> Result<(), StoreError> {
+    let (payment_status, event_type) = match completion.verdict {
+        ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
+        ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
+    };
+    let settled = sqlx::query(D::SET_PAYMENT_OUTCOME)
+        .bind(payment_status)
+        .bind(completion.provider_charge_id.as_str())
+        .bind(completion.payment_id.as_str())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    if settled == 0 {
+        // Settled already (by another owner of a payment without a record): its hold and
+        // event must not be applied twice.
+        return Err(StoreError::Corrupt(format!(
+            "payment {} is no longer PROCESSING",
+            completion.payment_id
+        )));
+    }
+    if completion.verdict == ProviderVerdict::Declined {
+        release_hold_in(tx, completion.payment_id.as_str()).await?;
+    }
+    insert_event_in(
+        tx,
+        &completion.event_id,
+        completion.payment_id.as_str(),
+        event_type,
+        &completion.event_payload,
+    )
+    .await
+}
+
+/// Gives a payment's held amount back to its account, inside `tx`.
+pub(super) async fn release_hold_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    payment_id: &str,
+) -> Result<(), StoreError> {
+    let (tenant_id, account_id, amount): (String, String, i64) =
+        sqlx::query_as("select tenant_id, account_id, amount_minor from payments where id = $1")
+            .bind(payment_id)
+            .fetch_one(&mut **tx)
+            .await?;
+    sqlx::query(D::RELEASE_HOLD)
+        .bind(amount)
+        .bind(tenant_id)
+        .bind(account_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// A payment's event in the outbox, inside the transaction of the change it announces.
+pub(super) async fn insert_event_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    event_id: &str,
+    payment_id: &str,
+    event_type: &str,
+    payload: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("insert into outbox_events (id, payment_id, event_type, payload) values ($1, $2, $3, $4)")
+        .bind(event_id)
+        .bind(payment_id)
+        .bind(event_type)
+        .bind(payload)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// One statement that takes rows and returns their ids (`update … returning id`), in its
+    /// own transaction like every write.
+    async fn take_ids<'q>(
+        &self,
+        statement: sqlx::query::QueryScalar<'q, D, String, <D as sqlx::Database>::Arguments<'q>>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let ids = statement.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> PaymentStore for SqlStore<D> {
+    async fn payment(
+        &self,
+        tenant_id: &TenantId,
+        payment_id: &str,
+    ) -> Result<Option<PaymentView>, StoreError> {
+        let row: Option<PaymentRow> = sqlx::query_as(SELECT_PAYMENT)
+            .bind(tenant_id.as_str())
+            .bind(payment_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(payment_of).transpose()
+    }
+
+    async fn create_payment_without_key(&self, payment: &NewPayment) -> Result<UnkeyedOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        match create_payment_in(&mut tx, payment, None).await? {
+            LocalStep::Created(payment_created_at) => {
+                tx.commit().await?;
+                Ok(UnkeyedOutcome::Created { payment_created_at })
+            }
+            LocalStep::InsufficientFunds => {
+                tx.rollback().await?;
+                Ok(UnkeyedOutcome::InsufficientFunds)
+            }
+            refused => {
+                tx.rollback().await?;
+                refusal(&self.pool, refused, payment)
+                    .await
+                    .map(UnkeyedOutcome::Refused)
+            }
+        }
+    }
+
+    async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        settle_payment_in(&mut tx, completion).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn take_stale_unkeyed_payments(
+        &self,
+        stale_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<(TenantId, PaymentView)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<(String, String, String, i64, String, String, String, DateTime<Utc>)> =
+            sqlx::query_as(D::TAKE_STALE_UNKEYED_PAYMENTS)
+                .bind(stale_after.as_secs_f64())
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        rows.into_iter()
+            .map(
+                |(tenant_id, id, account_id, amount, currency, reference, status, created_at)| {
+                    let payment =
+                        payment_of((id, account_id, amount, currency, reference, status, created_at))?;
+                    Ok((TenantId::from_stored(tenant_id), payment))
+                },
+            )
+            .collect()
+    }
+
+    async fn take_payments_to_settle(
+        &self,
+        recheck_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.take_ids(
+            sqlx::query_scalar(D::TAKE_PAYMENTS_TO_SETTLE)
+                .bind(recheck_after.as_secs_f64())
+                .bind(limit),
+        )
+        .await
+    }
+
+    async fn settle_payment(
+        &self,
+        payment_id: &str,
+        event_id: &str,
+        payload: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let settled = sqlx::query(D::SETTLE_PAYMENT)
+            .bind(payment_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if settled {
+            insert_event_in(&mut tx, event_id, payment_id, "PaymentSettled", payload).await?;
+        }
+        tx.commit().await?;
+        Ok(settled)
+    }
+
+    async fn take_released_payments_to_watch(
+        &self,
+        watch: Duration,
+        recheck_after: Duration,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.take_ids(
+            sqlx::query_scalar(D::TAKE_RELEASED_PAYMENTS_TO_WATCH)
+                .bind(watch.as_secs_f64())
+                .bind(recheck_after.as_secs_f64())
+                .bind(limit),
+        )
+        .await
+    }
+
+    async fn note_late_charge(&self, payment_id: &str, charge_id: &str) -> Result<bool, StoreError> {
+        let noted = self
+            .write_one(
+                sqlx::query(
+                    "update payments set late_charge_id = $2 \
+                     where id = $1 and released_at is not null and late_charge_id is null",
+                )
+                .bind(payment_id)
+                .bind(charge_id),
+            )
+            .await?;
+        Ok(noted == 1)
+    }
+
+    async fn resolve_late_charge(
+        &self,
+        scope: &Scope,
+        payment_id: &str,
+        by: &str,
+        reference: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let resolved = sqlx::query(D::RESOLVE_LATE_CHARGE)
+            .bind(payment_id)
+            .bind(by)
+            .bind(reference)
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.key.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if resolved != 1 {
+            return Ok(false);
+        }
+        insert_audit(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn set_default_currency(
+        &self,
+        tenant_id: &TenantId,
+        account_id: &AccountId,
+        currency: Currency,
+        changed_by: &ApiKeyId,
+    ) -> Result<Option<bool>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // The write comes first: it takes the row (or SQLite's) lock, so two equal requests
+        // at once cannot both see "changed".
+        let changed = sqlx::query(D::SET_DEFAULT_CURRENCY)
+            .bind(currency.code())
+            .bind(tenant_id.as_str())
+            .bind(account_id.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if changed {
+            sqlx::query(
+                "insert into account_audit (id, tenant_id, account_id, setting, new_value, changed_by) \
+                 values ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(format!("aud_{}", domain::random::random_hex(8)))
+            .bind(tenant_id.as_str())
+            .bind(account_id.as_str())
+            .bind("default_currency")
+            .bind(currency.code())
+            .bind(changed_by.as_str())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(Some(true));
+        }
+        let exists: i64 =
+            sqlx::query_scalar("select count(*) from accounts where tenant_id = $1 and id = $2")
+                .bind(tenant_id.as_str())
+                .bind(account_id.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok((exists > 0).then_some(false))
+    }
+}
+
+/// How an amount reads in a receipt or on the console (`"10.00"`), from the stored minor
+/// units; what cannot be read says so rather than failing the page.
+pub fn minor_to_decimal(minor: i64, currency: &str) -> String {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|currency| Amount::from_minor_units(minor, currency).ok())
+        .map_or_else(|| format!("{minor} (minor units)"), |amount| amount.to_string())
+}

@@ -1,0 +1,469 @@
+//! Idempotency records, for the engine: the insert-first claim of a scoped key (with the
+//! payment's local transaction), the owner's fenced writes (completion, unknown outcome), the
+//! takeover of a dead owner's record, an operator's release of a key, and the reads a retry
+//! and the recovery worker decide from.
+
+use super::StoreError;
+use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::operators::insert_audit;
+use super::payments::{LocalStep, create_payment_in, refusal, release_hold_in, settle_payment_in};
+use crate::crash::{CrashPoint, crash_point};
+use chrono::{DateTime, Utc};
+use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
+use domain::expiry::AfterExpiry;
+use domain::key::IdempotencyKey;
+use domain::payment::NewPayment;
+use domain::record::{ClaimedAs, RecordAt, StoredRecord};
+use domain::scope::{Operation, Scope};
+use domain::tenant::TenantId;
+use sqlx::Transaction;
+use std::time::Duration;
+
+#[async_trait::async_trait]
+pub trait RecordStore: Send + Sync {
+    /// The record of a scoped key, if any, with the database's clock at the time of reading.
+    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError>;
+
+    /// The stored response of a scoped key, if any (settled records only).
+    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError>;
+
+    /// The local transaction of a new create_payment: insert-first claim of the scoped key,
+    /// account check, amount held, payment row and its PaymentCreated event, all committed
+    /// together (or nothing, when the claim finds an existing record or the command cannot be
+    /// executed). `insufficient_funds` is the answer the key is bound to when the balance is
+    /// too low.
+    async fn claim_create_payment(
+        &self,
+        claim: &NewClaim,
+        payment: &NewPayment,
+        insufficient_funds: &StoredResponse,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// The completion transaction: payment status and charge id, the hold released when
+    /// declined, the outcome's event, and the record settled (COMPLETED for an authorisation,
+    /// FAILED_REPLAYABLE for a decline) with its response. Conditional on `lease_version`:
+    /// `Ok(false)` means another owner took over and nothing was written.
+    async fn complete_create_payment(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        completion: &PaymentCompletion,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost),
+    /// counting the attempt and backing off the next one (1 s, 2 s, 4 s … 256 s).
+    /// Conditional on `lease_version`, like every owner's write.
+    async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
+
+    /// Takes over a record whose owner's lease expired (or whose outcome is unknown): one
+    /// conditional update on the stale lease version, so exactly one taker wins.
+    /// `Some((new lease version, expiry))` for the winner, `None` for everyone else.
+    async fn take_over(
+        &self,
+        scope: &Scope,
+        stale_lease_version: i64,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError>;
+
+    /// An operator's release of a key whose payment the provider never charged: the record
+    /// (still needing an operator, still at `previewed_version`) becomes FAILED_RETRYABLE with
+    /// a higher lease version, its payment DECLINED and released (hold returned, merchant
+    /// reference freed), with a PaymentDeclined event and the audit entry, in one
+    /// transaction. `false` (nothing written) when the record changed since the preview.
+    async fn release_key(
+        &self,
+        scope: &Scope,
+        previewed_version: i64,
+        release: &KeyRelease,
+    ) -> Result<bool, StoreError>;
+
+    /// Records the recovery worker should try to resolve: unknown outcomes whose backoff has
+    /// passed and that have not used up `max_attempts`, and in-progress records whose lease
+    /// expired.
+    async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError>;
+
+    /// Notes on the record that a retry arrived after its window (the `reject` policy; a
+    /// renewal by `new_operation` notes it in the claim).
+    async fn note_expired_retry(&self, scope: &Scope) -> Result<(), StoreError>;
+}
+
+/// Record statements that differ by dialect (the database's clock and interval arithmetic).
+/// Placeholders are `$1`, `$2`, … in order of first use, which both dialects bind positionally.
+pub trait RecordStatements {
+    /// `$1`..`$3` scope: the columns [`StoredRecord`] holds, then the database's clock.
+    const SELECT_RECORD: &'static str;
+    /// The claim, one statement: `insert … on conflict (scope) do update … where … returning`.
+    /// `$1`..`$6` scope and fingerprint (version, hex, canonical), `$7` payment id, `$8`
+    /// response schema version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12`
+    /// window seconds, `$13` whether a settled record past its window is renewed
+    /// (`new_operation`). An existing record is taken for the new operation in the same
+    /// statement, with a higher lease version, only when it is settled and past its window
+    /// under `new_operation`, or was released by an operator (FAILED_RETRYABLE) and this retry
+    /// repeats it exactly (same fingerprint, same version); any other record is left alone and
+    /// nothing is returned. Returns the lease version, the expiry and how it was claimed
+    /// (`new`, `after_expiry`, `after_release`).
+    const CLAIM_RECORD: &'static str;
+    /// `$1` response status, `$2`..`$4` scope: the record is bound to the stored 422.
+    const BIND_INSUFFICIENT_FUNDS: &'static str;
+    /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
+    /// lease version: IN_PROGRESS at that version -> settled.
+    const SETTLE_RECORD: &'static str;
+    /// `$1`..`$3` scope, `$4` lease version: IN_PROGRESS at that version -> unknown outcome,
+    /// attempt counted, next look backed off.
+    const MARK_UNKNOWN: &'static str;
+    /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
+    /// takes an expired lease (or an unknown outcome), bumping its version; returns the new
+    /// version and the expiry.
+    const TAKE_OVER: &'static str;
+    /// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
+    /// in-progress records whose owner's lease ran out.
+    const RECOVERY_CANDIDATES: &'static str;
+    /// `$1`..`$3` scope, `$4` the previewed lease version: a record that still needs an
+    /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
+    /// returns its payment id.
+    const RELEASE_RECORD: &'static str;
+}
+
+/// A row of [`RecordStatements::SELECT_RECORD`].
+type RecordRow = (
+    String,
+    String,
+    i32,
+    String,
+    i64,
+    Option<DateTime<Utc>>,
+    DateTime<Utc>,
+    Option<String>,
+    Option<String>,
+    Option<DateTime<Utc>>,
+    DateTime<Utc>,
+);
+
+fn record_of(
+    (
+        status,
+        step,
+        version,
+        fingerprint,
+        lease_version,
+        locked_until,
+        expires_at,
+        resource_id,
+        response_schema_version,
+        next_recovery_at,
+        now,
+    ): RecordRow,
+) -> Result<RecordAt, StoreError> {
+    let record = StoredRecord {
+        status: status
+            .parse()
+            .map_err(|_| StoreError::corrupt("record status", &status))?,
+        progress_step: step
+            .parse()
+            .map_err(|_| StoreError::corrupt("progress step", &step))?,
+        fingerprint_version: u16::try_from(version)
+            .map_err(|_| StoreError::corrupt("fingerprint version", version))?,
+        request_fingerprint: fingerprint,
+        lease_version,
+        locked_until,
+        expires_at,
+        resource_id,
+        response_schema_version,
+        next_recovery_at,
+    };
+    Ok(RecordAt { record, now })
+}
+
+/// The stored response of a settled record: its status, its headers (JSON) and its body.
+const SELECT_RESPONSE: &str = "select r.response_status_code, s.headers, s.body \
+     from idempotency_records r join idempotency_responses s \
+     on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = r.idempotency_key \
+     where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
+
+/// Writes a record's response inside `tx`.
+async fn insert_response_in<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    scope: &Scope,
+    response: &StoredResponse,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+         values ($1, $2, $3, $4, $5)",
+    )
+    .bind(scope.tenant_id.as_str())
+    .bind(scope.operation.as_str())
+    .bind(scope.key.as_str())
+    .bind(response.headers_json())
+    .bind(response.body.as_slice())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> RecordStore for SqlStore<D> {
+    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError> {
+        let row: Option<RecordRow> = sqlx::query_as(D::SELECT_RECORD)
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(record_of).transpose()
+    }
+
+    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError> {
+        let row: Option<(Option<i32>, String, Vec<u8>)> = sqlx::query_as(SELECT_RESPONSE)
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|(status, headers, body)| {
+            let status = status
+                .and_then(|status| u16::try_from(status).ok())
+                .ok_or_else(|| StoreError::Corrupt("response without a status".into()))?;
+            StoredResponse::from_stored(status, &headers, body).map_err(StoreError::Corrupt)
+        })
+        .transpose()
+    }
+
+    async fn claim_create_payment(
+        &self,
+        claim: &NewClaim,
+        payment: &NewPayment,
+        insufficient_funds: &StoredResponse,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let scope = &claim.scope;
+        let mut tx = self.pool.begin().await?;
+
+        // Insert first: exactly one request wins the scoped key; the others wait for its
+        // transaction and then find its row.
+        let inserted: Option<(i64, DateTime<Utc>, String)> = sqlx::query_as(D::CLAIM_RECORD)
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+            .bind(claim.fingerprint.sha256_hex.as_str())
+            .bind(claim.fingerprint.canonical.as_str())
+            .bind(payment.id.as_str())
+            .bind(claim.response_schema_version.as_str())
+            .bind(claim.lease_owner.as_str())
+            .bind(claim.lease.as_secs_f64())
+            .bind(claim.created_by.as_str())
+            .bind(claim.window.as_secs_f64())
+            .bind(claim.after_expiry == AfterExpiry::NewOperation)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((lease_version, expires_at, claimed_as)) = inserted else {
+            tx.rollback().await?;
+            return match self.load_record(scope).await? {
+                Some(found) => Ok(ClaimOutcome::Existing(found)),
+                // Gone between the insert and the read (deleted by cleanup): the caller may
+                // simply try again.
+                None => Err(StoreError::Corrupt("claimed record vanished".into())),
+            };
+        };
+
+        crash_point(CrashPoint::InsideLocalTransaction);
+        let claimed_as: ClaimedAs = claimed_as
+            .parse()
+            .map_err(|_| StoreError::corrupt("claimed_as", &claimed_as))?;
+        // A renewed record: its old answer is not this operation's.
+        if claimed_as != ClaimedAs::New {
+            sqlx::query(
+                "delete from idempotency_responses \
+                 where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
+            )
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let payment_created_at = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
+            LocalStep::Created(payment_created_at) => payment_created_at,
+            LocalStep::InsufficientFunds => {
+                sqlx::query(D::BIND_INSUFFICIENT_FUNDS)
+                    .bind(i32::from(insufficient_funds.status))
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation.as_str())
+                    .bind(scope.key.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                insert_response_in(&mut tx, scope, insufficient_funds).await?;
+                tx.commit().await?;
+                return Ok(ClaimOutcome::InsufficientFunds { expires_at });
+            }
+            refused => {
+                tx.rollback().await?;
+                return refusal(&self.pool, refused, payment)
+                    .await
+                    .map(ClaimOutcome::Refused);
+            }
+        };
+        tx.commit().await?;
+        Ok(ClaimOutcome::Claimed {
+            lease_version,
+            expires_at,
+            payment_created_at,
+            claimed_as,
+        })
+    }
+
+    async fn complete_create_payment(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        completion: &PaymentCompletion,
+    ) -> Result<bool, StoreError> {
+        let record_status = match completion.verdict {
+            ProviderVerdict::Authorized => "COMPLETED",
+            ProviderVerdict::Declined => "FAILED_REPLAYABLE",
+        };
+        let mut tx = self.pool.begin().await?;
+        // The fence first: an owner that lost its lease writes nothing at all.
+        let settled = sqlx::query(D::SETTLE_RECORD)
+            .bind(record_status)
+            .bind(i32::from(completion.response.status))
+            .bind(completion.provider_charge_id.as_str())
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .bind(lease_version)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if settled == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        insert_response_in(&mut tx, scope, &completion.response).await?;
+        settle_payment_in(&mut tx, completion).await?;
+        if let Some(audit) = &completion.audit {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError> {
+        let marked = self
+            .write_one(
+                sqlx::query(D::MARK_UNKNOWN)
+                    .bind(scope.tenant_id.as_str())
+                    .bind(scope.operation.as_str())
+                    .bind(scope.key.as_str())
+                    .bind(lease_version),
+            )
+            .await?;
+        Ok(marked == 1)
+    }
+
+    async fn take_over(
+        &self,
+        scope: &Scope,
+        stale_lease_version: i64,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let taken: Option<(i64, DateTime<Utc>)> = sqlx::query_as(D::TAKE_OVER)
+            .bind(owner)
+            .bind(lease.as_secs_f64())
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .bind(stale_lease_version)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    async fn release_key(
+        &self,
+        scope: &Scope,
+        previewed_version: i64,
+        release: &KeyRelease,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let released: Option<Option<String>> = sqlx::query_scalar(D::RELEASE_RECORD)
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .bind(previewed_version)
+            .fetch_optional(&mut *tx)
+            .await?;
+        match released {
+            None => {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            Some(payment_id) if payment_id.as_deref() != Some(release.payment_id.as_str()) => {
+                return Err(StoreError::Corrupt(format!(
+                    "record's payment {payment_id:?} is not {}",
+                    release.payment_id
+                )));
+            }
+            Some(_) => {}
+        }
+        let declined = sqlx::query(D::RELEASE_PAYMENT)
+            .bind(release.payment_id.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if declined == 0 {
+            return Err(StoreError::Corrupt(format!(
+                "payment {} is no longer PROCESSING",
+                release.payment_id
+            )));
+        }
+        release_hold_in(&mut tx, release.payment_id.as_str()).await?;
+        super::payments::insert_event_in(
+            &mut tx,
+            &release.event_id,
+            release.payment_id.as_str(),
+            "PaymentDeclined",
+            &release.event_payload,
+        )
+        .await?;
+        insert_audit(&mut tx, &release.audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(D::RECOVERY_CANDIDATES)
+            .bind(max_attempts)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(tenant_id, operation, key)| {
+                // Only operations this binary knows can be recovered by it.
+                Some(Scope {
+                    tenant_id: TenantId::from_stored(tenant_id),
+                    operation: operation.parse::<Operation>().ok()?,
+                    key: IdempotencyKey::parse(key.as_bytes()).ok()?,
+                })
+            })
+            .collect())
+    }
+
+    async fn note_expired_retry(&self, scope: &Scope) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "update idempotency_records set expired_retries = expired_retries + 1 \
+                 where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
+            )
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str()),
+        )
+        .await?;
+        Ok(())
+    }
+}

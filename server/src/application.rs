@@ -14,16 +14,13 @@ use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
 use crate::metrics::journal::RequestJournal;
 use crate::metrics::prometheus::Exposition;
-use crate::metrics::{self, Buffered, Flusher, OutcomeCounter};
+use crate::metrics::{self, Buffered, OutcomeCounter};
 use crate::provider::client::ProviderClient;
 use crate::provider::sim::InProcessSimulator;
 use crate::store::{DialectName, Store, StoreError};
-use crate::supervisor::{Supervisor, Worker};
-use crate::workers::console::{BulkResumer, OverrideExpiry, SessionExpiry};
-use crate::workers::heartbeat::KeyHeartbeat;
+use crate::supervisor::{Every, Supervisor};
 use crate::workers::recovery::{Recovery, RecoverySettings};
 use crate::workers::retention::{Cleanup, CleanupSettings};
-use crate::workers::settlement::{ReleaseWatch, Settlement};
 use axum::Router;
 use domain::expiry::ExpiryPolicy;
 use std::net::SocketAddr;
@@ -53,6 +50,11 @@ pub enum ServeError {
 const KEY_HEARTBEAT: Duration = Duration::from_secs(600);
 /// How often an instance looks for bulk reconciliations whose runner stopped.
 const BULK_RESUME_EVERY: Duration = Duration::from_secs(5);
+/// How long after its release a payment's provider key is still asked about, for a charge
+/// that arrives after all.
+const RELEASE_WATCH: Duration = Duration::from_secs(24 * 3600);
+/// Payments the settlement and the release watch look at per pass.
+const JOB_BATCH: i64 = 100;
 /// How long workers get to finish their pass at shutdown.
 const WORKERS_GRACE: Duration = Duration::from_secs(10);
 
@@ -128,71 +130,13 @@ impl Application {
                 instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
             },
         ));
-        let console = StoreConsole::new(store.clone(), engine.clone(), args.recovery_max_attempts);
+        let console = Arc::new(StoreConsole::new(
+            store.clone(),
+            engine.clone(),
+            args.recovery_max_attempts,
+        ));
         let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal];
-        let flush_every = Duration::from_millis(args.metrics_flush_ms.max(10));
-        for (name, buffer) in ["outcome counts", "request journal"].into_iter().zip(&buffers) {
-            workers.spawn(Arc::new(Flusher {
-                name,
-                buffer: buffer.clone(),
-                store: store.clone(),
-                interval: flush_every,
-            }));
-        }
-        let settlement_every = Duration::from_millis(args.settlement_interval_ms.max(10));
-        // Expired console sessions and undecided override requests are swept as often as
-        // expired records.
-        let sweep_every = Duration::from_millis(args.cleanup_interval_ms.max(10));
-        let periodic: Vec<Arc<dyn Worker>> = vec![
-            Arc::new(KeyHeartbeat {
-                sealer,
-                store: store.clone(),
-                interval: KEY_HEARTBEAT,
-            }),
-            Arc::new(Recovery {
-                engine: engine.clone(),
-                records: store.clone(),
-                payments: store.clone(),
-                settings: RecoverySettings {
-                    interval: Duration::from_millis(args.recovery_interval_ms.max(10)),
-                    max_attempts: args.recovery_max_attempts,
-                    batch: 50,
-                },
-            }),
-            Arc::new(Settlement {
-                engine: engine.clone(),
-                interval: settlement_every,
-            }),
-            Arc::new(ReleaseWatch {
-                engine: engine.clone(),
-                interval: settlement_every,
-            }),
-            Arc::new(Cleanup::new(
-                store.clone(),
-                CleanupSettings {
-                    interval: sweep_every,
-                    retention: expiry.retention,
-                    max_batch: args.cleanup_batch,
-                    batch_bound: Duration::from_millis(args.cleanup_batch_bound_ms.max(1)),
-                    pause: Duration::from_millis(20),
-                },
-            )),
-            Arc::new(SessionExpiry {
-                operators: store.clone(),
-                interval: sweep_every,
-            }),
-            Arc::new(OverrideExpiry {
-                approvals: store.clone(),
-                interval: sweep_every,
-            }),
-            Arc::new(BulkResumer {
-                console: console.clone(),
-                interval: BULK_RESUME_EVERY,
-            }),
-        ];
-        for worker in periodic {
-            workers.spawn(worker);
-        }
+        spawn_jobs(&mut workers, &args, &store, &engine, &console, &sealer, &buffers);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
         let settings = HttpSettings {
             site_root: args.site_root.clone(),
@@ -207,7 +151,7 @@ impl Application {
             rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
             metrics: Arc::new(Exposition::new(metrics::prometheus::install(), expiry.retention)),
         };
-        let router = http::router(state, console, &settings);
+        let router = http::router(state, StoreConsole::clone(&console), &settings);
         Ok(Application {
             listener,
             address,
@@ -241,6 +185,118 @@ impl Application {
         self.store.close().await;
         served
     }
+}
+
+/// Every job but the events', each on its own schedule.
+fn spawn_jobs(
+    workers: &mut Supervisor,
+    args: &ServeArgs,
+    store: &Arc<dyn Store>,
+    engine: &Arc<PaymentsEngine>,
+    console: &Arc<StoreConsole>,
+    sealer: &Arc<ResponseSealer>,
+    buffers: &[Arc<dyn Buffered>],
+) {
+    let every = |millis: u64| Duration::from_millis(millis.max(10));
+    let flush = every(args.metrics_flush_ms);
+    for (name, buffer) in ["outcome counts flusher", "request journal flusher"]
+        .into_iter()
+        .zip(buffers)
+    {
+        let store = store.clone();
+        workers.spawn(Every::new(name, flush, buffer.clone(), move |buffer| {
+            let store = store.clone();
+            async move { buffer.flush(store.as_ref()).await }
+        }));
+    }
+    let store_for_heartbeat = store.clone();
+    workers.spawn(Every::new(
+        "sealing key heartbeat",
+        KEY_HEARTBEAT,
+        sealer.clone(),
+        move |sealer| {
+            let store = store_for_heartbeat.clone();
+            async move {
+                if let Err(error) = sealer.note_in_use(store.as_ref()).await {
+                    tracing::warn!(%error, "cannot note the response key as in use");
+                }
+            }
+        },
+    ));
+    let recovery = Arc::new(Recovery {
+        engine: engine.clone(),
+        records: store.clone(),
+        payments: store.clone(),
+        settings: RecoverySettings {
+            max_attempts: args.recovery_max_attempts,
+            batch: 50,
+        },
+    });
+    workers.spawn(Every::new(
+        "recovery",
+        every(args.recovery_interval_ms),
+        recovery,
+        |recovery| async move {
+            recovery.run_once().await;
+        },
+    ));
+    // A payment is looked at again only after an interval.
+    let settle = every(args.settlement_interval_ms);
+    workers.spawn(Every::new(
+        "settlement",
+        settle,
+        engine.clone(),
+        move |engine| async move {
+            engine.settle_pending(settle, JOB_BATCH).await;
+        },
+    ));
+    workers.spawn(Every::new(
+        "release watch",
+        settle,
+        engine.clone(),
+        move |engine| async move {
+            engine.watch_released(RELEASE_WATCH, settle, JOB_BATCH).await;
+        },
+    ));
+    // Expired console sessions and undecided override requests are swept as often as
+    // expired records.
+    let sweep = every(args.cleanup_interval_ms);
+    let cleanup = Arc::new(Cleanup::new(
+        store.clone(),
+        CleanupSettings {
+            retention: Duration::from_secs(args.retention_secs),
+            max_batch: args.cleanup_batch,
+            batch_bound: every(args.cleanup_batch_bound_ms),
+            pause: Duration::from_millis(20),
+        },
+    ));
+    workers.spawn(Every::new("retention", sweep, cleanup, |cleanup| async move {
+        cleanup.pass().await;
+    }));
+    workers.spawn(Every::new(
+        "session expiry",
+        sweep,
+        console.clone(),
+        |console| async move {
+            console.delete_expired_sessions().await;
+        },
+    ));
+    workers.spawn(Every::new(
+        "override expiry",
+        sweep,
+        console.clone(),
+        |console| async move {
+            console.expire_override_requests().await;
+        },
+    ));
+    workers.spawn(Every::new(
+        "bulk resumer",
+        BULK_RESUME_EVERY,
+        console.clone(),
+        |console| async move {
+            console.resume_bulk_jobs().await;
+        },
+    ));
 }
 
 /// The keys that seal stored responses: configured, or (for the embedded database only)
@@ -297,16 +353,23 @@ async fn spawn_events(
         None => Arc::new(InProcess::new(consumers)),
     };
     let interval = Duration::from_millis(args.outbox_interval_ms.max(10));
-    workers.spawn(Arc::new(Publisher::new(
+    let publisher = Arc::new(Publisher::new(
         store.clone(),
         transport,
         PublisherSettings {
-            interval,
             batch: 50,
             claim: Duration::from_secs(args.outbox_claim_secs.max(1)),
             max_attempts: args.outbox_max_attempts,
         },
-    )));
+    ));
+    workers.spawn(Every::new(
+        "outbox publisher",
+        interval,
+        publisher,
+        |publisher| async move {
+            publisher.run_once().await;
+        },
+    ));
     std::fs::create_dir_all(data_dir)
         .map_err(|error| ServeError::Config(format!("data directory: {error}")))?;
     let sink = match (&args.smtp_url, &args.smtp_to) {
@@ -317,6 +380,16 @@ async fn spawn_events(
                 .unwrap_or_else(|| data_dir.join("receipts.jsonl")),
         ),
     };
-    workers.spawn(Arc::new(ReceiptSender::new(store.clone(), sink, interval)));
+    let sender = Arc::new(ReceiptSender::new(store.clone(), sink));
+    workers.spawn(Every::new(
+        "receipt sender",
+        interval,
+        sender,
+        |sender| async move {
+            if let Err(error) = sender.send_pending(100).await {
+                tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
+            }
+        },
+    ));
     Ok(())
 }

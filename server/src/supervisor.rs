@@ -18,37 +18,54 @@ pub trait Worker: Send + Sync + 'static {
     async fn run(&self, stop: CancellationToken);
 }
 
-/// A job done in passes, one every [`interval`](Periodic::interval) (the first after one
-/// interval, not at start: a test that arranges rows then lets time pass sees them taken in
-/// order). Every periodic job is a [`Worker`].
-#[async_trait::async_trait]
-pub trait Periodic: Send + Sync + 'static {
-    fn name(&self) -> &'static str;
+/// A job done in passes: `pass` over `target`, one every `interval` (the first after one
+/// interval, not at start: a starting instance has enough to do, and a test that arranges rows
+/// and then lets time pass sees them taken in order).
+pub struct Every<T: ?Sized, F> {
+    name: &'static str,
+    interval: Duration,
+    pass: F,
+    target: Arc<T>,
+}
 
-    fn interval(&self) -> Duration;
-
-    /// One pass. A pass that fails logs why and leaves the work for the next one.
-    async fn pass(&self);
+impl<T, F, Fut> Every<T, F>
+where
+    T: ?Sized + Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    pub fn new(name: &'static str, interval: Duration, target: Arc<T>, pass: F) -> Arc<Self> {
+        Arc::new(Every {
+            name,
+            interval,
+            target,
+            pass,
+        })
+    }
 }
 
 #[async_trait::async_trait]
-impl<P: Periodic> Worker for P {
+impl<T, F, Fut> Worker for Every<T, F>
+where
+    T: ?Sized + Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
     fn name(&self) -> &'static str {
-        Periodic::name(self)
+        self.name
     }
 
     async fn run(&self, stop: CancellationToken) {
-        let interval = self.interval();
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            // A pass that is under way finishes before the worker stops: passes are short and
-            // each leaves the database consistent whenever it is cut.
-            self.pass().await;
+            // A pass under way finishes before the worker stops: passes are short, and each
+            // leaves the database consistent wherever it is cut.
+            (self.pass)(self.target.clone()).await;
         }
     }
 }
@@ -187,47 +204,29 @@ mod tests {
         );
     }
 
-    struct Counting {
-        passes: AtomicUsize,
-    }
-
-    #[async_trait::async_trait]
-    impl Periodic for Counting {
-        fn name(&self) -> &'static str {
-            "counting"
-        }
-
-        fn interval(&self) -> Duration {
-            Duration::from_millis(20)
-        }
-
-        async fn pass(&self) {
-            self.passes.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[tokio::test]
     async fn a_periodic_job_passes_every_interval_until_shutdown() {
-        let counting = Arc::new(Counting {
-            passes: AtomicUsize::new(0),
-        });
+        let passes = Arc::new(AtomicUsize::new(0));
         let mut supervisor = Supervisor::default();
-        supervisor.spawn(counting.clone());
+        supervisor.spawn(Every::new(
+            "counting",
+            Duration::from_millis(20),
+            passes.clone(),
+            |passes| async move {
+                passes.fetch_add(1, Ordering::SeqCst);
+            },
+        ));
         assert_eq!(
-            counting.passes.load(Ordering::SeqCst),
+            passes.load(Ordering::SeqCst),
             0,
             "not at start: after an interval"
         );
         tokio::time::sleep(Duration::from_millis(150)).await;
         supervisor.shutdown(Duration::from_secs(5)).await;
-        let passes = counting.passes.load(Ordering::SeqCst);
-        assert!(passes >= 2, "{passes} passes in 150 ms");
+        let counted = passes.load(Ordering::SeqCst);
+        assert!(counted >= 2, "{counted} passes in 150 ms");
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert_eq!(
-            counting.passes.load(Ordering::SeqCst),
-            passes,
-            "none after shutdown"
-        );
+        assert_eq!(passes.load(Ordering::SeqCst), counted, "none after shutdown");
     }
 
     /// Ignores the stop signal.

@@ -4,9 +4,11 @@
 //! stored body and keeps a tombstone for the retention period, then deletes it.
 
 use std::time::Duration;
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 /// What a retry gets once its key's window has passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantArray)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum AfterExpiry {
     /// The window promised nothing more: the key starts a new operation (the business key

@@ -29,3 +29,57 @@ pub mod recovery;
 pub mod representation;
 pub mod scope;
 pub mod tenant;
+
+#[cfg(test)]
+mod tests {
+    use crate::expiry::AfterExpiry;
+    use crate::operator::OperatorRole;
+    use crate::outcome::Outcome;
+    use crate::record::{ClaimedAs, ProgressStep, RecordStatus};
+    use crate::recovery::{OverrideState, ReconcileAction};
+    use crate::representation::PaymentStatus;
+    use crate::scope::Operation;
+    use std::fmt::Debug;
+    use std::str::FromStr;
+    use strum::VariantArray;
+
+    /// Every value is read back from its stored name (`sample` is one of them, spelled out), and
+    /// a near miss is refused.
+    fn round_trips<T>(sample: (T, &str), near_miss: &str)
+    where
+        T: VariantArray + Copy + PartialEq + Debug + Into<&'static str> + FromStr,
+    {
+        for value in T::VARIANTS {
+            let name: &'static str = (*value).into();
+            assert_eq!(name.parse::<T>().ok(), Some(*value), "{name}");
+        }
+        assert_eq!(sample.0.into(), sample.1);
+        assert!(near_miss.parse::<T>().is_err(), "{near_miss}");
+    }
+
+    #[test]
+    fn every_stored_name_round_trips() {
+        round_trips((RecordStatus::InProgress, "IN_PROGRESS"), "in_progress");
+        round_trips(
+            (ProgressStep::ProviderRequestSent, "PROVIDER_REQUEST_SENT"),
+            "SENT",
+        );
+        round_trips((ClaimedAs::AfterRelease, "after_release"), "AfterRelease");
+        round_trips((OperatorRole::Admin, "admin"), "Admin");
+        round_trips(
+            (
+                ReconcileAction::MarkFailedAndReleaseKey,
+                "mark_failed_and_release_key",
+            ),
+            "ApplyProviderResult",
+        );
+        round_trips((OverrideState::Pending, "pending"), "PENDING");
+        round_trips((Operation::CreatePayment, "create_payment"), "CreatePayment");
+        round_trips(
+            (Outcome::ConflictDifferentRequest, "conflict_different_request"),
+            "Replay",
+        );
+        round_trips((AfterExpiry::NewOperation, "new_operation"), "newOperation");
+        round_trips((PaymentStatus::Pending, "PENDING"), "pending");
+    }
+}

@@ -1,20 +1,11 @@
 //! What a request with an idempotency key (or an operation without one) came to: the
 //! outcomes the metrics count and the dashboard draws.
 
+use strum::{EnumString, IntoStaticStr, VariantArray};
+
 /// In the order dashboards show them ([`Outcome::VARIANTS`]).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     NewExecution,

@@ -3,24 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 /// The public states of an idempotency record (see `docs/ARCHITECTURE.md`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, Display, VariantArray)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum RecordStatus {
@@ -52,22 +39,8 @@ impl RecordStatus {
 }
 
 /// How far create_payment got. Durable: a taker resumes from here, never from the start.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, Display, VariantArray)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum ProgressStep {
@@ -89,7 +62,8 @@ impl ProgressStep {
 }
 
 /// How a claim came to own its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum ClaimedAs {
     /// The key's first request.
@@ -138,28 +112,5 @@ impl RecordAt {
             RecordStatus::InProgress => self.record.locked_until.is_none_or(|until| until <= self.now),
             _ => false,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use strum::VariantArray;
-
-    #[test]
-    fn every_status_and_step_round_trips_through_its_stored_name() {
-        for status in RecordStatus::VARIANTS {
-            assert_eq!(status.as_str().parse::<RecordStatus>(), Ok(*status));
-        }
-        assert!("in_progress".parse::<RecordStatus>().is_err());
-        for step in ProgressStep::VARIANTS {
-            assert_eq!(step.as_str().parse::<ProgressStep>(), Ok(*step));
-        }
-        assert!("SENT".parse::<ProgressStep>().is_err());
-        for claimed_as in [ClaimedAs::New, ClaimedAs::AfterExpiry, ClaimedAs::AfterRelease] {
-            let stored: &str = claimed_as.into();
-            assert_eq!(stored.parse::<ClaimedAs>(), Ok(claimed_as));
-        }
-        assert_eq!(<&str>::from(ClaimedAs::AfterRelease), "after_release");
     }
 }

@@ -5,6 +5,7 @@ use crate::money::Amount;
 use crate::payment::NewPayment;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiVersion {
@@ -32,7 +33,8 @@ impl ApiVersion {
 }
 
 /// A payment's public status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum PaymentStatus {
     Processing,

@@ -9,6 +9,7 @@ mod bulk;
 mod diff;
 mod reads;
 pub mod sessions;
+mod upkeep;
 mod views;
 
 pub use actions::OVERRIDE_DECISION_WINDOW;

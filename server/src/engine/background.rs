@@ -100,6 +100,9 @@ impl PaymentsEngine {
                 Err(error) => tracing::warn!(%error, %payment_id, "settlement: not recorded; later"),
             }
         }
+        if settled > 0 {
+            tracing::info!(settled, "settlement pass");
+        }
         settled
     }
 

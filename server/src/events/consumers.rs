@@ -13,7 +13,6 @@
 
 use crate::store::EventStore;
 use crate::store::events::PendingReceipt;
-use crate::supervisor::Periodic;
 use domain::event::EventMessage;
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
@@ -21,7 +20,6 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -181,16 +179,11 @@ impl ReceiptSink {
 pub struct ReceiptSender {
     store: Arc<dyn EventStore>,
     sink: ReceiptSink,
-    interval: Duration,
 }
 
 impl ReceiptSender {
-    pub fn new(store: Arc<dyn EventStore>, sink: ReceiptSink, interval: Duration) -> ReceiptSender {
-        ReceiptSender {
-            store,
-            sink,
-            interval,
-        }
+    pub fn new(store: Arc<dyn EventStore>, sink: ReceiptSink) -> ReceiptSender {
+        ReceiptSender { store, sink }
     }
 
     /// Sends what is pending; returns how many were sent.
@@ -202,22 +195,5 @@ impl ReceiptSender {
             self.store.mark_receipt_sent(&receipt.dedupe_key).await?;
         }
         Ok(pending.len())
-    }
-}
-
-#[async_trait::async_trait]
-impl Periodic for ReceiptSender {
-    fn name(&self) -> &'static str {
-        "receipt sender"
-    }
-
-    fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    async fn pass(&self) {
-        if let Err(error) = self.send_pending(100).await {
-            tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
-        }
     }
 }

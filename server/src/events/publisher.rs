@@ -6,13 +6,11 @@
 
 use super::transport::Transport;
 use crate::store::EventStore;
-use crate::supervisor::Periodic;
 use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct PublisherSettings {
-    pub interval: Duration,
     pub batch: i64,
     /// How long a claim keeps other publishers off an event.
     pub claim: Duration,
@@ -99,20 +97,5 @@ impl Publisher {
                 return report;
             }
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Periodic for Publisher {
-    fn name(&self) -> &'static str {
-        "outbox publisher"
-    }
-
-    fn interval(&self) -> Duration {
-        self.settings.interval
-    }
-
-    async fn pass(&self) {
-        self.run_once().await;
     }
 }

@@ -7,14 +7,12 @@ pub mod prometheus;
 
 use crate::store::MetricsStore;
 use crate::store::metrics::OutcomeCount;
-use crate::supervisor::Periodic;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use domain::outcome::Outcome;
 use domain::scope::Operation;
 use domain::tenant::TenantId;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard};
 
 type BucketKey = (DateTime<Utc>, String, Operation, Outcome);
 
@@ -85,29 +83,5 @@ impl Buffered for OutcomeCounter {
                 *pending.entry(key).or_default() += count;
             }
         }
-    }
-}
-
-/// Writes what `buffer` holds every `interval` (and, at shutdown, once more: see
-/// `Application::run_until_stopped`).
-pub struct Flusher {
-    pub name: &'static str,
-    pub buffer: Arc<dyn Buffered>,
-    pub store: Arc<dyn MetricsStore>,
-    pub interval: Duration,
-}
-
-#[async_trait::async_trait]
-impl Periodic for Flusher {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    async fn pass(&self) {
-        self.buffer.flush(self.store.as_ref()).await;
     }
 }

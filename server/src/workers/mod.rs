@@ -1,11 +1,10 @@
-//! The background jobs that work through the engine and the store, each one job on its own
-//! schedule under the [`Supervisor`](crate::supervisor::Supervisor): recovery, settlement and
-//! the release watch, retention (purging and deleting expired records), session and override
-//! expiry, the bulk resumer, the sealing key's heartbeat. The event publisher and the receipt
-//! sender are `events`' own; the metrics flushers are `metrics`'.
+//! The background jobs with logic of their own: recovery (unknown outcomes and dead owners'
+//! records, through the engine's reconciler) and retention (purging expired records and
+//! deleting old tombstones in adaptive batches). Every job, these and the smaller ones (the
+//! outbox publisher and receipt sender in `events`, settlement and the release watch in
+//! `engine`, the console's upkeep, the metrics flushers, the sealing key's heartbeat), runs
+//! under the [`Supervisor`](crate::supervisor::Supervisor) on its own schedule; the list is
+//! in `Application::build`.
 
-pub mod console;
-pub mod heartbeat;
 pub mod recovery;
 pub mod retention;
-pub mod settlement;

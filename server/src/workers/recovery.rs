@@ -6,13 +6,10 @@
 
 use crate::engine::{PaymentsEngine, Reply};
 use crate::store::{PaymentStore, RecordStore};
-use crate::supervisor::Periodic;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct RecoverySettings {
-    pub interval: Duration,
     /// Provider look-ups per record before it is left to an operator.
     pub max_attempts: i32,
     /// Records per pass.
@@ -70,20 +67,5 @@ impl Recovery {
             }
         }
         attempted
-    }
-}
-
-#[async_trait::async_trait]
-impl Periodic for Recovery {
-    fn name(&self) -> &'static str {
-        "recovery"
-    }
-
-    fn interval(&self) -> Duration {
-        self.settings.interval
-    }
-
-    async fn pass(&self) {
-        self.run_once().await;
     }
 }

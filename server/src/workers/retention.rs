@@ -5,13 +5,11 @@
 //! that overran its bound halves the next one, a quick one doubles it up to the maximum.
 
 use crate::store::RetentionStore;
-use crate::supervisor::Periodic;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct CleanupSettings {
-    pub interval: Duration,
     pub retention: Duration,
     /// The largest batch, in records.
     pub max_batch: i64,
@@ -139,17 +137,9 @@ impl Cleanup {
     }
 }
 
-#[async_trait::async_trait]
-impl Periodic for Cleanup {
-    fn name(&self) -> &'static str {
-        "retention"
-    }
-
-    fn interval(&self) -> Duration {
-        self.settings.interval
-    }
-
-    async fn pass(&self) {
+impl Cleanup {
+    /// One pass, logged when it did something.
+    pub async fn pass(&self) {
         let report = self.run_once().await;
         if report.purged + report.deleted > 0 {
             tracing::info!(

@@ -120,7 +120,6 @@ conformance! {
             deliveries: AtomicU64::new(0),
         });
         let settings = PublisherSettings {
-            interval: Duration::from_millis(10),
             batch: 3,
             claim: Duration::from_secs(30),
             max_attempts: 10,
@@ -350,7 +349,6 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         copies: AtomicU64::new(0),
     });
     let settings = PublisherSettings {
-        interval: Duration::from_millis(10),
         batch: 3,
         claim: Duration::from_secs(30),
         max_attempts: 10,

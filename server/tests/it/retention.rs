@@ -137,7 +137,6 @@ conformance! {
         let store = db.store().await;
         let bound = Duration::from_secs(2);
         let cleanup = Cleanup::new(store.clone(), CleanupSettings {
-            interval: Duration::from_secs(1),
             retention: RETENTION,
             max_batch: 1_000,
             batch_bound: bound,

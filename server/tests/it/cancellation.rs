@@ -2,10 +2,9 @@
 //! acknowledged payment must exist, every operation must run to its end anyway (its retry is
 //! a replay), and no database connection may be left inside a transaction.
 
-use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, TestApp};
 use futures_util::StreamExt;
 use futures_util::stream;
-use std::process::Stdio;
 use std::time::Duration;
 
 const REQUESTS: usize = 2_000;
@@ -26,28 +25,21 @@ fn abort_after(index: usize, typical_latency: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
-    let mut command = idem_command(dir.path());
     // A short lease and a busy recovery worker: an operation whose completion failed under
     // load (a pool wait timed out) is taken over in seconds, not in the default half minute.
-    command
-        .env("DATABASE_URL", db.url())
-        .env("IDEM_RATE_LIMIT_PER_SEC", "0")
-        .env("IDEM_LEASE_SECS", "3")
-        .env("IDEM_PROVIDER_TIMEOUT_MS", "2000")
-        .env("IDEM_RECOVERY_INTERVAL_MS", "200")
-        .stderr(Stdio::inherit());
-    let server = IdemProcess::serve_with(command).await;
-    let http = reqwest::Client::new();
+    let app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "1000000.00")
+        .serve("--rate-limit-per-sec", "0")
+        .serve("--lease-secs", "3")
+        .serve("--provider-timeout-ms", "2000")
+        .serve("--recovery-interval-ms", "200")
+        .process()
+        .await;
     let post = |index: usize| {
-        http.post(format!("http://{}/payments", server.address))
-            .bearer_auth(&api_key)
-            .header("idempotency-key", format!("cancel-{index}"))
-            .body(format!(
-                r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"inv-{index}"}}"#
-            ))
+        let body = format!(
+            r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"inv-{index}"}}"#
+        );
+        app.post(app.key("acme"), Some(&format!("cancel-{index}")), &body)
     };
 
     // The typical latency under this concurrency, from requests nobody abandons.
@@ -130,7 +122,8 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     // lease, when their completion failed).
     let mut in_progress = i64::MAX;
     for _ in 0..300 {
-        in_progress = db
+        in_progress = app
+            .db
             .query_i64("select count(*) from idempotency_records where status = 'IN_PROGRESS'")
             .await;
         if in_progress == 0 {
@@ -141,11 +134,13 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     assert_eq!(in_progress, 0, "every started operation ran to its end");
 
     let warm_up_payments = warm_up.len() as i64;
-    let payments = db
+    let payments = app
+        .db
         .query_i64("select count(*) from payments where status = 'PENDING'")
         .await
         - warm_up_payments;
-    let records = db
+    let records = app
+        .db
         .query_i64("select count(*) from idempotency_records where status = 'COMPLETED'")
         .await;
     assert_eq!(
@@ -158,12 +153,14 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
         "every acknowledged payment exists"
     );
     assert_eq!(
-        db.query_i64("select count(*) from payments where status = 'PROCESSING'")
+        app.db
+            .query_i64("select count(*) from payments where status = 'PROCESSING'")
             .await,
         0,
         "no half-done payment"
     );
-    let idle_in_transaction = db
+    let idle_in_transaction = app
+        .db
         .query_i64(
             // Background workers are between two statements of a transaction now and then
             // (for long on a loaded machine); a connection *left* inside one stays there, in
@@ -184,7 +181,7 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
         assert_eq!(replay.status(), 201);
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
     }
-    let balance = db.query_i64("select balance_minor from accounts").await;
+    let balance = app.db.query_i64("select balance_minor from accounts").await;
     assert_eq!(
         balance,
         100_000_000 - 100 * (payments + warm_up_payments),

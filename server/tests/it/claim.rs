@@ -126,232 +126,428 @@ async fn balance(db: &TestDatabase, fixture: &Fixture) -> i64 {
     db.query_i64(&sql).await
 }
 
-conformance! {
-    async fn the_winner_commits_record_payment_hold_and_event_together(db) {
-        let fixture = fixture(&db, "100.00").await;
-        assert!(matches!(
-            fixture.claim("k1", &request_body("10.00", "inv-1")).await,
-            ClaimOutcome::Claimed { lease_version: 1, .. }
-        ));
-        let record = fixture
-            .store
-            .load_record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
-            .await
-            .expect("load")
-            .expect("record").record;
-        assert_eq!(record.status, RecordStatus::InProgress);
-        assert_eq!(record.progress_step, ProgressStep::ProviderRequestSent);
-        assert_eq!(record.lease_version, 1);
-        assert!(record.locked_until.is_some_and(|until| until > record.expires_at - chrono::Duration::hours(24)));
-        assert_eq!(balance(&db, &fixture).await, 9_000, "the amount is held");
-        assert_eq!(db.query_i64("select count(*) from payments where status = 'PROCESSING'").await, 1);
-        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentCreated'").await, 1);
-    }
-
-    async fn a_second_claim_finds_the_first_and_writes_nothing(db) {
-        let fixture = fixture(&db, "100.00").await;
-        fixture.claim("k1", &request_body("10.00", "inv-1")).await;
-        match fixture.claim("k1", &request_body("10.00", "inv-1")).await {
-            ClaimOutcome::Existing(found) => assert_eq!(found.record.status, RecordStatus::InProgress),
-            other => panic!("expected the existing record, got {other:?}"),
-        }
-        assert_eq!(db.query_i64("select count(*) from payments").await, 1);
-        assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
-    }
-
-    async fn concurrent_claims_of_one_key_have_exactly_one_winner(db) {
-        let fixture = Arc::new(fixture(&db, "1000.00").await);
-        let attempts: Vec<_> = (0..16)
-            .map(|_| {
-                let fixture = fixture.clone();
-                tokio::spawn(async move { fixture.claim("storm", &request_body("10.00", "inv-storm")).await })
-            })
-            .collect();
-        let mut winners = 0;
-        for attempt in attempts {
-            match attempt.await.expect("task") {
-                ClaimOutcome::Claimed { .. } => winners += 1,
-                ClaimOutcome::Existing(_) => {}
-                other => panic!("unexpected outcome {other:?}"),
-            }
-        }
-        assert_eq!(winners, 1);
-        assert_eq!(db.query_i64("select count(*) from payments").await, 1);
-        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1);
-        assert_eq!(balance(&db, &fixture).await, 99_000);
-    }
-
-    async fn insufficient_funds_binds_the_key_to_its_answer(db) {
-        let fixture = fixture(&db, "5.00").await;
-        assert!(matches!(
-            fixture.claim("k1", &request_body("10.00", "inv-1")).await,
-            ClaimOutcome::InsufficientFunds { .. }
-        ));
-        let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
-        let record = fixture.store.load_record(&scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::FailedReplayable);
-        assert_eq!(fixture.store.load_response(&scope).await.expect("load"), Some(insufficient_funds()));
-        assert_eq!(balance(&db, &fixture).await, 500, "nothing held");
-        assert_eq!(db.query_i64("select count(*) from payments").await, 0);
-        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 0);
-    }
-
-    async fn a_refused_command_leaves_no_record(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let unknown_account = r#"{"accountId":"acc_9","amount":"1.00","currency":"EUR","merchantReference":"r"}"#;
-        assert_eq!(fixture.claim("k1", unknown_account).await, ClaimOutcome::Refused(Refusal::AccountNotFound));
-        let wrong_currency = r#"{"accountId":"acc_1","amount":"1.00","currency":"USD","merchantReference":"r"}"#;
-        assert_eq!(
-            fixture.claim("k2", wrong_currency).await,
-            ClaimOutcome::Refused(Refusal::CurrencyMismatch { account_currency: Currency::Eur })
-        );
-        assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 0);
-        assert_eq!(balance(&db, &fixture).await, 10_000);
-    }
-
-    async fn the_merchant_reference_stops_a_second_payment_under_another_key(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (first_claim, first_payment) = fixture.attempt("k1", &request_body("10.00", "inv-7781"));
-        fixture
-            .store
-            .claim_create_payment(&first_claim, &first_payment, &insufficient_funds())
-            .await
-            .expect("claim");
-        assert_eq!(
-            fixture.claim("k2-new-random-key", &request_body("10.00", "inv-7781")).await,
-            ClaimOutcome::Refused(Refusal::DuplicateMerchantReference { payment_id: first_payment.id.clone() })
-        );
-        assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 1, "k2 left no record");
-        assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
-    }
-
-    async fn the_same_key_in_another_tenant_is_another_operation(db) {
-        let fixture = fixture(&db, "100.00").await;
-        fixture.claim("shared-key", &request_body("10.00", "inv-1")).await;
-        let other = TenantId::generate();
-        fixture
-            .store
-            .create_tenant(&other, &TenantName::parse("globex").expect("name"), true)
-.await
-            .expect("tenant");
-        fixture
-            .store
-            .create_account(&NewAccount {
-                tenant_id: other.clone(),
-                id: AccountId::parse("acc_1").expect("id"),
-                balance: Balance::parse("100.00", Currency::Eur).expect("balance"),
-            })
-            .await
-            .expect("account");
-        let globex = Fixture { store: fixture.store.clone(), tenant_id: other, key: NewApiKey::generate() };
-        assert!(matches!(
-            globex.claim("shared-key", &request_body("10.00", "inv-1")).await,
-            ClaimOutcome::Claimed { .. }
-        ));
-    }
+async fn the_winner_commits_record_payment_hold_and_event_together(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    assert!(matches!(
+        fixture.claim("k1", &request_body("10.00", "inv-1")).await,
+        ClaimOutcome::Claimed { lease_version: 1, .. }
+    ));
+    let record = fixture
+        .store
+        .load_record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::InProgress);
+    assert_eq!(record.progress_step, ProgressStep::ProviderRequestSent);
+    assert_eq!(record.lease_version, 1);
+    assert!(
+        record
+            .locked_until
+            .is_some_and(|until| until > record.expires_at - chrono::Duration::hours(24))
+    );
+    assert_eq!(balance(&db, &fixture).await, 9_000, "the amount is held");
+    assert_eq!(
+        db.query_i64("select count(*) from payments where status = 'PROCESSING'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from outbox_events where event_type = 'PaymentCreated'")
+            .await,
+        1
+    );
 }
 
-conformance! {
-    async fn an_authorisation_completes_the_record_with_its_response(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
-        let done = completion(&payment, ProviderVerdict::Authorized);
-        assert!(fixture.store.complete_create_payment(&claim.scope, 1, &done).await.expect("complete"));
-
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::Completed);
-        assert_eq!(record.progress_step, ProgressStep::Completed);
-        assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), Some(done.response.clone()));
-        assert_eq!(db.query_i64("select count(*) from payments where status = 'PENDING' and provider_charge_id = 'ch_000001'").await, 1);
-        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'").await, 1);
-        assert_eq!(balance(&db, &fixture).await, 9_000, "the amount stays taken");
+async fn a_second_claim_finds_the_first_and_writes_nothing(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    fixture.claim("k1", &request_body("10.00", "inv-1")).await;
+    match fixture.claim("k1", &request_body("10.00", "inv-1")).await {
+        ClaimOutcome::Existing(found) => assert_eq!(found.record.status, RecordStatus::InProgress),
+        other => panic!("expected the existing record, got {other:?}"),
     }
-
-    async fn a_decline_is_replayable_and_releases_the_hold(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
-        let declined = completion(&payment, ProviderVerdict::Declined);
-        assert!(fixture.store.complete_create_payment(&claim.scope, 1, &declined).await.expect("complete"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::FailedReplayable);
-        assert_eq!(db.query_i64("select count(*) from payments where status = 'DECLINED'").await, 1);
-        assert_eq!(db.query_i64("select count(*) from outbox_events where event_type = 'PaymentDeclined'").await, 1);
-        assert_eq!(balance(&db, &fixture).await, 10_000, "the hold is released");
-    }
-
-    async fn an_owner_without_the_lease_writes_nothing(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
-        let stale = completion(&payment, ProviderVerdict::Declined);
-        assert!(!fixture.store.complete_create_payment(&claim.scope, 2, &stale).await.expect("fenced"));
-        assert!(!fixture.store.mark_outcome_unknown(&claim.scope, 2).await.expect("fenced"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::InProgress);
-        assert_eq!(fixture.store.load_response(&claim.scope).await.expect("load"), None);
-        assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1, "PaymentCreated only");
-        assert_eq!(balance(&db, &fixture).await, 9_000);
-    }
-
-    async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
-        assert!(fixture.store.mark_outcome_unknown(&claim.scope, 1).await.expect("mark"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
-        assert_eq!(record.locked_until, None);
-        let done = completion(&payment, ProviderVerdict::Authorized);
-        assert!(
-            !fixture.store.complete_create_payment(&claim.scope, 1, &done).await.expect("complete"),
-            "only an IN_PROGRESS record is completed by its owner; recovery resolves unknown ones"
-        );
-        assert_eq!(db.query_i64("select count(*) from payments where status = 'PROCESSING'").await, 1);
-    }
+    assert_eq!(db.query_i64("select count(*) from payments").await, 1);
+    assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
 }
 
-conformance! {
-    async fn a_stale_owner_is_fenced_out_by_the_one_taker(db) {
-        let fixture = fixture(&db, "100.00").await;
-        let (mut claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-        claim.lease = Duration::from_millis(200);
-        fixture.store.claim_create_payment(&claim, &payment, &insufficient_funds()).await.expect("claim");
-        assert_eq!(
-            fixture.store.take_over(&claim.scope, 1, "taker", Duration::from_secs(30)).await.expect("try"),
-            None,
-            "a live lease is not taken"
-        );
-        tokio::time::sleep(Duration::from_millis(400)).await;
-
-        // Many takers at once: exactly one wins.
-        let store = fixture.store.clone();
-        let takers: Vec<_> = (0..8)
-            .map(|index| {
-                let (store, scope) = (store.clone(), claim.scope.clone());
-                tokio::spawn(async move {
-                    store.take_over(&scope, 1, &format!("taker-{index}"), Duration::from_secs(30)).await
-                })
-            })
-            .collect();
-        let mut winners = Vec::new();
-        for taker in takers {
-            if let Some((version, _)) = taker.await.expect("task").expect("take over") {
-                winners.push(version);
-            }
+async fn concurrent_claims_of_one_key_have_exactly_one_winner(db: TestDatabase) {
+    let fixture = Arc::new(fixture(&db, "1000.00").await);
+    let attempts: Vec<_> = (0..16)
+        .map(|_| {
+            let fixture = fixture.clone();
+            tokio::spawn(async move { fixture.claim("storm", &request_body("10.00", "inv-storm")).await })
+        })
+        .collect();
+    let mut winners = 0;
+    for attempt in attempts {
+        match attempt.await.expect("task") {
+            ClaimOutcome::Claimed { .. } => winners += 1,
+            ClaimOutcome::Existing(_) => {}
+            other => panic!("unexpected outcome {other:?}"),
         }
-        assert_eq!(winners, vec![2], "one taker, with the next lease version");
-
-        // The paused first owner wakes up: none of its writes land.
-        let stale = completion(&payment, ProviderVerdict::Declined);
-        assert!(!fixture.store.complete_create_payment(&claim.scope, 1, &stale).await.expect("fenced"));
-        assert!(!fixture.store.mark_outcome_unknown(&claim.scope, 1).await.expect("fenced"));
-        let done = completion(&payment, ProviderVerdict::Authorized);
-        assert!(fixture.store.complete_create_payment(&claim.scope, 2, &done).await.expect("complete"));
-        let record = fixture.store.load_record(&claim.scope).await.expect("load").expect("record").record;
-        assert_eq!(record.status, RecordStatus::Completed);
-        assert_eq!(record.lease_version, 2);
-        assert_eq!(db.query_i64("select count(*) from payments where status = 'PENDING'").await, 1);
     }
+    assert_eq!(winners, 1);
+    assert_eq!(db.query_i64("select count(*) from payments").await, 1);
+    assert_eq!(db.query_i64("select count(*) from outbox_events").await, 1);
+    assert_eq!(balance(&db, &fixture).await, 99_000);
 }
+
+async fn insufficient_funds_binds_the_key_to_its_answer(db: TestDatabase) {
+    let fixture = fixture(&db, "5.00").await;
+    assert!(matches!(
+        fixture.claim("k1", &request_body("10.00", "inv-1")).await,
+        ClaimOutcome::InsufficientFunds { .. }
+    ));
+    let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
+    let record = fixture
+        .store
+        .load_record(&scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::FailedReplayable);
+    assert_eq!(
+        fixture.store.load_response(&scope).await.expect("load"),
+        Some(insufficient_funds())
+    );
+    assert_eq!(balance(&db, &fixture).await, 500, "nothing held");
+    assert_eq!(db.query_i64("select count(*) from payments").await, 0);
+    assert_eq!(db.query_i64("select count(*) from outbox_events").await, 0);
+}
+
+async fn a_refused_command_leaves_no_record(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let unknown_account = r#"{"accountId":"acc_9","amount":"1.00","currency":"EUR","merchantReference":"r"}"#;
+    assert_eq!(
+        fixture.claim("k1", unknown_account).await,
+        ClaimOutcome::Refused(Refusal::AccountNotFound)
+    );
+    let wrong_currency = r#"{"accountId":"acc_1","amount":"1.00","currency":"USD","merchantReference":"r"}"#;
+    assert_eq!(
+        fixture.claim("k2", wrong_currency).await,
+        ClaimOutcome::Refused(Refusal::CurrencyMismatch {
+            account_currency: Currency::Eur
+        })
+    );
+    assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 0);
+    assert_eq!(balance(&db, &fixture).await, 10_000);
+}
+
+async fn the_merchant_reference_stops_a_second_payment_under_another_key(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (first_claim, first_payment) = fixture.attempt("k1", &request_body("10.00", "inv-7781"));
+    fixture
+        .store
+        .claim_create_payment(&first_claim, &first_payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    assert_eq!(
+        fixture
+            .claim("k2-new-random-key", &request_body("10.00", "inv-7781"))
+            .await,
+        ClaimOutcome::Refused(Refusal::DuplicateMerchantReference {
+            payment_id: first_payment.id.clone()
+        })
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from idempotency_records").await,
+        1,
+        "k2 left no record"
+    );
+    assert_eq!(balance(&db, &fixture).await, 9_000, "held once");
+}
+
+async fn the_same_key_in_another_tenant_is_another_operation(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    fixture.claim("shared-key", &request_body("10.00", "inv-1")).await;
+    let other = TenantId::generate();
+    fixture
+        .store
+        .create_tenant(&other, &TenantName::parse("globex").expect("name"), true)
+        .await
+        .expect("tenant");
+    fixture
+        .store
+        .create_account(&NewAccount {
+            tenant_id: other.clone(),
+            id: AccountId::parse("acc_1").expect("id"),
+            balance: Balance::parse("100.00", Currency::Eur).expect("balance"),
+        })
+        .await
+        .expect("account");
+    let globex = Fixture {
+        store: fixture.store.clone(),
+        tenant_id: other,
+        key: NewApiKey::generate(),
+    };
+    assert!(matches!(
+        globex.claim("shared-key", &request_body("10.00", "inv-1")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+}
+
+conformance!(
+    the_winner_commits_record_payment_hold_and_event_together,
+    a_second_claim_finds_the_first_and_writes_nothing,
+    concurrent_claims_of_one_key_have_exactly_one_winner,
+    insufficient_funds_binds_the_key_to_its_answer,
+    a_refused_command_leaves_no_record,
+    the_merchant_reference_stops_a_second_payment_under_another_key,
+    the_same_key_in_another_tenant_is_another_operation
+);
+
+async fn an_authorisation_completes_the_record_with_its_response(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    let done = completion(&payment, ProviderVerdict::Authorized);
+    assert!(
+        fixture
+            .store
+            .complete_create_payment(&claim.scope, 1, &done)
+            .await
+            .expect("complete")
+    );
+
+    let record = fixture
+        .store
+        .load_record(&claim.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::Completed);
+    assert_eq!(record.progress_step, ProgressStep::Completed);
+    assert_eq!(
+        fixture.store.load_response(&claim.scope).await.expect("load"),
+        Some(done.response.clone())
+    );
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from payments where status = 'PENDING' and provider_charge_id = 'ch_000001'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'")
+            .await,
+        1
+    );
+    assert_eq!(balance(&db, &fixture).await, 9_000, "the amount stays taken");
+}
+
+async fn a_decline_is_replayable_and_releases_the_hold(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    let declined = completion(&payment, ProviderVerdict::Declined);
+    assert!(
+        fixture
+            .store
+            .complete_create_payment(&claim.scope, 1, &declined)
+            .await
+            .expect("complete")
+    );
+    let record = fixture
+        .store
+        .load_record(&claim.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::FailedReplayable);
+    assert_eq!(
+        db.query_i64("select count(*) from payments where status = 'DECLINED'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from outbox_events where event_type = 'PaymentDeclined'")
+            .await,
+        1
+    );
+    assert_eq!(balance(&db, &fixture).await, 10_000, "the hold is released");
+}
+
+async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    let stale = completion(&payment, ProviderVerdict::Declined);
+    assert!(
+        !fixture
+            .store
+            .complete_create_payment(&claim.scope, 2, &stale)
+            .await
+            .expect("fenced")
+    );
+    assert!(
+        !fixture
+            .store
+            .mark_outcome_unknown(&claim.scope, 2)
+            .await
+            .expect("fenced")
+    );
+    let record = fixture
+        .store
+        .load_record(&claim.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::InProgress);
+    assert_eq!(
+        fixture.store.load_response(&claim.scope).await.expect("load"),
+        None
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from outbox_events").await,
+        1,
+        "PaymentCreated only"
+    );
+    assert_eq!(balance(&db, &fixture).await, 9_000);
+}
+
+async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    assert!(
+        fixture
+            .store
+            .mark_outcome_unknown(&claim.scope, 1)
+            .await
+            .expect("mark")
+    );
+    let record = fixture
+        .store
+        .load_record(&claim.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
+    assert_eq!(record.locked_until, None);
+    let done = completion(&payment, ProviderVerdict::Authorized);
+    assert!(
+        !fixture
+            .store
+            .complete_create_payment(&claim.scope, 1, &done)
+            .await
+            .expect("complete"),
+        "only an IN_PROGRESS record is completed by its owner; recovery resolves unknown ones"
+    );
+    assert_eq!(
+        db.query_i64("select count(*) from payments where status = 'PROCESSING'")
+            .await,
+        1
+    );
+}
+
+conformance!(
+    an_authorisation_completes_the_record_with_its_response,
+    a_decline_is_replayable_and_releases_the_hold,
+    an_owner_without_the_lease_writes_nothing,
+    a_lost_answer_leaves_the_outcome_unknown_until_recovery
+);
+
+async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let (mut claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
+    claim.lease = Duration::from_millis(200);
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    assert_eq!(
+        fixture
+            .store
+            .take_over(&claim.scope, 1, "taker", Duration::from_secs(30))
+            .await
+            .expect("try"),
+        None,
+        "a live lease is not taken"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // Many takers at once: exactly one wins.
+    let store = fixture.store.clone();
+    let takers: Vec<_> = (0..8)
+        .map(|index| {
+            let (store, scope) = (store.clone(), claim.scope.clone());
+            tokio::spawn(async move {
+                store
+                    .take_over(&scope, 1, &format!("taker-{index}"), Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for taker in takers {
+        if let Some((version, _)) = taker.await.expect("task").expect("take over") {
+            winners.push(version);
+        }
+    }
+    assert_eq!(winners, vec![2], "one taker, with the next lease version");
+
+    // The paused first owner wakes up: none of its writes land.
+    let stale = completion(&payment, ProviderVerdict::Declined);
+    assert!(
+        !fixture
+            .store
+            .complete_create_payment(&claim.scope, 1, &stale)
+            .await
+            .expect("fenced")
+    );
+    assert!(
+        !fixture
+            .store
+            .mark_outcome_unknown(&claim.scope, 1)
+            .await
+            .expect("fenced")
+    );
+    let done = completion(&payment, ProviderVerdict::Authorized);
+    assert!(
+        fixture
+            .store
+            .complete_create_payment(&claim.scope, 2, &done)
+            .await
+            .expect("complete")
+    );
+    let record = fixture
+        .store
+        .load_record(&claim.scope)
+        .await
+        .expect("load")
+        .expect("record")
+        .record;
+    assert_eq!(record.status, RecordStatus::Completed);
+    assert_eq!(record.lease_version, 2);
+    assert_eq!(
+        db.query_i64("select count(*) from payments where status = 'PENDING'")
+            .await,
+        1
+    );
+}
+
+conformance!(a_stale_owner_is_fenced_out_by_the_one_taker);

@@ -1,9 +1,7 @@
 //! Console access: deny by default, sessions in the database, roles checked on the server,
 //! same-origin mutations, rate-limited and audited sign-in.
 
-use crate::support::{
-    OPERATOR_PASSWORD, conformance, create_operator, session_cookie, spawn_app, spawn_app_with_store,
-};
+use crate::support::{Console, OPERATOR_PASSWORD, TestApp, TestDatabase, conformance, session_cookie};
 use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
 use idem::auth::operator::Password;
@@ -21,205 +19,285 @@ fn command_line_audit(action: &str, username: &str) -> AuditEntry {
     }
 }
 
-conformance! {
-    async fn without_a_session_nothing_but_the_sign_in_page_is_served(db) {
-        let app = spawn_app(db).await;
-        let page = app.get("/").await;
-        assert_eq!(page.status(), 303);
-        assert_eq!(page.headers()["location"], "/sign-in?next=/");
-        let deep = app.get("/records/abc").await;
-        assert_eq!(deep.headers()["location"], "/sign-in?next=/records/abc");
-        assert_eq!(app.server_fn("console/whoami").await.status(), 401);
-        assert_eq!(app.server_fn("console/whoami").await.status(), 401);
-        assert_eq!(app.get("/sign-in").await.status(), 200);
-        assert_eq!(app.get("/pkg/idem.css").await.status(), 200);
-        assert_eq!(app.get("/healthz").await.status(), 200, "the API is not behind the console's gate");
-    }
+async fn without_a_session_nothing_but_the_sign_in_page_is_served(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.browser();
+    let page = console.get("/").await;
+    assert_eq!(page.status(), 303);
+    assert_eq!(page.headers()["location"], "/sign-in?next=/");
+    let deep = console.get("/records/abc").await;
+    assert_eq!(deep.headers()["location"], "/sign-in?next=/records/abc");
+    assert_eq!(console.call("whoami", &[]).await.status(), 401);
+    assert_eq!(console.call("whoami", &[]).await.status(), 401);
+    assert_eq!(console.get("/sign-in").await.status(), 200);
+    assert_eq!(console.get("/pkg/idem.css").await.status(), 200);
+    assert_eq!(
+        console.get("/healthz").await.status(),
+        200,
+        "the API is not behind the console's gate"
+    );
+}
 
-    async fn signing_in_starts_a_strict_http_only_session_and_is_audited(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("vera", OperatorRole::Viewer).await;
-        let wrong = app.post_sign_in("vera", "not the password at all").await;
-        assert_eq!(wrong.headers()["location"], "/sign-in?error=invalid");
-        assert!(session_cookie(&wrong).is_none());
-        let unknown = app.post_sign_in("nobody", OPERATOR_PASSWORD).await;
-        assert_eq!(unknown.headers()["location"], "/sign-in?error=invalid");
+async fn signing_in_starts_a_strict_http_only_session_and_is_audited(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("vera", OperatorRole::Viewer).await;
+    let wrong = console.post_sign_in("vera", "not the password at all").await;
+    assert_eq!(wrong.headers()["location"], "/sign-in?error=invalid");
+    assert!(session_cookie(&wrong).is_none());
+    let unknown = console.post_sign_in("nobody", OPERATOR_PASSWORD).await;
+    assert_eq!(unknown.headers()["location"], "/sign-in?error=invalid");
 
-        let fresh = app.post_sign_in("vera", OPERATOR_PASSWORD).await;
-        let set_cookie = fresh.headers()["set-cookie"].to_str().expect("ascii").to_owned();
-        assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
-        assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    let fresh = console.post_sign_in("vera", OPERATOR_PASSWORD).await;
+    let set_cookie = fresh.headers()["set-cookie"].to_str().expect("ascii").to_owned();
+    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
 
-        let page = app.get("/").await;
-        assert_eq!(page.status(), 200);
-        assert!(page.text().await.expect("html").contains(r#"data-operator="vera""#));
-        let whoami: serde_json::Value = app.server_fn("console/whoami").await.json().await.expect("json");
-        assert_eq!(whoami["username"], "vera");
-        assert_eq!(whoami["role"], "viewer");
+    let page = console.get("/").await;
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.text()
+            .await
+            .expect("html")
+            .contains(r#"data-operator="vera""#)
+    );
+    let whoami: serde_json::Value = console.call("whoami", &[]).await.json().await.expect("json");
+    assert_eq!(whoami["username"], "vera");
+    assert_eq!(whoami["role"], "viewer");
 
-        let audit = |result: &str| {
-            format!("select count(*) from audit_log where action = 'sign_in' and result = '{result}'")
-        };
-        assert_eq!(app.db.query_i64(&audit("ok")).await, 2);
-        assert_eq!(app.db.query_i64(&audit("denied")).await, 2);
-        assert_eq!(
-            app.db.query_i64("select count(*) from audit_log where actor = 'nobody'").await,
-            1,
-            "a valid but unknown username is named"
-        );
-        let stored = app.db.query_i64("select count(*) from operator_sessions where length(id_hash) = 64").await;
-        assert!(stored >= 1, "sessions are kept in the database, by hash");
-    }
+    let audit = |result: &str| {
+        format!("select count(*) from audit_log where action = 'sign_in' and result = '{result}'")
+    };
+    assert_eq!(app.db.query_i64(&audit("ok")).await, 2);
+    assert_eq!(app.db.query_i64(&audit("denied")).await, 2);
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from audit_log where actor = 'nobody'")
+            .await,
+        1,
+        "a valid but unknown username is named"
+    );
+    let stored = app
+        .db
+        .query_i64("select count(*) from operator_sessions where length(id_hash) = 64")
+        .await;
+    assert!(stored >= 1, "sessions are kept in the database, by hash");
+}
 
-    async fn state_changing_requests_must_come_from_the_console_itself(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("vera", OperatorRole::Viewer).await;
-        let cookie = app.session.clone().expect("signed in");
-        for origin in [None, Some("http://evil.example"), Some("null")] {
-            let mut request = app
-                .client
-                .post(app.url("/api/console/whoami"))
-                .header("cookie", &cookie)
-                .header("content-type", "application/x-www-form-urlencoded");
-            if let Some(origin) = origin {
-                request = request.header("origin", origin);
-            }
-            assert_eq!(request.send().await.expect("POST").status(), 403, "{origin:?}");
-        }
-        let forged_sign_out = app
-            .client
-            .post(app.url("/sign-out"))
+async fn state_changing_requests_must_come_from_the_console_itself(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("vera", OperatorRole::Viewer).await;
+    let cookie = console.cookie.clone().expect("signed in");
+    for origin in [None, Some("http://evil.example"), Some("null")] {
+        let mut request = app
+            .http
+            .post(app.url("/api/console/whoami"))
             .header("cookie", &cookie)
-            .header("origin", "http://evil.example")
-            .send()
-            .await
-            .expect("POST");
-        assert_eq!(forged_sign_out.status(), 403);
-        assert_eq!(app.server_fn("console/whoami").await.status(), 200, "still signed in");
-    }
-
-    async fn signing_out_or_a_new_password_ends_the_session(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("opal", OperatorRole::Operator).await;
-        let first = app.session.clone();
-        let sign_out = app
-            .client
-            .post(app.url("/sign-out"))
-            .header("cookie", first.clone().expect("cookie"))
-            .header("origin", app.origin())
-            .send()
-            .await
-            .expect("POST");
-        assert_eq!(sign_out.headers()["location"], "/sign-in");
-        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "the old cookie is dead");
-
-        app.sign_in("opal", OperatorRole::Operator).await;
-        assert_eq!(app.server_fn("console/whoami").await.status(), 200);
-        let store = app.db.store().await;
-        let new_hash = Password::parse("another long password").expect("password").hash();
-        let reset = OperatorChange::Password(new_hash);
-        let audit = command_line_audit("reset_password", "opal");
-        assert!(store.change_operator("opal", &reset, &audit).await.expect("reset"));
-        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "a new password ends sessions");
-    }
-
-    async fn a_new_role_or_a_disabled_account_applies_from_the_next_request(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("olga", OperatorRole::Operator).await;
-        let store = app.db.store().await;
-        let change = |change: OperatorChange, action: &'static str| {
-            let store = store.clone();
-            async move { store.change_operator("olga", &change, &command_line_audit(action, "olga")).await }
-        };
-        // A preview of a record that does not exist: refused by role first, by lookup after.
-        let preview = "record[tenant_id]=ten_0&record[operation]=create_payment&record[key]=k-none";
-        assert_ne!(app.server_fn_with("console/reconcile/preview", preview).await.status(), 403);
-
-        assert!(change(OperatorChange::Role(OperatorRole::Viewer), "set_role").await.expect("set role"));
-        let whoami = app.server_fn("console/whoami").await;
-        assert_eq!(whoami.json::<serde_json::Value>().await.expect("json")["role"], "viewer");
-        assert_eq!(app.server_fn_with("console/reconcile/preview", preview).await.status(), 403);
-
-        assert!(change(OperatorChange::Disable, "disable").await.expect("disable"));
-        assert_eq!(app.server_fn("console/whoami").await.status(), 401, "the session stops at once");
-        assert_eq!(app.get("/").await.status(), 303);
-        let refused = app.post_sign_in("olga", OPERATOR_PASSWORD).await;
-        assert_eq!(refused.headers()["location"], "/sign-in?error=invalid", "no new session either");
-        assert!(change(OperatorChange::Disable, "disable").await.expect("disable twice"), "idempotent");
-        let listed = store.list_operators().await.expect("list");
-        assert_eq!(
-            listed.iter().map(|operator| (operator.username.as_str(), operator.role, operator.disabled)).collect::<Vec<_>>(),
-            [("olga", OperatorRole::Viewer, true)]
-        );
-
-        let same_words_new_hash = Password::parse(OPERATOR_PASSWORD).expect("password").hash();
-        assert!(change(OperatorChange::Enable(same_words_new_hash), "enable").await.expect("enable"));
-        assert_eq!(
-            app.server_fn("console/whoami").await.status(),
-            401,
-            "a session from before the disabling stays ended"
-        );
-        app.sign_in("olga", OperatorRole::Viewer).await;
-        assert_eq!(app.server_fn("console/whoami").await.status(), 200);
-
-        let nobody = store
-            .change_operator("nobody", &OperatorChange::Disable, &command_line_audit("disable", "nobody"))
-            .await;
-        assert!(!nobody.expect("no such operator"), "nothing to change");
-        assert_eq!(
-            app.db.query_i64("select count(*) from audit_log where actor = 'cli:test'").await,
-            4,
-            "one entry per change made, none for the operator that does not exist"
-        );
-    }
-
-    async fn sign_in_is_rate_limited_per_username(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("rita", OperatorRole::Viewer).await;
-        let mut limited = false;
-        for _ in 0..6 {
-            let attempt = app.post_sign_in("rita", "wrong password, again").await;
-            limited |= attempt.headers()["location"] == "/sign-in?error=limited";
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
         }
-        assert!(limited, "six attempts in a minute are too many");
-        let right = app.post_sign_in("rita", OPERATOR_PASSWORD).await;
-        assert_eq!(right.headers()["location"], "/sign-in?error=limited", "even the right password waits");
-        assert!(
-            app.db
-                .query_i64("select count(*) from audit_log where action = 'sign_in' and result = 'rate_limited'")
-                .await
-                >= 2
-        );
+        assert_eq!(request.send().await.expect("POST").status(), 403, "{origin:?}");
     }
+    let forged_sign_out = app
+        .http
+        .post(app.url("/sign-out"))
+        .header("cookie", &cookie)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(forged_sign_out.status(), 403);
+    assert_eq!(console.call("whoami", &[]).await.status(), 200, "still signed in");
+}
 
-    async fn a_session_started_on_one_instance_is_honoured_by_another(db) {
-        let store = db.migrated_store().await;
-        create_operator(store.as_ref(), "ada", OperatorRole::Admin).await.expect("operator");
-        let first = spawn_app_with_store(db, store.clone()).await;
-        let signed_in = first.post_sign_in("ada", OPERATOR_PASSWORD).await;
-        let cookie = session_cookie(&signed_in).expect("cookie");
-        let second = spawn_app_with_store(crate::support::TestDatabase::create(idem::store::DialectName::Sqlite).await, store).await;
-        let whoami = second
-            .client
-            .post(second.url("/api/console/whoami"))
-            .header("cookie", cookie)
-            .header("origin", second.origin())
-            .send()
+async fn signing_out_or_a_new_password_ends_the_session(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("opal", OperatorRole::Operator).await;
+    let first = console.cookie.clone();
+    let sign_out = app
+        .http
+        .post(app.url("/sign-out"))
+        .header("cookie", first.clone().expect("cookie"))
+        .header("origin", console.origin())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(sign_out.headers()["location"], "/sign-in");
+    assert_eq!(
+        console.call("whoami", &[]).await.status(),
+        401,
+        "the old cookie is dead"
+    );
+
+    let console = app.console("opal", OperatorRole::Operator).await;
+    assert_eq!(console.call("whoami", &[]).await.status(), 200);
+    let store = app.db.store().await;
+    let new_hash = Password::parse("another long password").expect("password").hash();
+    let reset = OperatorChange::Password(new_hash);
+    let audit = command_line_audit("reset_password", "opal");
+    assert!(
+        store
+            .change_operator("opal", &reset, &audit)
             .await
-            .expect("POST");
-        assert_eq!(whoami.status(), 200);
-    }
+            .expect("reset")
+    );
+    assert_eq!(
+        console.call("whoami", &[]).await.status(),
+        401,
+        "a new password ends sessions"
+    );
 }
 
-conformance! {
-    async fn expired_sessions_are_refused_and_then_deleted(db) {
-        let store = db.migrated_store().await;
-        let hour = chrono::Duration::hours(1);
-        store.save_session("stale", "{}", chrono::Utc::now() - hour).await.expect("save");
-        store.save_session("live", "{}", chrono::Utc::now() + hour).await.expect("save");
-        assert!(store.load_session("stale").await.expect("load").is_none(), "an expired session is refused");
-        assert_eq!(store.delete_expired_sessions(10).await.expect("delete"), 1);
-        assert!(store.load_session("live").await.expect("load").is_some());
-        assert_eq!(db.query_i64("select count(*) from operator_sessions").await, 1);
-    }
+async fn a_new_role_or_a_disabled_account_applies_from_the_next_request(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("olga", OperatorRole::Operator).await;
+    let store = app.db.store().await;
+    let change = |change: OperatorChange, action: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .change_operator("olga", &change, &command_line_audit(action, "olga"))
+                .await
+        }
+    };
+    // A preview of a record that does not exist: refused by role first, by lookup after.
+    let preview = [
+        ("record[tenant_id]", "ten_0"),
+        ("record[operation]", "create_payment"),
+        ("record[key]", "k-none"),
+    ];
+    assert_ne!(console.call("reconcile/preview", &preview).await.status(), 403);
+
+    assert!(
+        change(OperatorChange::Role(OperatorRole::Viewer), "set_role")
+            .await
+            .expect("set role")
+    );
+    let whoami = console.call("whoami", &[]).await;
+    assert_eq!(
+        whoami.json::<serde_json::Value>().await.expect("json")["role"],
+        "viewer"
+    );
+    assert_eq!(console.call("reconcile/preview", &preview).await.status(), 403);
+
+    assert!(change(OperatorChange::Disable, "disable").await.expect("disable"));
+    assert_eq!(
+        console.call("whoami", &[]).await.status(),
+        401,
+        "the session stops at once"
+    );
+    assert_eq!(console.get("/").await.status(), 303);
+    let refused = console.post_sign_in("olga", OPERATOR_PASSWORD).await;
+    assert_eq!(
+        refused.headers()["location"],
+        "/sign-in?error=invalid",
+        "no new session either"
+    );
+    assert!(
+        change(OperatorChange::Disable, "disable")
+            .await
+            .expect("disable twice"),
+        "idempotent"
+    );
+    let listed = store.list_operators().await.expect("list");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|operator| (operator.username.as_str(), operator.role, operator.disabled))
+            .collect::<Vec<_>>(),
+        [("olga", OperatorRole::Viewer, true)]
+    );
+
+    let same_words_new_hash = Password::parse(OPERATOR_PASSWORD).expect("password").hash();
+    assert!(
+        change(OperatorChange::Enable(same_words_new_hash), "enable")
+            .await
+            .expect("enable")
+    );
+    assert_eq!(
+        console.call("whoami", &[]).await.status(),
+        401,
+        "a session from before the disabling stays ended"
+    );
+    let console = app.console("olga", OperatorRole::Viewer).await;
+    assert_eq!(console.call("whoami", &[]).await.status(), 200);
+
+    let nobody = store
+        .change_operator(
+            "nobody",
+            &OperatorChange::Disable,
+            &command_line_audit("disable", "nobody"),
+        )
+        .await;
+    assert!(!nobody.expect("no such operator"), "nothing to change");
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from audit_log where actor = 'cli:test'")
+            .await,
+        4,
+        "one entry per change made, none for the operator that does not exist"
+    );
 }
+
+async fn sign_in_is_rate_limited_per_username(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("rita", OperatorRole::Viewer).await;
+    let mut limited = false;
+    for _ in 0..6 {
+        let attempt = console.post_sign_in("rita", "wrong password, again").await;
+        limited |= attempt.headers()["location"] == "/sign-in?error=limited";
+    }
+    assert!(limited, "six attempts in a minute are too many");
+    let right = console.post_sign_in("rita", OPERATOR_PASSWORD).await;
+    assert_eq!(
+        right.headers()["location"],
+        "/sign-in?error=limited",
+        "even the right password waits"
+    );
+    assert!(
+        app.db
+            .query_i64("select count(*) from audit_log where action = 'sign_in' and result = 'rate_limited'")
+            .await
+            >= 2
+    );
+}
+
+async fn a_session_started_on_one_instance_is_honoured_by_another(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let first = app.console("ada", OperatorRole::Admin).await;
+    let mut on_second = Console::at(app.another_instance().await);
+    on_second.cookie = first.cookie.clone();
+    assert_eq!(on_second.call("whoami", &[]).await.status(), 200);
+}
+
+conformance!(
+    without_a_session_nothing_but_the_sign_in_page_is_served,
+    signing_in_starts_a_strict_http_only_session_and_is_audited,
+    state_changing_requests_must_come_from_the_console_itself,
+    signing_out_or_a_new_password_ends_the_session,
+    a_new_role_or_a_disabled_account_applies_from_the_next_request,
+    sign_in_is_rate_limited_per_username,
+    a_session_started_on_one_instance_is_honoured_by_another
+);
+
+async fn expired_sessions_are_refused_and_then_deleted(db: TestDatabase) {
+    let store = db.migrated_store().await;
+    let hour = chrono::Duration::hours(1);
+    store
+        .save_session("stale", "{}", chrono::Utc::now() - hour)
+        .await
+        .expect("save");
+    store
+        .save_session("live", "{}", chrono::Utc::now() + hour)
+        .await
+        .expect("save");
+    assert!(
+        store.load_session("stale").await.expect("load").is_none(),
+        "an expired session is refused"
+    );
+    assert_eq!(store.delete_expired_sessions(10).await.expect("delete"), 1);
+    assert!(store.load_session("live").await.expect("load").is_some());
+    assert_eq!(db.query_i64("select count(*) from operator_sessions").await, 1);
+}
+
+conformance!(expired_sessions_are_refused_and_then_deleted);

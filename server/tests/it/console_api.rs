@@ -2,101 +2,11 @@
 //! real traffic: the request journal and its conflict diff, the recovery queue, and guarded
 //! reconciliation (roles on the server, typed reason, version re-check, audit).
 
-use crate::support::{
-    DialectName, IdemProcess, TestDatabase, admin, conformance, seed_tenant, serve_recovering, session_cookie,
-};
+use crate::support::{Console, DialectName, TestApp, TestDatabase, conformance};
+use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 
 const BODY: &str = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-1"}"#;
-
-/// A signed-in console client of a running `idem serve`.
-struct Console {
-    http: reqwest::Client,
-    base: String,
-    cookie: String,
-}
-
-impl Console {
-    async fn sign_in(
-        server: &IdemProcess,
-        dir: &std::path::Path,
-        db: &TestDatabase,
-        username: &str,
-        role: &str,
-    ) -> Console {
-        let password = admin(
-            dir,
-            db,
-            &["operator", "create", "--username", username, "--role", role],
-        )
-        .await;
-        Console::sign_in_with(server, username, &password).await
-    }
-
-    /// Signs in as an existing operator.
-    async fn sign_in_with(server: &IdemProcess, username: &str, password: &str) -> Console {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("client");
-        let base = format!("http://{}", server.address);
-        let response = http
-            .post(format!("{base}/sign-in"))
-            .header("origin", &base)
-            .form(&[("username", username), ("password", password)])
-            .send()
-            .await
-            .expect("sign in");
-        let cookie = session_cookie(&response).expect("session");
-        Console { http, base, cookie }
-    }
-
-    async fn call(&self, endpoint: &str, form: &[(&str, &str)]) -> reqwest::Response {
-        self.http
-            .post(format!("{}/api/console/{endpoint}", self.base))
-            .header("origin", &self.base)
-            .header("cookie", &self.cookie)
-            .form(form)
-            .send()
-            .await
-            .expect("server function")
-    }
-
-    /// A server function that takes JSON; its answer as JSON, or the error text.
-    async fn post_json(&self, endpoint: &str, body: &Value) -> Result<Value, String> {
-        let response = self
-            .http
-            .post(format!("{}/api/console/{endpoint}", self.base))
-            .header("origin", &self.base)
-            .header("cookie", &self.cookie)
-            .json(body)
-            .send()
-            .await
-            .expect("server function");
-        let ok = response.status().is_success();
-        let text = response.text().await.expect("text");
-        if ok {
-            Ok(serde_json::from_str(&text).expect("json"))
-        } else {
-            Err(text)
-        }
-    }
-
-    /// The tenant of the record found under `key`.
-    async fn tenant_of(&self, key: &str) -> String {
-        let found = self.json("find", &[("needle", key)]).await;
-        found[0]["record"]["tenant_id"]
-            .as_str()
-            .expect("tenant")
-            .to_owned()
-    }
-
-    async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
-        let response = self.call(endpoint, form).await;
-        assert_eq!(response.status(), 200, "{endpoint}");
-        response.json().await.expect("json")
-    }
-}
 
 /// The payment an answer of `POST /payments` names.
 async fn payment_id_of(answer: reqwest::Response) -> String {
@@ -127,70 +37,39 @@ fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)
 
 /// A real `idem serve` whose recovery worker leaves unknown outcomes to operators, with its
 /// provider simulator and a tenant holding 100.00 on acc_1.
-struct Installation {
-    dir: tempfile::TempDir,
-    api_key: String,
-    sim: IdemProcess,
-    server: IdemProcess,
-    http: reqwest::Client,
-}
-
-impl Installation {
-    async fn start(db: &TestDatabase, env: &[(&str, &str)]) -> Installation {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let api_key = seed_tenant(dir.path(), db, "acme", "100.00").await;
-        let sim = IdemProcess::provider_sim().await;
-        let mut env = env.to_vec();
-        env.push(("IDEM_RECOVERY_MAX_ATTEMPTS", "0"));
-        let server = serve_recovering(dir.path(), db, &sim, &env).await;
-        Installation {
-            dir,
-            api_key,
-            sim,
-            server,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn pay(&self, key: &str, body: String) -> reqwest::Response {
-        self.http
-            .post(format!("http://{}/payments", self.server.address))
-            .bearer_auth(&self.api_key)
-            .header("idempotency-key", key)
-            .body(body)
-            .send()
-            .await
-            .expect("POST /payments")
-    }
-
-    async fn console(&self, db: &TestDatabase, username: &str, role: &str) -> Console {
-        Console::sign_in(&self.server, self.dir.path(), db, username, role).await
-    }
+fn installation(db: TestDatabase) -> crate::support::Setup {
+    TestApp::on_database(db)
+        .tenant("acme", "100.00")
+        .recovering()
+        .serve("--recovery-max-attempts", "0")
 }
 
 #[tokio::test]
 async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
     // No worker recovery: the unknown outcome waits for an operator.
-    let app = Installation::start(&db, &[("IDEM_METRICS_FLUSH_MS", "100")]).await;
-    assert_eq!(app.pay("k-diff", BODY.to_owned()).await.status(), 201);
-    assert_eq!(app.pay("k-diff", BODY.to_owned()).await.status(), 201);
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .serve("--metrics-flush-ms", "100")
+        .process()
+        .await;
+    assert_eq!(app.pay("k-diff", BODY).await.status(), 201);
+    assert_eq!(app.pay("k-diff", BODY).await.status(), 201);
     let conflict = app.pay("k-diff", BODY.replace("10.00", "100.00")).await;
     assert_eq!(conflict.status(), 409);
     app.sim
-        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
     let unknown = app.pay("k-unknown", BODY.replace("inv-1", "inv-2")).await;
     assert_eq!(unknown.status(), 202);
 
-    db.eventually_i64(
-        "select count(*) from idempotency_requests",
-        |count| count == 4,
-        "journal flushed",
-    )
-    .await;
-    let viewer = app.console(&db, "vera", "viewer").await;
-    let operator = app.console(&db, "otto", "operator").await;
+    app.db
+        .eventually_i64(
+            "select count(*) from idempotency_requests",
+            |count| count == 4,
+            "journal flushed",
+        )
+        .await;
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
 
     let tenant_id = viewer.tenant_of("k-diff").await;
     let detail = viewer.json("record", &record_form(&tenant_id, "k-diff")).await;
@@ -239,7 +118,8 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     assert_eq!(preview["evidence"]["Charged"]["status"], "succeeded");
     let version = preview["version"].as_i64().expect("version").to_string();
     assert_eq!(
-        db.query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
+        app.db
+            .query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
             .await,
         1,
         "a preview changes nothing"
@@ -267,7 +147,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let audited = "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
          and result = 'ok' and actor = 'otto' and reason like '%OPS-7%' and target like '%/k-unknown'";
     assert_eq!(
-        db.query_i64(audited).await,
+        app.db.query_i64(audited).await,
         1,
         "one audit entry, with the completion"
     );
@@ -282,11 +162,14 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
             .contains("changed since the preview")
     );
     assert_eq!(
-        db.query_i64("select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'")
+        app.db
+            .query_i64(
+                "select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'"
+            )
             .await,
         1
     );
-    assert_eq!(app.sim.sim_charges().await.len(), 2, "no second charge");
+    assert_eq!(app.sim.charges().await.len(), 2, "no second charge");
 
     // The client's retry now gets the reconciled answer.
     let retried = app.pay("k-unknown", BODY.replace("inv-1", "inv-2")).await;
@@ -308,7 +191,8 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
         "{revealed}"
     );
     assert_eq!(
-        db.query_i64("select count(*) from audit_log where action = 'reveal_response' and actor = 'otto'")
+        app.db
+            .query_i64("select count(*) from audit_log where action = 'reveal_response' and actor = 'otto'")
             .await,
         1
     );
@@ -325,43 +209,37 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
 
 #[tokio::test]
 async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let idle = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
-    let paid = reqwest::Client::new()
-        .post(format!("http://{}/payments", idle.address))
-        .bearer_auth(&api_key)
-        .header("idempotency-key", "k-dead")
-        .body(BODY)
-        .send()
-        .await
-        .expect("pay");
-    assert_eq!(paid.status(), 201);
-    drop(idle);
+    let mut app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .serve("--outbox-interval-ms", "3600000")
+        .process()
+        .await;
+    assert_eq!(app.pay("k-dead", BODY).await.status(), 201);
+    app.stop();
     // The authorisation failed to publish too often (as if the broker had been down).
-    db.execute(
-        "update outbox_events set dead_at = now(), attempts = 10, last_error = 'broker down' \
-         where event_type = 'PaymentAuthorized'",
-    )
-    .await
-    .expect("dead-letter it");
-    let server = serve_recovering(dir.path(), &db, &sim, &[("IDEM_OUTBOX_INTERVAL_MS", "100")]).await;
-    db.eventually_i64(
-        "select count(*) from outbox_events where published_at is null and dead_at is null",
-        |count| count == 0,
-        "the live events are published",
-    )
-    .await;
+    app.db
+        .execute(
+            "update outbox_events set dead_at = now(), attempts = 10, last_error = 'broker down' \
+             where event_type = 'PaymentAuthorized'",
+        )
+        .await
+        .expect("dead-letter it");
+    app.set_serve("--outbox-interval-ms", "100");
+    app.restart(&[]).await;
+    app.db
+        .eventually_i64(
+            "select count(*) from outbox_events where published_at is null and dead_at is null",
+            |count| count == 0,
+            "the live events are published",
+        )
+        .await;
     assert_eq!(
-        db.query_i64("select count(*) from ledger_transactions").await,
+        app.db.query_i64("select count(*) from ledger_transactions").await,
         0,
         "dead letters wait"
     );
 
-    let viewer = Console::sign_in(&server, dir.path(), &db, "vera", "viewer").await;
-    let operator = Console::sign_in(&server, dir.path(), &db, "otto", "operator").await;
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
     let events = viewer.json("events", &[]).await;
     let letter = &events["dead_letters"][0];
     assert_eq!(letter["last_error"], "broker down");
@@ -369,50 +247,36 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
         "dead_letters": [[letter["event_id"].clone(), letter["dead_at"].clone()]],
         "reason": "broker is back (ticket OPS-9)",
     });
-    let redrive = |console: &Console| {
-        console
-            .http
-            .post(format!("{}/api/console/events/redrive", console.base))
-            .header("origin", &console.base)
-            .header("cookie", &console.cookie)
-            .json(&frozen)
-            .send()
-    };
-    let refused = redrive(&viewer).await.expect("call");
-    assert!(
-        refused
-            .text()
-            .await
-            .expect("text")
-            .contains("needs the operator role")
-    );
-    let results: Value = redrive(&operator)
+    let refused = viewer
+        .post_json("events/redrive", &frozen)
         .await
-        .expect("call")
-        .json()
+        .expect_err("a viewer");
+    assert!(refused.contains("needs the operator role"), "{refused}");
+    let results = operator
+        .post_json("events/redrive", &frozen)
         .await
-        .expect("json");
+        .expect("re-driven");
     assert_eq!(results[0]["ok"], true, "{results}");
-    db.eventually_i64(
-        "select count(*) from ledger_transactions",
-        |count| count == 1,
-        "delivered after the re-drive",
-    )
-    .await;
-    let again: Value = redrive(&operator)
+    app.db
+        .eventually_i64(
+            "select count(*) from ledger_transactions",
+            |count| count == 1,
+            "delivered after the re-drive",
+        )
+        .await;
+    let again = operator
+        .post_json("events/redrive", &frozen)
         .await
-        .expect("call")
-        .json()
-        .await
-        .expect("json");
+        .expect("an answer");
     assert_eq!(again[0]["ok"], false, "the same preview cannot re-drive twice");
     assert_eq!(
-        db.query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'ok' and reason like '%OPS-9%'")
+        app.db.query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'ok' and reason like '%OPS-9%'")
             .await,
         1
     );
     assert_eq!(
-        db.query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'refused'")
+        app.db
+            .query_i64("select count(*) from audit_log where action = 'redrive_event' and result = 'refused'")
             .await,
         1
     );
@@ -420,168 +284,217 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
     assert_eq!(events["dead_letters"].as_array().expect("list").len(), 0);
 }
 
-conformance! {
-    async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_executes_anew(db) {
-        let app = Installation::start(&db, &[]).await;
-        // The provider refuses before accepting anything: the outcome is unknown to Idem.
-        app.sim.sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 })).await;
-        let unknown = app.pay("k-release", BODY.to_owned()).await;
-        assert_eq!(unknown.status(), 202);
-        let first_payment = payment_id_of(unknown).await;
-        assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000, "held");
+async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_executes_anew(db: TestDatabase) {
+    let app = installation(db).process().await;
+    // The provider refuses before accepting anything: the outcome is unknown to Idem.
+    app.sim
+        .fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
+        .await;
+    let unknown = app.pay("k-release", BODY).await;
+    assert_eq!(unknown.status(), 202);
+    let first_payment = payment_id_of(unknown).await;
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
+        9_000,
+        "held"
+    );
 
-        let operator = app.console(&db, "otto", "operator").await;
-        let tenant_id = operator.tenant_of("k-release").await;
-        let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-release")).await;
-        assert_eq!(preview["evidence"], "NoCharge", "{preview}");
-        let actions: Vec<&str> = preview["options"]
-            .as_array()
-            .expect("options")
-            .iter()
-            .filter_map(|option| option["action"].as_str())
-            .collect();
-        assert_eq!(actions, ["RetryCharge", "MarkFailedAndReleaseKey"]);
-        let version = preview["version"].as_i64().expect("version").to_string();
-        let mut apply = record_form(&tenant_id, "k-release");
-        apply.extend([
-            ("version", version.as_str()),
-            ("action", "MarkFailedAndReleaseKey"),
-            ("reason", "customer abandoned checkout; provider has no charge (OPS-12)"),
-        ]);
-        let released = operator.json("reconcile/apply", &apply).await;
-        assert_eq!(released["ok"], true, "{released}");
-        assert_eq!(released["status"], "FAILED_RETRYABLE");
-        assert_eq!(
-            db.query_i64(&format!(
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let tenant_id = operator.tenant_of("k-release").await;
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-release"))
+        .await;
+    assert_eq!(preview["evidence"], "NoCharge", "{preview}");
+    let actions: Vec<&str> = preview["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .filter_map(|option| option["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["RetryCharge", "MarkFailedAndReleaseKey"]);
+    let version = preview["version"].as_i64().expect("version").to_string();
+    let mut apply = record_form(&tenant_id, "k-release");
+    apply.extend([
+        ("version", version.as_str()),
+        ("action", "MarkFailedAndReleaseKey"),
+        (
+            "reason",
+            "customer abandoned checkout; provider has no charge (OPS-12)",
+        ),
+    ]);
+    let released = operator.json("reconcile/apply", &apply).await;
+    assert_eq!(released["ok"], true, "{released}");
+    assert_eq!(released["status"], "FAILED_RETRYABLE");
+    assert_eq!(
+        app.db
+            .query_i64(&format!(
                 "select count(*) from payments where id = '{first_payment}' \
-                 and status = 'DECLINED' and released_at is not null"
+             and status = 'DECLINED' and released_at is not null"
             ))
             .await,
-            1,
-            "the payment is declined and released"
-        );
-        assert_eq!(db.query_i64("select balance_minor from accounts").await, 10_000, "hold released");
-        assert_eq!(
-            db.query_i64(&format!(
+        1,
+        "the payment is declined and released"
+    );
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
+        10_000,
+        "hold released"
+    );
+    assert_eq!(
+        app.db
+            .query_i64(&format!(
                 "select count(*) from outbox_events where payment_id = '{first_payment}' \
-                 and event_type = 'PaymentDeclined'"
+             and event_type = 'PaymentDeclined'"
             ))
             .await,
-            1
-        );
-        assert_eq!(
-            db.query_i64(
+        1
+    );
+    assert_eq!(
+        app.db
+            .query_i64(
                 "select count(*) from audit_log where action = 'reconcile.mark_failed_and_release_key' \
-                 and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'"
+             and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'"
             )
             .await,
-            1,
-            "audited with the release"
-        );
-        assert!(app.sim.sim_charges().await.is_empty(), "nothing was sent to the provider");
+        1,
+        "audited with the release"
+    );
+    assert!(
+        app.sim.charges().await.is_empty(),
+        "nothing was sent to the provider"
+    );
 
-        // The same preview cannot be applied twice.
-        let again = operator.json("reconcile/apply", &apply).await;
-        assert_eq!(again["ok"], false, "{again}");
+    // The same preview cannot be applied twice.
+    let again = operator.json("reconcile/apply", &apply).await;
+    assert_eq!(again["ok"], false, "{again}");
 
-        // The key is still bound to its command...
-        let different = app.pay("k-release", BODY.replace("10.00", "11.00")).await;
-        assert_eq!(different.status(), 409);
-        // ...and the same command executes anew: a new payment, which takes the merchant
-        // reference the released one let go.
-        let anew = app.pay("k-release", BODY.to_owned()).await;
-        assert_eq!(anew.status(), 201);
-        assert!(anew.headers().get("idempotent-replayed").is_none());
-        let second_payment = payment_id_of(anew).await;
-        assert_ne!(second_payment, first_payment);
-        let charges = app.sim.sim_charges().await;
-        assert_eq!(charges.len(), 1, "one charge in all");
-        assert_eq!(charges[0].reference, second_payment);
-        assert_eq!(db.query_i64("select balance_minor from accounts").await, 9_000);
-        assert_eq!(
-            db.query_i64(
+    // The key is still bound to its command...
+    let different = app.pay("k-release", BODY.replace("10.00", "11.00")).await;
+    assert_eq!(different.status(), 409);
+    // ...and the same command executes anew: a new payment, which takes the merchant
+    // reference the released one let go.
+    let anew = app.pay("k-release", BODY).await;
+    assert_eq!(anew.status(), 201);
+    assert!(anew.headers().get("idempotent-replayed").is_none());
+    let second_payment = payment_id_of(anew).await;
+    assert_ne!(second_payment, first_payment);
+    let charges = app.sim.charges().await;
+    assert_eq!(charges.len(), 1, "one charge in all");
+    assert_eq!(charges[0].reference, second_payment);
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
+        9_000
+    );
+    assert_eq!(
+        app.db
+            .query_i64(
                 "select count(*) from idempotency_records where idempotency_key = 'k-release' \
-                 and status = 'COMPLETED' and claimed_as = 'after_release' and expired_retries = 0"
+             and status = 'COMPLETED' and claimed_as = 'after_release' and expired_retries = 0"
             )
             .await,
-            1
-        );
-        let replay = app.pay("k-release", BODY.to_owned()).await;
-        assert_eq!(replay.headers()["idempotent-replayed"], "true");
-        // The released payment still finds its key's record.
-        let found = operator.json("find", &[("needle", first_payment.as_str())]).await;
-        assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
-        assert_eq!(found[0]["record"]["key"], "k-release");
-        // The record page tells the whole story, step by step.
-        let detail = operator.json("record", &record_form(&tenant_id, "k-release")).await;
-        assert_eq!(detail["claimed_as"], "after_release");
-        let statuses: Vec<&str> = detail["steps"]
-            .as_array()
-            .expect("steps")
-            .iter()
-            .filter_map(|step| step["status"].as_str())
-            .collect();
-        assert_eq!(
-            statuses,
-            ["IN_PROGRESS", "UNKNOWN_REQUIRES_RECOVERY", "FAILED_RETRYABLE", "IN_PROGRESS", "COMPLETED"],
-            "{detail}"
-        );
-        assert_eq!(replay.json::<Value>().await.expect("json")["paymentId"], second_payment);
-        // The business key now protects the new payment.
-        let duplicate = app.pay("k-other", BODY.to_owned()).await;
-        assert_eq!(duplicate.status(), 409);
-        assert_eq!(
-            duplicate.json::<Value>().await.expect("json")["details"]["paymentId"],
-            second_payment
-        );
-    }
+        1
+    );
+    let replay = app.pay("k-release", BODY).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    // The released payment still finds its key's record.
+    let found = operator.json("find", &[("needle", first_payment.as_str())]).await;
+    assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
+    assert_eq!(found[0]["record"]["key"], "k-release");
+    // The record page tells the whole story, step by step.
+    let detail = operator
+        .json("record", &record_form(&tenant_id, "k-release"))
+        .await;
+    assert_eq!(detail["claimed_as"], "after_release");
+    let statuses: Vec<&str> = detail["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|step| step["status"].as_str())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "IN_PROGRESS",
+            "UNKNOWN_REQUIRES_RECOVERY",
+            "FAILED_RETRYABLE",
+            "IN_PROGRESS",
+            "COMPLETED"
+        ],
+        "{detail}"
+    );
+    assert_eq!(
+        replay.json::<Value>().await.expect("json")["paymentId"],
+        second_payment
+    );
+    // The business key now protects the new payment.
+    let duplicate = app.pay("k-other", BODY).await;
+    assert_eq!(duplicate.status(), 409);
+    assert_eq!(
+        duplicate.json::<Value>().await.expect("json")["details"]["paymentId"],
+        second_payment
+    );
 }
 
-#[tokio::test]
-async fn an_override_without_provider_evidence_needs_a_second_admin() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let app = Installation::start(&db, &[("IDEM_CLEANUP_INTERVAL_MS", "200")]).await;
-    app.sim
-        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
-        .await;
-    assert_eq!(app.pay("k-vouched", BODY.to_owned()).await.status(), 202);
-    app.sim
-        .sim_fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
-        .await;
-    assert_eq!(
-        app.pay("k-rejected", BODY.replace("inv-1", "inv-2"))
-            .await
-            .status(),
-        202
-    );
-    // From now on the provider cannot say what happened.
-    app.sim
-        .sim_fault(&json!({ "mode": "lookups_unavailable", "count": 1000 }))
-        .await;
+conformance!(a_payment_the_provider_never_charged_is_marked_failed_and_its_key_executes_anew);
 
-    let operator = app.console(&db, "otto", "operator").await;
-    let ada = app.console(&db, "ada", "admin").await;
-    let bob = app.console(&db, "bob", "admin").await;
-    let found = operator.json("find", &[("needle", "k-vouched")]).await;
-    let record = found[0]["record"].clone();
-    let tenant_id = record["tenant_id"].as_str().expect("tenant").to_owned();
+/// An unknown outcome the provider can no longer tell anything about (`fault` made it unknown,
+/// then its lookups fail): only an override can settle it. Its reconciliation preview.
+async fn an_unprovable_unknown_outcome(app: &TestApp, fault: &str) -> Value {
+    app.sim.fault(&json!({ "mode": fault, "count": 1 })).await;
+    assert_eq!(app.pay("k-unprovable", BODY).await.status(), 202);
+    app.sim
+        .fault(&json!({ "mode": "lookups_unavailable", "count": 1000 }))
+        .await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let tenant_id = operator.tenant_of("k-unprovable").await;
     let preview = operator
-        .json("reconcile/preview", &record_form(&tenant_id, "k-vouched"))
+        .json("reconcile/preview", &record_form(&tenant_id, "k-unprovable"))
         .await;
     assert_eq!(preview["options"], json!([]), "{preview}");
     assert!(
         preview["blocked"]
             .as_str()
             .expect("blocked")
-            .contains("did not answer")
+            .contains("did not answer"),
+        "{preview}"
     );
-    let version = preview["version"].clone();
-    let charged = json!({
-        "record": record,
-        "version": version,
-        "outcome": { "Charged": { "charge_id": "ch_from_the_statement" } },
-        "reason": "provider statement line 42 shows the charge (OPS-21)",
-    });
+    preview
+}
+
+fn override_request(preview: &Value, outcome: Value, reason: &str) -> Value {
+    json!({
+        "record": preview["record"],
+        "version": preview["version"],
+        "outcome": outcome,
+        "reason": reason,
+    })
+}
+
+/// Counts the audit entries of `action` by `actor` with `result`.
+fn audited(action: &str, actor: &str, result: &str) -> String {
+    format!(
+        "select count(*) from audit_log where action = '{action}' and actor = '{actor}' \
+         and result = '{result}'"
+    )
+}
+
+const STILL_UNKNOWN: &str = "select count(*) from idempotency_records \
+     where idempotency_key = 'k-unprovable' and status = 'UNKNOWN_REQUIRES_RECOVERY'";
+
+#[tokio::test]
+async fn an_override_without_provider_evidence_needs_a_second_admin() {
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .process()
+        .await;
+    let preview = an_unprovable_unknown_outcome(&app, "drop_response_after_accept").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let ada = app.console("ada", OperatorRole::Admin).await;
+    let bob = app.console("bob", OperatorRole::Admin).await;
+    let charged = override_request(
+        &preview,
+        json!({ "Charged": { "charge_id": "ch_from_the_statement" } }),
+        "provider statement line 42 shows the charge (OPS-21)",
+    );
 
     let refused = operator
         .post_json("overrides/request", &charged)
@@ -611,9 +524,8 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     let own = decide(&ada, &id, "true", "I am sure about this one").await;
     assert!(own.contains("second admin"), "{own}");
     assert_eq!(
-        db.query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
-            .await,
-        2,
+        app.db.query_i64(STILL_UNKNOWN).await,
+        1,
         "nothing applied by the requester"
     );
     let approved: Value =
@@ -621,56 +533,69 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
             .expect("json");
     assert_eq!(approved["state"], "Applied", "{approved}");
     assert_eq!(
-        db.query_i64(
-            "select count(*) from payments where status = 'PENDING' and provider_charge_id = 'ch_from_the_statement'"
-        )
-        .await,
+        app.db
+            .query_i64(
+                "select count(*) from payments where status = 'PENDING' \
+                 and provider_charge_id = 'ch_from_the_statement'"
+            )
+            .await,
         1
     );
     assert_eq!(
-        db.query_i64(
-            "select count(*) from idempotency_records where idempotency_key = 'k-vouched' and status = 'COMPLETED' \
-             and provider_reference = 'ch_from_the_statement'"
-        )
-        .await,
+        app.db
+            .query_i64(
+                "select count(*) from idempotency_records where idempotency_key = 'k-unprovable' \
+                 and status = 'COMPLETED' and provider_reference = 'ch_from_the_statement'"
+            )
+            .await,
         1
     );
     let again = decide(&bob, &id, "true", "double click, should do nothing").await;
     assert!(again.contains("no longer pending"), "{again}");
-    let audit = |action: &str, actor: &str, result: &str| {
-        format!(
-            "select count(*) from audit_log where action = '{action}' and actor = '{actor}' and result = '{result}'"
-        )
-    };
-    assert_eq!(db.query_i64(&audit("override.request", "ada", "ok")).await, 1);
     assert_eq!(
-        db.query_i64(&audit("override.approve", "ada", "refused")).await,
+        app.db.query_i64(&audited("override.request", "ada", "ok")).await,
         1
     );
-    assert_eq!(db.query_i64(&audit("override.approve", "bob", "ok")).await, 1);
     assert_eq!(
-        db.query_i64(&audit("override.approve", "bob", "refused")).await,
+        app.db
+            .query_i64(&audited("override.approve", "ada", "refused"))
+            .await,
         1
     );
-    let replay = app.pay("k-vouched", BODY.to_owned()).await;
+    assert_eq!(
+        app.db.query_i64(&audited("override.approve", "bob", "ok")).await,
+        1
+    );
+    assert_eq!(
+        app.db
+            .query_i64(&audited("override.approve", "bob", "refused"))
+            .await,
+        1
+    );
+    let replay = app.pay("k-unprovable", BODY).await;
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(
-        app.sim.sim_charges().await.len(),
+        app.sim.charges().await.len(),
         1,
         "nothing more was sent to the provider"
     );
+}
 
-    // A rejected request changes nothing else.
-    let preview = operator
-        .json("reconcile/preview", &record_form(&tenant_id, "k-rejected"))
+#[tokio::test]
+async fn a_rejected_override_changes_nothing_and_a_disabled_requester_is_vouched_for_by_nobody() {
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .process()
         .await;
-    let not_charged = json!({
-        "record": preview["record"],
-        "version": preview["version"],
-        "outcome": "NotCharged",
-        "reason": "customer says the card was never charged",
-    });
+    let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let ada = app.console("ada", OperatorRole::Admin).await;
+    let bob = app.console("bob", OperatorRole::Admin).await;
+    let not_charged = override_request(
+        &preview,
+        json!("NotCharged"),
+        "customer says the card was never charged",
+    );
     let requested = bob
         .post_json("overrides/request", &not_charged)
         .await
@@ -683,17 +608,14 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     ];
     let rejected = ada.json("overrides/decide", &form).await;
     assert_eq!(rejected["state"], "Rejected", "{rejected}");
-    assert_eq!(db.query_i64(&audit("override.reject", "ada", "ok")).await, 1);
     assert_eq!(
-        db.query_i64(
-            "select count(*) from idempotency_records where idempotency_key = 'k-rejected' \
-             and status = 'UNKNOWN_REQUIRES_RECOVERY'"
-        )
-        .await,
+        app.db.query_i64(&audited("override.reject", "ada", "ok")).await,
         1
     );
+    assert_eq!(app.db.query_i64(STILL_UNKNOWN).await, 1);
     let listed = operator.json("overrides", &[]).await;
-    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["state"], "Rejected", "{listed}");
 
     // A request whose requester was disabled since cannot be approved (only rejected).
     let requested = bob
@@ -701,79 +623,89 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
         .await
         .expect("request");
     let id = requested["id"].as_str().expect("id").to_owned();
-    admin(app.dir.path(), &db, &["operator", "disable", "bob"]).await;
+    app.admin(&["operator", "disable", "bob"]).await;
     let vouched_by_nobody = decide(&ada, &id, "true", "bob said so").await;
     assert!(
         vouched_by_nobody.contains("no longer an enabled admin"),
         "{vouched_by_nobody}"
     );
-    let rejected = ada
-        .json(
-            "overrides/decide",
-            &[
-                ("id", id.as_str()),
-                ("approve", "false"),
-                ("reason", "bob has left"),
-            ],
-        )
-        .await;
+    let form = [
+        ("id", id.as_str()),
+        ("approve", "false"),
+        ("reason", "bob has left"),
+    ];
+    let rejected = ada.json("overrides/decide", &form).await;
     assert_eq!(rejected["state"], "Rejected", "{rejected}");
-    let new_password = admin(app.dir.path(), &db, &["operator", "enable", "bob"]).await;
-    let bob = Console::sign_in_with(&app.server, "bob", &new_password).await;
+    assert_eq!(app.db.query_i64(STILL_UNKNOWN).await, 1);
+    let listed = operator.json("overrides", &[]).await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+}
 
-    // A request nobody decides within a day expires: it cannot be approved any more, and the
-    // cleanup worker rejects it (audited); the record is untouched.
+#[tokio::test]
+async fn an_override_nobody_decides_within_a_day_expires() {
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .serve("--cleanup-interval-ms", "200")
+        .process()
+        .await;
+    let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
+    let ada = app.console("ada", OperatorRole::Admin).await;
+    let bob = app.console("bob", OperatorRole::Admin).await;
+    let not_charged = override_request(
+        &preview,
+        json!("NotCharged"),
+        "customer says the card was never charged",
+    );
     let requested = bob
         .post_json("overrides/request", &not_charged)
         .await
         .expect("request");
     let id = requested["id"].as_str().expect("id").to_owned();
-    db.execute(&format!(
-        "update override_requests set requested_at = now() - interval '25 hours' where id = '{id}'"
-    ))
-    .await
-    .expect("age the request");
+    app.db
+        .execute(&format!(
+            "update override_requests set requested_at = now() - interval '25 hours' \
+             where id = '{id}'"
+        ))
+        .await
+        .expect("age the request");
+    // It cannot be approved any more; the cleanup worker rejects it (audited); the record is
+    // untouched.
     let late = decide(&ada, &id, "true", "approving it late").await;
     assert!(late.contains("expired unanswered"), "{late}");
-    db.eventually_i64(
-        &format!(
-            "select count(*) from override_requests where id = '{id}' and state = 'rejected' \
-             and decided_by is null and decision_reason like 'expired%'"
-        ),
-        |count| count == 1,
-        "expired by the cleanup worker",
-    )
-    .await;
+    app.db
+        .eventually_i64(
+            &format!(
+                "select count(*) from override_requests where id = '{id}' and state = 'rejected' \
+                 and decided_by is null and decision_reason like 'expired%'"
+            ),
+            |count| count == 1,
+            "expired by the cleanup worker",
+        )
+        .await;
     assert_eq!(
-        db.query_i64(&audit("override.expire", "worker:override_expiry", "ok"))
+        app.db
+            .query_i64(&audited("override.expire", "worker:override_expiry", "ok"))
             .await,
         1
     );
-    assert_eq!(
-        db.query_i64(
-            "select count(*) from idempotency_records where idempotency_key = 'k-rejected' \
-             and status = 'UNKNOWN_REQUIRES_RECOVERY'"
-        )
-        .await,
-        1
-    );
+    assert_eq!(app.db.query_i64(STILL_UNKNOWN).await, 1);
 }
 
 #[tokio::test]
 async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let app = Installation::start(&db, &[]).await;
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .process()
+        .await;
     app.sim
-        .sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 3 }))
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 3 }))
         .await;
     let keys = ["k-orphan", "k-demoted", "k-disabled"];
     for key in keys {
         assert_eq!(app.pay(key, BODY.replace("inv-1", key)).await.status(), 202);
     }
-    let operator = app.console(&db, "otto", "operator").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
     // Two more operators start jobs, then lose the right to reconcile before they run.
-    app.console(&db, "dora", "operator").await;
-    app.console(&db, "dina", "operator").await;
+    app.console("dora", OperatorRole::Operator).await;
+    app.console("dina", OperatorRole::Operator).await;
     let tenant_id = operator.tenant_of("k-orphan").await;
     let mut jobs = String::new();
     for (key, starter) in keys.iter().zip(["otto", "dora", "dina"]) {
@@ -791,30 +723,28 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
              {version}, 'apply_provider_result');"
         ));
     }
-    admin(
-        app.dir.path(),
-        &db,
-        &["operator", "set-role", "dora", "--role", "viewer"],
-    )
-    .await;
-    admin(app.dir.path(), &db, &["operator", "disable", "dina"]).await;
-    db.execute(&jobs).await.expect("orphaned jobs");
+    app.admin(&["operator", "set-role", "dora", "--role", "viewer"])
+        .await;
+    app.admin(&["operator", "disable", "dina"]).await;
+    app.db.execute(&jobs).await.expect("orphaned jobs");
 
-    db.eventually_i64(
-        "select count(*) from bulk_jobs where finished_at is not null",
-        |count| count == 3,
-        "resumed and finished",
-    )
-    .await;
+    app.db
+        .eventually_i64(
+            "select count(*) from bulk_jobs where finished_at is not null",
+            |count| count == 3,
+            "resumed and finished",
+        )
+        .await;
     let job = operator.json("reconcile/bulk-job", &[("id", "blk_otto")]).await;
     assert_eq!(job["items"][0]["result"]["ok"], true, "{job}");
     assert_eq!(job["items"][0]["result"]["status"], "COMPLETED");
     assert_eq!(
-        db.query_i64(
-            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+        app.db
+            .query_i64(
+                "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
              and actor = 'otto' and result = 'ok' and reason like '%OPS-30%'"
-        )
-        .await,
+            )
+            .await,
         1,
         "applied in the name of the operator who started it"
     );
@@ -826,51 +756,58 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
         let message = job["items"][0]["result"]["message"].as_str().expect("message");
         assert_eq!(message, format!("not applied: {starter} {why}"));
         assert_eq!(
-            db.query_i64(&format!(
-                "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+            app.db
+                .query_i64(&format!(
+                    "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
                  and actor = '{starter}' and result = 'refused'"
-            ))
-            .await,
+                ))
+                .await,
             1,
             "the refusal is audited"
         );
     }
     assert_eq!(
-        db.query_i64(
-            "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' \
+        app.db
+            .query_i64(
+                "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' \
              and idempotency_key in ('k-demoted', 'k-disabled')"
-        )
-        .await,
+            )
+            .await,
         2,
         "nothing applied for them"
     );
 }
 
-conformance! {
-    async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db) {
-        let app = Installation::start(&db, &[("IDEM_SETTLEMENT_INTERVAL_MS", "200")]).await;
-        let operator = app.console(&db, "otto", "operator").await;
-        // The provider answers 503 "nothing was charged", and takes the request 8 s later (long
-        // after the release below, even on a slow machine).
-        app.sim
-            .sim_fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 8000 }))
-            .await;
-        let unknown = app.pay("k-late", BODY.to_owned()).await;
-        assert_eq!(unknown.status(), 202);
-        let released_payment = payment_id_of(unknown).await;
-        let tenant_id = operator.tenant_of("k-late").await;
-        let preview = operator.json("reconcile/preview", &record_form(&tenant_id, "k-late")).await;
-        assert_eq!(preview["evidence"], "NoCharge", "{preview}");
-        let version = preview["version"].as_i64().expect("version").to_string();
-        let mut apply = record_form(&tenant_id, "k-late");
-        apply.extend([
-            ("version", version.as_str()),
-            ("action", "MarkFailedAndReleaseKey"),
-            ("reason", "the provider has no charge (OPS-40)"),
-        ]);
-        assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
+async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db: TestDatabase) {
+    let app = installation(db)
+        .serve("--settlement-interval-ms", "200")
+        .process()
+        .await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    // The provider answers 503 "nothing was charged", and takes the request 8 s later (long
+    // after the release below, even on a slow machine).
+    app.sim
+        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 8000 }))
+        .await;
+    let unknown = app.pay("k-late", BODY).await;
+    assert_eq!(unknown.status(), 202);
+    let released_payment = payment_id_of(unknown).await;
+    let tenant_id = operator.tenant_of("k-late").await;
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-late"))
+        .await;
+    assert_eq!(preview["evidence"], "NoCharge", "{preview}");
+    let version = preview["version"].as_i64().expect("version").to_string();
+    let mut apply = record_form(&tenant_id, "k-late");
+    apply.extend([
+        ("version", version.as_str()),
+        ("action", "MarkFailedAndReleaseKey"),
+        ("reason", "the provider has no charge (OPS-40)"),
+    ]);
+    assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
 
-        db.eventually_i64(
+    app.db
+        .eventually_i64(
             &format!(
                 "select count(*) from payments where id = '{released_payment}' and late_charge_id is not null"
             ),
@@ -878,50 +815,83 @@ conformance! {
             "the late charge is found by the watch",
         )
         .await;
-        let dashboard = operator
-            .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
-            .await;
-        assert_eq!(dashboard["live"]["charged_after_release"], 1, "{}", dashboard["live"]);
-        let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
-        assert_eq!(detail["released_payments"][0]["id"], released_payment.as_str());
-        assert!(detail["released_payments"][0]["late_charge_id"].is_string(), "{detail}");
-        assert_eq!(detail["released_payments"][0]["late_charge_resolved"], Value::Null);
+    let dashboard = operator
+        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+        .await;
+    assert_eq!(
+        dashboard["live"]["charged_after_release"], 1,
+        "{}",
+        dashboard["live"]
+    );
+    let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
+    assert_eq!(detail["released_payments"][0]["id"], released_payment.as_str());
+    assert!(
+        detail["released_payments"][0]["late_charge_id"].is_string(),
+        "{detail}"
+    );
+    assert_eq!(
+        detail["released_payments"][0]["late_charge_resolved"],
+        Value::Null
+    );
 
-        // Refunded at the provider, an operator says so (a viewer may not); the alarm stops.
-        fn resolve<'a>(tenant: &'a str, payment: &'a str, reference: &'a str) -> Vec<(&'static str, &'a str)> {
-            let mut form = record_form(tenant, "k-late");
-            form.extend([("payment_id", payment), ("reference", reference)]);
-            form
-        }
-        let released = released_payment.as_str();
-        let reference = "refund re_1 (OPS-41)";
-        let viewer = app.console(&db, "vera", "viewer").await;
-        let refused = viewer.call("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
-        assert_eq!(refused.status(), 403);
-        let blank = operator.call("late-charge/resolve", &resolve(&tenant_id, released, " ")).await;
-        assert_eq!(blank.status(), 400, "a reference is required");
-        let elsewhere = operator.call("late-charge/resolve", &resolve(&tenant_id, "pay_unknown", reference)).await;
-        assert_eq!(elsewhere.status(), 400, "only a payment this key released");
-        let resolved = operator.json("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
-        assert_eq!(resolved["ok"], true, "{resolved}");
-        let again = operator.call("late-charge/resolve", &resolve(&tenant_id, released, reference)).await;
-        assert_eq!(again.status(), 400, "resolved once");
-
-        let dashboard = operator
-            .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
-            .await;
-        assert_eq!(dashboard["live"]["charged_after_release"], 0, "{}", dashboard["live"]);
-        let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
-        let resolution = &detail["released_payments"][0]["late_charge_resolved"];
-        assert_eq!(resolution["by"], "otto", "{detail}");
-        assert_eq!(resolution["reference"], "refund re_1 (OPS-41)");
-        assert!(detail["released_payments"][0]["late_charge_id"].is_string(), "the charge stays known");
-        let audited = |result: &str| {
-            format!(
-                "select count(*) from audit_log where action = 'late_charge.resolve' and result = '{result}'"
-            )
-        };
-        assert_eq!(db.query_i64(&audited("ok")).await, 1);
-        assert_eq!(db.query_i64(&audited("refused")).await, 2, "the unknown payment and the second try");
+    // Refunded at the provider, an operator says so (a viewer may not); the alarm stops.
+    fn resolve<'a>(tenant: &'a str, payment: &'a str, reference: &'a str) -> Vec<(&'static str, &'a str)> {
+        let mut form = record_form(tenant, "k-late");
+        form.extend([("payment_id", payment), ("reference", reference)]);
+        form
     }
+    let released = released_payment.as_str();
+    let reference = "refund re_1 (OPS-41)";
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    let refused = viewer
+        .call("late-charge/resolve", &resolve(&tenant_id, released, reference))
+        .await;
+    assert_eq!(refused.status(), 403);
+    let blank = operator
+        .call("late-charge/resolve", &resolve(&tenant_id, released, " "))
+        .await;
+    assert_eq!(blank.status(), 400, "a reference is required");
+    let elsewhere = operator
+        .call(
+            "late-charge/resolve",
+            &resolve(&tenant_id, "pay_unknown", reference),
+        )
+        .await;
+    assert_eq!(elsewhere.status(), 400, "only a payment this key released");
+    let resolved = operator
+        .json("late-charge/resolve", &resolve(&tenant_id, released, reference))
+        .await;
+    assert_eq!(resolved["ok"], true, "{resolved}");
+    let again = operator
+        .call("late-charge/resolve", &resolve(&tenant_id, released, reference))
+        .await;
+    assert_eq!(again.status(), 400, "resolved once");
+
+    let dashboard = operator
+        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+        .await;
+    assert_eq!(
+        dashboard["live"]["charged_after_release"], 0,
+        "{}",
+        dashboard["live"]
+    );
+    let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
+    let resolution = &detail["released_payments"][0]["late_charge_resolved"];
+    assert_eq!(resolution["by"], "otto", "{detail}");
+    assert_eq!(resolution["reference"], "refund re_1 (OPS-41)");
+    assert!(
+        detail["released_payments"][0]["late_charge_id"].is_string(),
+        "the charge stays known"
+    );
+    let audited = |result: &str| {
+        format!("select count(*) from audit_log where action = 'late_charge.resolve' and result = '{result}'")
+    };
+    assert_eq!(app.db.query_i64(&audited("ok")).await, 1);
+    assert_eq!(
+        app.db.query_i64(&audited("refused")).await,
+        2,
+        "the unknown payment and the second try"
+    );
 }
+
+conformance!(a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund);

@@ -4,14 +4,13 @@
 //! sent. Every authorised payment ends with exactly one ledger pair and one receipt, the
 //! ledger sums to zero, nothing is left unpublished.
 
-use crate::support::{IdemProcess, TestDatabase, conformance, seed_tenant, serve_recovering};
+use crate::support::{DialectName, TestApp, TestDatabase, conformance};
 use domain::event::EventMessage;
 use futures_util::future::join_all;
 use idem::events::consumers::{Consumer, Ledger, Receipts};
 use idem::events::nats::{NatsJetStream, NatsSettings};
 use idem::events::publisher::{Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
-use idem::store::DialectName;
 use idem::supervisor::Supervisor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,21 +42,14 @@ impl Transport for Duplicating {
     }
 }
 
-async fn make_payments(address: std::net::SocketAddr, api_key: &str) {
-    let http = reqwest::Client::new();
+async fn make_payments(app: &TestApp) {
     for n in 0..AUTHORISED + DECLINED {
         // The simulator declines amounts ending in 02.
         let amount = if n < AUTHORISED { "10.00" } else { "10.02" };
-        let response = http
-            .post(format!("http://{address}/payments"))
-            .bearer_auth(api_key)
-            .header("idempotency-key", format!("evt-{n}"))
-            .body(format!(
-                r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"evt-{n}"}}"#
-            ))
-            .send()
-            .await
-            .expect("pay");
+        let body = format!(
+            r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"evt-{n}"}}"#
+        );
+        let response = app.pay(&format!("evt-{n}"), body).await;
         assert!(
             matches!(response.status().as_u16(), 201 | 402),
             "{}",
@@ -66,12 +58,21 @@ async fn make_payments(address: std::net::SocketAddr, api_key: &str) {
     }
 }
 
-/// The payments of `make_payments`, made by an instance whose publisher stays idle (its
-/// events wait in the outbox).
-async fn payments_with_idle_publisher(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) {
-    let api_key = seed_tenant(dir, db, "acme", "10000.00").await;
-    let server = serve_recovering(dir, db, sim, &[("IDEM_OUTBOX_INTERVAL_MS", "3600000")]).await;
-    make_payments(server.address, &api_key).await;
+/// An instance on `db` whose recovery is quick.
+fn recovering(db: TestDatabase) -> crate::support::Setup {
+    TestApp::on_database(db).tenant("acme", "10000.00").recovering()
+}
+
+/// The payments of `make_payments`, made by an instance whose publisher stayed idle (its
+/// events wait in the outbox); the instance is stopped.
+async fn payments_with_idle_publisher(db: TestDatabase) -> TestApp {
+    let mut app = recovering(db)
+        .serve("--outbox-interval-ms", "3600000")
+        .process()
+        .await;
+    make_payments(&app).await;
+    app.stop();
+    app
 }
 
 /// The invariants after quiescing.
@@ -103,95 +104,88 @@ async fn assert_once(db: &TestDatabase) {
     );
 }
 
-conformance! {
-    async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db) {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let sim = IdemProcess::provider_sim().await;
-        // The instance's own publisher is kept out of the way: the two below do the work.
-        payments_with_idle_publisher(dir.path(), &db, &sim).await;
-
-        let store = db.store().await;
-        let transport = Arc::new(Duplicating {
-            inner: InProcess::new(vec![
-                Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
-                Arc::new(Receipts::new(store.clone())),
-            ]),
-            seed: AtomicU64::new(0x2545_F491_4F6C_DD1D),
-            deliveries: AtomicU64::new(0),
-        });
-        let settings = PublisherSettings {
-            batch: 3,
-            claim: Duration::from_secs(30),
-            max_attempts: 10,
-        };
-        let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
-        let second = Publisher::new(store.clone(), transport.clone(), settings);
-        let (a, b) = tokio::join!(first.run_once(), second.run_once());
-        assert_eq!(a.failed + b.failed, 0);
-        assert_eq!(a.published + b.published, 2 * (AUTHORISED + DECLINED), "each event published once: {a:?} {b:?}");
-        assert!(transport.deliveries.load(Ordering::Relaxed) >= 2 * 2 * (AUTHORISED + DECLINED) as u64);
-        assert_once(&db).await;
-        assert_eq!(
-            db.query_i64("select count(*) from consumer_inbox").await,
-            2 * AUTHORISED as i64,
-            "one inbox row per consumer and authorised payment"
-        );
-    }
+async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db: TestDatabase) {
+    // The instance's own publisher is kept out of the way: the two below do the work.
+    let app = payments_with_idle_publisher(db).await;
+    let db = &app.db;
+    let store = db.store().await;
+    let transport = Arc::new(Duplicating {
+        inner: InProcess::new(vec![
+            Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
+            Arc::new(Receipts::new(store.clone())),
+        ]),
+        seed: AtomicU64::new(0x2545_F491_4F6C_DD1D),
+        deliveries: AtomicU64::new(0),
+    });
+    let settings = PublisherSettings {
+        batch: 3,
+        claim: Duration::from_secs(30),
+        max_attempts: 10,
+    };
+    let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
+    let second = Publisher::new(store.clone(), transport.clone(), settings);
+    let (a, b) = tokio::join!(first.run_once(), second.run_once());
+    assert_eq!(a.failed + b.failed, 0);
+    assert_eq!(
+        a.published + b.published,
+        2 * (AUTHORISED + DECLINED),
+        "each event published once: {a:?} {b:?}"
+    );
+    assert!(transport.deliveries.load(Ordering::Relaxed) >= 2 * 2 * (AUTHORISED + DECLINED) as u64);
+    assert_once(db).await;
+    assert_eq!(
+        db.query_i64("select count(*) from consumer_inbox").await,
+        2 * AUTHORISED as i64,
+        "one inbox row per consumer and authorised payment"
+    );
 }
+
+conformance!(duplicated_deliveries_by_two_publishers_apply_each_event_once);
 
 /// Makes the payments with the publisher idle and their PaymentCreated events out of the way,
 /// so that the next instance's first publication is a PaymentAuthorized the consumers act on.
-async fn payments_awaiting_publication(dir: &std::path::Path, db: &TestDatabase, sim: &IdemProcess) {
-    payments_with_idle_publisher(dir, db, sim).await;
-    db.execute("update outbox_events set published_at = created_at where event_type <> 'PaymentAuthorized'")
+async fn payments_awaiting_publication() -> TestApp {
+    let app = payments_with_idle_publisher(TestDatabase::create(DialectName::Postgres).await).await;
+    app.db
+        .execute("update outbox_events set published_at = created_at where event_type <> 'PaymentAuthorized'")
         .await
         .expect("only authorisations left");
+    app
 }
 
-async fn crash_then_restart(crash_point: &str) -> (TestDatabase, tempfile::TempDir) {
+async fn crash_then_restart(crash_point: &str) -> TestApp {
     crash_then_restart_with(crash_point, &[]).await
 }
 
 /// `transport`: environment for both instances (e.g. NATS settings).
-async fn crash_then_restart_with(
-    crash_point: &str,
-    transport: &[(&str, &str)],
-) -> (TestDatabase, tempfile::TempDir) {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let sim = IdemProcess::provider_sim().await;
-    payments_awaiting_publication(dir.path(), &db, &sim).await;
-
-    let mut env = vec![
-        ("IDEM_OUTBOX_INTERVAL_MS", "50"),
-        // A crashed publisher's claims lapse soon, for the restarted one.
-        ("IDEM_OUTBOX_CLAIM_SECS", "1"),
-    ];
-    env.extend_from_slice(transport);
-    let mut crashing = env.clone();
+async fn crash_then_restart_with(crash_point: &str, transport: &[(&str, &str)]) -> TestApp {
+    let mut app = payments_awaiting_publication().await;
+    app.set_serve("--outbox-interval-ms", "50");
+    // A crashed publisher's claims lapse soon, for the restarted one.
+    app.set_serve("--outbox-claim-secs", "1");
+    let mut crashing = transport.to_vec();
     crashing.push(("IDEM_CRASH_POINT", crash_point));
-    let mut doomed = serve_recovering(dir.path(), &db, &sim, &crashing).await;
-    let status = tokio::time::timeout(Duration::from_secs(20), doomed.child.wait())
-        .await
-        .expect("the crash point is reached")
-        .expect("wait");
+    app.restart(&crashing).await;
+    let status = app.server().ended().await;
     assert!(!status.success(), "aborted at {crash_point}");
 
-    let _restarted = serve_recovering(dir.path(), &db, &sim, &env).await;
-    db.eventually_i64(
-        "select count(*) from outbox_events where published_at is null",
-        |count| count == 0,
-        "everything published after the restart",
-    )
-    .await;
-    db.eventually_i64(
-        "select count(*) from receipts where sent_at is not null",
-        |count| count == AUTHORISED as i64,
-        "every receipt recorded and sent",
-    )
-    .await;
-    assert_once(&db).await;
-    (db, dir)
+    app.restart(transport).await;
+    app.db
+        .eventually_i64(
+            "select count(*) from outbox_events where published_at is null",
+            |count| count == 0,
+            "everything published after the restart",
+        )
+        .await;
+    app.db
+        .eventually_i64(
+            "select count(*) from receipts where sent_at is not null",
+            |count| count == AUTHORISED as i64,
+            "every receipt recorded and sent",
+        )
+        .await;
+    assert_once(&app.db).await;
+    app
 }
 
 #[tokio::test]
@@ -206,8 +200,8 @@ async fn a_crash_between_a_consumers_side_effect_and_its_inbox_row_applies_once(
 
 #[tokio::test]
 async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_the_same_id() {
-    let (_db, dir) = crash_then_restart("receipt_sent_before_marked").await;
-    let sink = std::fs::read_to_string(dir.path().join("receipts.jsonl")).expect("the receipts sink");
+    let app = crash_then_restart("receipt_sent_before_marked").await;
+    let sink = std::fs::read_to_string(app.dir.path().join("receipts.jsonl")).expect("the receipts sink");
     let ids: Vec<String> = sink
         .lines()
         .map(|line| {
@@ -226,40 +220,85 @@ async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_th
     );
 }
 
-conformance! {
-    async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db) {
-        let store = db.migrated_store().await;
-        db.execute(
-            "insert into tenants (id, name) values ('ten_1', 'acme');
-             insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
-             insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
-               values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
-             insert into outbox_events (id, payment_id, event_type, payload)
-               values ('evt_1', 'pay_1', 'PaymentAuthorized', '{}')",
-        )
+async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: TestDatabase) {
+    let store = db.migrated_store().await;
+    db.execute(
+        "insert into tenants (id, name) values ('ten_1', 'acme');
+         insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
+         insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
+           values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
+         insert into outbox_events (id, payment_id, event_type, payload)
+           values ('evt_1', 'pay_1', 'PaymentAuthorized', '{}')",
+    )
+    .await
+    .expect("arrange an event");
+    let claimed = store
+        .claim_events(10, Duration::from_secs(30))
         .await
-        .expect("arrange an event");
-        let claimed = store.claim_events(10, Duration::from_secs(30)).await.expect("claim");
-        assert_eq!(claimed.len(), 1);
-        assert!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").is_empty(), "claimed once");
-        store.mark_event_failed("evt_1", "broker down", 2).await.expect("first failure");
-        assert_eq!(
-            db.query_i64("select count(*) from outbox_events where dead_at is null and next_attempt_at is not null").await,
-            1,
-            "backing off, not dead"
-        );
-        db.execute("update outbox_events set next_attempt_at = null").await.expect("skip the backoff");
-        assert_eq!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").len(), 1, "retried");
-        store.mark_event_failed("evt_1", "broker down", 2).await.expect("second failure");
-        db.execute("update outbox_events set next_attempt_at = null").await.expect("skip the backoff");
-        assert!(store.claim_events(10, Duration::from_secs(30)).await.expect("claim").is_empty(), "dead letters stay put");
-        assert_eq!(
-            db.query_i64("select count(*) from outbox_events where dead_at is not null and last_error = 'broker down'").await,
-            1
-        );
-        assert_eq!(store.outbox_backlog().await.expect("backlog").unpublished, 0, "not counted as backlog");
-    }
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        store
+            .claim_events(10, Duration::from_secs(30))
+            .await
+            .expect("claim")
+            .is_empty(),
+        "claimed once"
+    );
+    store
+        .mark_event_failed("evt_1", "broker down", 2)
+        .await
+        .expect("first failure");
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from outbox_events where dead_at is null and next_attempt_at is not null"
+        )
+        .await,
+        1,
+        "backing off, not dead"
+    );
+    db.execute("update outbox_events set next_attempt_at = null")
+        .await
+        .expect("skip the backoff");
+    assert_eq!(
+        store
+            .claim_events(10, Duration::from_secs(30))
+            .await
+            .expect("claim")
+            .len(),
+        1,
+        "retried"
+    );
+    store
+        .mark_event_failed("evt_1", "broker down", 2)
+        .await
+        .expect("second failure");
+    db.execute("update outbox_events set next_attempt_at = null")
+        .await
+        .expect("skip the backoff");
+    assert!(
+        store
+            .claim_events(10, Duration::from_secs(30))
+            .await
+            .expect("claim")
+            .is_empty(),
+        "dead letters stay put"
+    );
+    assert_eq!(
+        db.query_i64(
+            "select count(*) from outbox_events where dead_at is not null and last_error = 'broker down'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        store.outbox_backlog().await.expect("backlog").unpublished,
+        0,
+        "not counted as backlog"
+    );
 }
+
+conformance!(an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed);
 
 /// A JetStream stream of this test's own on the NATS server the test scripts provide.
 struct NatsStream {
@@ -327,10 +366,8 @@ impl Transport for DuplicatingNats {
 
 #[tokio::test]
 async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let sim = IdemProcess::provider_sim().await;
-    payments_with_idle_publisher(dir.path(), &db, &sim).await;
+    let app = payments_with_idle_publisher(TestDatabase::create(DialectName::Postgres).await).await;
+    let db = &app.db;
 
     let stream = NatsStream::new();
     let nats = NatsJetStream::connect(stream.settings())
@@ -369,7 +406,7 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
     .await;
     // Let any copy still in flight arrive: it must change nothing.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_once(&db).await;
+    assert_once(db).await;
     stream.delete().await;
 }
 
@@ -442,29 +479,21 @@ impl SmtpServer {
 #[tokio::test]
 async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
     let smtp = SmtpServer::start().await;
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "10000.00").await;
-    let sim = IdemProcess::provider_sim().await;
     let url = format!("smtp://127.0.0.1:{}", smtp.port);
-    let server = serve_recovering(
-        dir.path(),
-        &db,
-        &sim,
-        &[
-            ("IDEM_OUTBOX_INTERVAL_MS", "100"),
-            ("IDEM_SMTP_URL", url.as_str()),
-            ("IDEM_SMTP_TO", "Receipts <receipts@merchant.example>"),
-        ],
-    )
-    .await;
-    make_payments(server.address, &api_key).await;
-    db.eventually_i64(
-        "select count(*) from receipts where sent_at is not null",
-        |count| count == AUTHORISED as i64,
-        "every receipt mailed",
-    )
-    .await;
+    let app = recovering(TestDatabase::create(DialectName::Postgres).await)
+        .serve("--outbox-interval-ms", "100")
+        .serve("--smtp-url", &url)
+        .serve("--smtp-to", "Receipts <receipts@merchant.example>")
+        .process()
+        .await;
+    make_payments(&app).await;
+    app.db
+        .eventually_i64(
+            "select count(*) from receipts where sent_at is not null",
+            |count| count == AUTHORISED as i64,
+            "every receipt mailed",
+        )
+        .await;
     let messages = smtp.messages();
     assert_eq!(messages.len(), AUTHORISED, "one mail per authorised payment");
     let ids: std::collections::BTreeSet<String> = messages

@@ -1,116 +1,163 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
-use crate::support::{DialectName, TestDatabase, conformance, spawn_app};
+use crate::support::{DialectName, TestApp, TestDatabase, conformance};
 use app::dto::Dashboard;
 use domain::operator::OperatorRole;
 use serde_json::Value;
 
-conformance! {
-    async fn health_and_readiness_answer(db) {
-        let app = spawn_app(db).await;
-        let health = app.get("/healthz").await;
-        assert_eq!(health.status(), 200);
-        assert_eq!(health.json::<Value>().await.expect("json")["status"], "ok");
+async fn health_and_readiness_answer(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let health = app.get("/healthz").await;
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.json::<Value>().await.expect("json")["status"], "ok");
 
-        let ready = app.get("/readyz").await;
-        assert_eq!(ready.status(), 200);
-        assert_eq!(ready.json::<Value>().await.expect("json")["status"], "ready");
-    }
-
-    async fn readiness_fails_while_migrations_are_pending(db) {
-        let app = spawn_app(db).await;
-        let expected = app.db.query_i64("select count(*) from _sqlx_migrations").await;
-        // The database lost track of one migration (as if this binary were newer than the
-        // schema): the instance keeps running, but says it is not ready.
-        app.db
-            .execute("delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)")
-            .await
-            .expect("forget a migration");
-        assert_eq!(app.get("/healthz").await.status(), 200, "alive even when not ready");
-        let ready = app.get("/readyz").await;
-        assert_eq!(ready.status(), 503);
-        assert!(ready.headers().contains_key("retry-after"));
-        let body: Value = ready.json().await.expect("json");
-        assert_eq!(body["reason"], "migrations_pending");
-        assert_eq!(body["appliedMigrations"], expected - 1);
-        assert_eq!(body["expectedMigrations"], expected);
-    }
-
-    async fn the_dashboard_reads_outcome_buckets_and_live_gauges(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("vera", OperatorRole::Viewer).await;
-        let dashboard: Dashboard = app
-            .server_fn_with("console/dashboard", "range=1h&tenant=&operation=")
-            .await
-            .json()
-            .await
-            .expect("dashboard json");
-        assert_eq!(dashboard.series.len(), 8);
-        assert_eq!(dashboard.series[0].points.len(), 60, "one point per minute");
-        assert!(dashboard.series.iter().all(|series| series.total == 0));
-        assert_eq!(dashboard.live.unknown, 0);
-
-        let now = idem::store::rfc3339_millis(chrono::Utc::now());
-        let minute = &now[..16];
-        app.db
-            .execute(&format!(
-                "insert into tenants (id, name) values ('ten_1', 'acme');
-                 insert into idempotency_records (tenant_id, operation_name, idempotency_key,
-                   fingerprint_version, request_fingerprint, canonical_command, status, progress_step,
-                   created_by, expires_at)
-                 values ('ten_1', 'create_payment', 'k1', 1, 'f', '{{}}', 'UNKNOWN_REQUIRES_RECOVERY',
-                   'PROVIDER_REQUEST_SENT', 'key_1', '2030-01-01T00:00:00.000Z');
-                 insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count)
-                 values ('{minute}:00.000Z', 'ten_1', 'create_payment', 'replay', 3),
-                        ('{minute}:00.000Z', 'ten_1', 'create_payment', 'conflict_different_request', 2),
-                        ('2020-01-01T00:00:00.000Z', 'ten_1', 'create_payment', 'replay', 100)"
-            ))
-            .await
-            .expect("arrange a record and counts");
-        let total = |dashboard: &Dashboard, outcome: &str| {
-            dashboard.series.iter().find(|series| series.outcome == outcome).expect("series").total
-        };
-        let dashboard: Dashboard = app
-            .server_fn_with("console/dashboard", "range=1h&tenant=ten_1&operation=create_payment")
-            .await
-            .json()
-            .await
-            .expect("dashboard json");
-        assert_eq!(total(&dashboard, "replay"), 3, "only the range is counted");
-        assert_eq!(total(&dashboard, "conflict_different_request"), 2);
-        assert_eq!(dashboard.live.unknown, 1);
-        assert_eq!(dashboard.tenants.len(), 1);
-        let other_tenant: Dashboard = app
-            .server_fn_with("console/dashboard", "range=7d&tenant=ten_other&operation=")
-            .await
-            .json()
-            .await
-            .expect("dashboard json");
-        assert_eq!(total(&other_tenant, "replay"), 0, "filtered by tenant");
-    }
-
-    async fn the_console_is_rendered_on_the_server_with_the_data(db) {
-        let mut app = spawn_app(db).await;
-        app.sign_in("vera", OperatorRole::Viewer).await;
-        let page = app.get("/").await;
-        assert_eq!(page.status(), 200);
-        assert!(page.headers()["content-type"].to_str().expect("ascii").starts_with("text/html"));
-        let html = page.text().await.expect("html");
-        let seen = page_text(&html);
-        assert!(html.contains("<title>Dashboard · Idem</title>"), "the dashboard, not: {seen}");
-        assert!(html.contains(r#"data-gauge="unknown""#), "gauges rendered on the server: {seen}");
-        assert!(html.contains(r#"data-series="replay""#), "charts rendered on the server: {seen}");
-        assert!(html.contains("/pkg/idem.js"), "hydration script referenced");
-        assert!(html.contains("/pkg/idem.wasm"), "wasm named as the build names it");
-
-        let sign_in = app.get("/sign-in").await;
-        assert_eq!(sign_in.status(), 200);
-        assert!(sign_in.text().await.expect("html").contains("Sign in to the Idem console"));
-
-        let missing = app.get("/no-such-page").await;
-        assert_eq!(missing.status(), 404);
-    }
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<Value>().await.expect("json")["status"], "ready");
 }
+
+async fn readiness_fails_while_migrations_are_pending(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let expected = app.db.query_i64("select count(*) from _sqlx_migrations").await;
+    // The database lost track of one migration (as if this binary were newer than the
+    // schema): the instance keeps running, but says it is not ready.
+    app.db
+        .execute("delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)")
+        .await
+        .expect("forget a migration");
+    assert_eq!(
+        app.get("/healthz").await.status(),
+        200,
+        "alive even when not ready"
+    );
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    assert!(ready.headers().contains_key("retry-after"));
+    let body: Value = ready.json().await.expect("json");
+    assert_eq!(body["reason"], "migrations_pending");
+    assert_eq!(body["appliedMigrations"], expected - 1);
+    assert_eq!(body["expectedMigrations"], expected);
+}
+
+async fn the_dashboard_reads_outcome_buckets_and_live_gauges(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("vera", OperatorRole::Viewer).await;
+    let dashboard: Dashboard = console
+        .call("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+        .await
+        .json()
+        .await
+        .expect("dashboard json");
+    assert_eq!(dashboard.series.len(), 8);
+    assert_eq!(dashboard.series[0].points.len(), 60, "one point per minute");
+    assert!(dashboard.series.iter().all(|series| series.total == 0));
+    assert_eq!(dashboard.live.unknown, 0);
+
+    let now = idem::store::rfc3339_millis(chrono::Utc::now());
+    let minute = &now[..16];
+    app.db
+        .execute(&format!(
+            "insert into tenants (id, name) values ('ten_1', 'acme');
+             insert into idempotency_records (tenant_id, operation_name, idempotency_key,
+               fingerprint_version, request_fingerprint, canonical_command, status, progress_step,
+               created_by, expires_at)
+             values ('ten_1', 'create_payment', 'k1', 1, 'f', '{{}}', 'UNKNOWN_REQUIRES_RECOVERY',
+               'PROVIDER_REQUEST_SENT', 'key_1', '2030-01-01T00:00:00.000Z');
+             insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count)
+             values ('{minute}:00.000Z', 'ten_1', 'create_payment', 'replay', 3),
+                    ('{minute}:00.000Z', 'ten_1', 'create_payment', 'conflict_different_request', 2),
+                    ('2020-01-01T00:00:00.000Z', 'ten_1', 'create_payment', 'replay', 100)"
+        ))
+        .await
+        .expect("arrange a record and counts");
+    let total = |dashboard: &Dashboard, outcome: &str| {
+        dashboard
+            .series
+            .iter()
+            .find(|series| series.outcome == outcome)
+            .expect("series")
+            .total
+    };
+    let dashboard: Dashboard = console
+        .call(
+            "dashboard",
+            &[
+                ("range", "1h"),
+                ("tenant", "ten_1"),
+                ("operation", "create_payment"),
+            ],
+        )
+        .await
+        .json()
+        .await
+        .expect("dashboard json");
+    assert_eq!(total(&dashboard, "replay"), 3, "only the range is counted");
+    assert_eq!(total(&dashboard, "conflict_different_request"), 2);
+    assert_eq!(dashboard.live.unknown, 1);
+    assert_eq!(dashboard.tenants.len(), 1);
+    let other_tenant: Dashboard = console
+        .call(
+            "dashboard",
+            &[("range", "7d"), ("tenant", "ten_other"), ("operation", "")],
+        )
+        .await
+        .json()
+        .await
+        .expect("dashboard json");
+    assert_eq!(total(&other_tenant, "replay"), 0, "filtered by tenant");
+}
+
+async fn the_console_is_rendered_on_the_server_with_the_data(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("vera", OperatorRole::Viewer).await;
+    let page = console.get("/").await;
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/html")
+    );
+    let html = page.text().await.expect("html");
+    let seen = page_text(&html);
+    assert!(
+        html.contains("<title>Dashboard · Idem</title>"),
+        "the dashboard, not: {seen}"
+    );
+    assert!(
+        html.contains(r#"data-gauge="unknown""#),
+        "gauges rendered on the server: {seen}"
+    );
+    assert!(
+        html.contains(r#"data-series="replay""#),
+        "charts rendered on the server: {seen}"
+    );
+    assert!(html.contains("/pkg/idem.js"), "hydration script referenced");
+    assert!(
+        html.contains("/pkg/idem.wasm"),
+        "wasm named as the build names it"
+    );
+
+    let sign_in = console.get("/sign-in").await;
+    assert_eq!(sign_in.status(), 200);
+    assert!(
+        sign_in
+            .text()
+            .await
+            .expect("html")
+            .contains("Sign in to the Idem console")
+    );
+
+    let missing = console.get("/no-such-page").await;
+    assert_eq!(missing.status(), 404);
+}
+
+conformance!(
+    health_and_readiness_answer,
+    readiness_fails_while_migrations_are_pending,
+    the_dashboard_reads_outcome_buckets_and_live_gauges,
+    the_console_is_rendered_on_the_server_with_the_data
+);
 
 /// What a person would read on a page (no scripts, no tags), short enough for a failure
 /// message: a whole server-rendered page would push the reason out of CI's log excerpt.
@@ -138,7 +185,7 @@ fn page_text(html: &str) -> String {
 
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_keeps_the_callers() {
-    let app = spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+    let app = TestApp::on(DialectName::Sqlite).in_process().await;
     let generated = app.get("/healthz").await;
     let id = generated.headers()["x-request-id"]
         .to_str()
@@ -147,7 +194,7 @@ async fn every_response_carries_a_request_id_and_keeps_the_callers() {
     assert_eq!(id.len(), 36, "a UUID: {id}");
 
     let echoed = app
-        .client
+        .http
         .get(app.url("/healthz"))
         .header("x-request-id", "caller-chosen-42")
         .send()
@@ -158,14 +205,14 @@ async fn every_response_carries_a_request_id_and_keeps_the_callers() {
 
 #[tokio::test]
 async fn static_assets_are_served_with_a_revalidation_policy() {
-    let app = spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+    let app = TestApp::on(DialectName::Sqlite).in_process().await;
     let css = app.get("/pkg/idem.css").await;
     assert_eq!(css.status(), 200);
     assert_eq!(css.headers()["cache-control"], "no-cache");
     let last_modified = css.headers()["last-modified"].clone();
 
     let revalidated = app
-        .client
+        .http
         .get(app.url("/pkg/idem.css"))
         .header("if-modified-since", last_modified)
         .send()
@@ -178,9 +225,9 @@ async fn static_assets_are_served_with_a_revalidation_policy() {
 
 #[tokio::test]
 async fn responses_are_compressed_when_the_client_accepts_gzip() {
-    let app = spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+    let app = TestApp::on(DialectName::Sqlite).in_process().await;
     let page = app
-        .client
+        .http
         .get(app.url("/sign-in"))
         .header("accept-encoding", "gzip")
         .send()
@@ -192,9 +239,9 @@ async fn responses_are_compressed_when_the_client_accepts_gzip() {
 
 #[tokio::test]
 async fn request_bodies_over_the_limit_are_refused() {
-    let app = spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+    let app = TestApp::on(DialectName::Sqlite).in_process().await;
     let response = app
-        .client
+        .http
         .post(app.url("/api/console/dashboard"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(vec![b'a'; 64 * 1024])
@@ -206,8 +253,8 @@ async fn request_bodies_over_the_limit_are_refused() {
 
 #[tokio::test]
 async fn readiness_fails_when_the_database_goes_away() {
-    let mut app = spawn_app(TestDatabase::create(DialectName::Postgres).await).await;
-    app.sign_in("vera", OperatorRole::Viewer).await;
+    let app = TestApp::on(DialectName::Postgres).in_process().await;
+    let console = app.console("vera", OperatorRole::Viewer).await;
     assert_eq!(app.get("/readyz").await.status(), 200);
 
     app.db.drop_now().await;
@@ -223,8 +270,8 @@ async fn readiness_fails_when_the_database_goes_away() {
         "the process itself is still alive"
     );
 
-    let dashboard = app
-        .server_fn_with("console/dashboard", "range=1h&tenant=&operation=")
+    let dashboard = console
+        .call("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
         .await;
     assert!(
         dashboard.status().is_server_error(),
@@ -251,13 +298,13 @@ fn pages_render_whole_while_other_routers_are_built() {
     let builders = (0..4).map(|_| {
         on_own_runtime(Box::pin(async {
             for _ in 0..8 {
-                spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+                TestApp::on(DialectName::Sqlite).in_process().await;
             }
         }))
     });
     let renderers = (0..4).map(|_| {
         on_own_runtime(Box::pin(async {
-            let app = spawn_app(TestDatabase::create(DialectName::Sqlite).await).await;
+            let app = TestApp::on(DialectName::Sqlite).in_process().await;
             for _ in 0..50 {
                 let page = app.get("/sign-in").await;
                 assert_eq!(page.status(), 200, "a page stalled while a router was built");

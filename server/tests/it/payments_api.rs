@@ -2,109 +2,31 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant, seed_tenant_with};
-use reqwest::StatusCode;
+use crate::support::{DialectName, TestApp, expect_error};
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::Duration;
-use tempfile::TempDir;
-
-/// Fields drop in order: the processes stop before their database is dropped.
-struct Api {
-    server: IdemProcess,
-    sim: IdemProcess,
-    db: TestDatabase,
-    dir: TempDir,
-    http: reqwest::Client,
-    acme_key: String,
-    globex_key: String,
-}
 
 const BODY: &str =
     r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-7781"}"#;
 
-impl Api {
-    /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR).
-    async fn start(provider_timeout_ms: u64) -> Api {
-        Self::start_with(provider_timeout_ms, &[]).await
-    }
-
-    /// `settings`: environment variables for `idem serve`, over the defaults below.
-    async fn start_with(provider_timeout_ms: u64, settings: &[(&str, &str)]) -> Api {
-        let db = TestDatabase::create(DialectName::Postgres).await;
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let acme_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-        let globex_key = seed_tenant(dir.path(), &db, "globex", "50.00").await;
-        let sim = IdemProcess::provider_sim().await;
-        let mut command = idem_command(dir.path());
-        command
-            .env("DATABASE_URL", db.url())
-            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
-            .env("IDEM_PROVIDER_TIMEOUT_MS", provider_timeout_ms.to_string())
-            .env("IDEM_METRICS_FLUSH_MS", "100")
-            .envs(settings.iter().copied())
-            .stderr(Stdio::inherit());
-        let server = IdemProcess::serve_with(command).await;
-        Api {
-            db,
-            dir,
-            server,
-            sim,
-            http: reqwest::Client::new(),
-            acme_key,
-            globex_key,
-        }
-    }
-
-    fn post(&self, api_key: &str, idempotency_key: Option<&str>, body: &str) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(format!("http://{}/payments", self.server.address))
-            .bearer_auth(api_key)
-            .header("content-type", "application/json")
-            .body(body.to_owned());
-        if let Some(key) = idempotency_key {
-            request = request.header("idempotency-key", key);
-        }
-        request
-    }
-
-    async fn pay(&self, idempotency_key: &str, body: &str) -> reqwest::Response {
-        self.post(&self.acme_key, Some(idempotency_key), body)
-            .send()
-            .await
-            .expect("POST /payments")
-    }
-
-    /// `GET /idempotency`.
-    async fn discovery(&self) -> Value {
-        self.http
-            .get(format!("http://{}/idempotency", self.server.address))
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json")
-    }
-
-    async fn charges(&self) -> Vec<idem::provider::sim::SimCharge> {
-        self.sim.sim_charges().await
-    }
-
-    async fn fault(&self, fault: Value) {
-        self.sim.sim_fault(&fault).await;
-    }
-}
-
-async fn error_code(response: reqwest::Response) -> (StatusCode, Value) {
-    let status = response.status();
-    (status, response.json().await.expect("json error body"))
+/// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR) over PostgreSQL,
+/// served by the real binaries; `flags` are `idem serve` settings over these.
+async fn api(provider_timeout_ms: u64, flags: &[(&str, &str)]) -> TestApp {
+    let setup = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .tenant("globex", "50.00")
+        .serve("--provider-timeout-ms", &provider_timeout_ms.to_string())
+        .serve("--metrics-flush-ms", "100");
+    flags
+        .iter()
+        .fold(setup, |setup, (flag, value)| setup.serve(flag, value))
+        .process()
+        .await
 }
 
 #[tokio::test]
 async fn a_completed_payment_is_replayed_byte_for_byte_and_charged_once() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let first = api.pay("abc-123", BODY).await;
     assert_eq!(first.status(), 201);
     let location = first.headers()["location"].to_str().expect("ascii").to_owned();
@@ -132,57 +54,57 @@ async fn a_completed_payment_is_replayed_byte_for_byte_and_charged_once() {
         );
     }
 
-    let charges = api.charges().await;
+    let charges = api.sim.charges().await;
     assert_eq!(charges.len(), 1, "one provider charge");
     assert_eq!(charges[0].create_calls, 1, "replays never reach the provider");
 }
 
 #[tokio::test]
 async fn a_different_command_under_the_same_key_is_refused_and_not_executed() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     assert_eq!(api.pay("abc-123", BODY).await.status(), 201);
     let changed = BODY.replace("10.00", "100.00");
-    let (status, body) = error_code(api.pay("abc-123", &changed).await).await;
-    assert_eq!(status, 409);
-    assert_eq!(body["errorCode"], "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST");
+    let body = expect_error(
+        api.pay("abc-123", &changed).await,
+        409,
+        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
+    )
+    .await;
     assert_eq!(
         body["message"],
         "This idempotency key was already used with a different request."
     );
     assert_eq!(body["retryable"], false);
-    assert_eq!(api.charges().await.len(), 1);
+    assert_eq!(api.sim.charges().await.len(), 1);
 }
 
 #[tokio::test]
 async fn duplicates_under_a_new_key_are_stopped_by_the_merchant_reference() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let first: Value = api.pay("k-1", BODY).await.json().await.expect("json");
-    let (status, body) = error_code(api.pay("k-2-brand-new", BODY).await).await;
-    assert_eq!(status, 409);
-    assert_eq!(body["errorCode"], "DUPLICATE_MERCHANT_REFERENCE");
+    let body = expect_error(
+        api.pay("k-2-brand-new", BODY).await,
+        409,
+        "DUPLICATE_MERCHANT_REFERENCE",
+    )
+    .await;
     assert_eq!(body["details"]["paymentId"], first["paymentId"]);
-    assert_eq!(api.charges().await.len(), 1);
+    assert_eq!(api.sim.charges().await.len(), 1);
 }
 
 #[tokio::test]
 async fn declines_and_insufficient_funds_bind_the_key_to_their_answer() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let declined = BODY
         .replace("10.00", "10.02")
         .replace("invoice-7781", "inv-declined");
-    let (status, body) = error_code(api.pay("k-decline", &declined).await).await;
-    assert_eq!(status, 402);
-    assert_eq!(body["errorCode"], "PAYMENT_DECLINED");
+    expect_error(api.pay("k-decline", &declined).await, 402, "PAYMENT_DECLINED").await;
     let replay = api.pay("k-decline", &declined).await;
     assert_eq!(replay.status(), 402);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 
     let too_much = BODY.replace("10.00", "500.00").replace("invoice-7781", "inv-big");
-    let (status, body) = error_code(api.pay("k-big", &too_much).await).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (422, Some("INSUFFICIENT_FUNDS"))
-    );
+    expect_error(api.pay("k-big", &too_much).await, 422, "INSUFFICIENT_FUNDS").await;
     let replay = api.pay("k-big", &too_much).await;
     assert_eq!(replay.status(), 422);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
@@ -194,8 +116,9 @@ async fn declines_and_insufficient_funds_bind_the_key_to_their_answer() {
 
 #[tokio::test]
 async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
-    let api = Api::start(5_000).await;
-    api.fault(json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+    let api = api(5_000, &[]).await;
+    api.sim
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
         .await;
     let first = api.pay("k-slow", BODY);
     let second = async {
@@ -205,13 +128,12 @@ async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
     let (first, second) = tokio::join!(first, second);
     assert_eq!(first.status(), 201);
     assert!(second.headers().contains_key("retry-after"));
-    let (status, body) = error_code(second).await;
-    assert_eq!(status, 409);
-    assert_eq!(body["errorCode"], "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+    let body = expect_error(second, 409, "IDEMPOTENCY_REQUEST_IN_PROGRESS").await;
     assert_eq!(body["retryable"], true);
 
     // A different command wins over in-progress.
-    api.fault(json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+    api.sim
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
         .await;
     let other = BODY.replace("invoice-7781", "inv-2");
     let first = api.pay("k-slow-2", &other);
@@ -220,17 +142,14 @@ async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
         api.pay("k-slow-2", &other.replace("10.00", "11.00")).await
     };
     let (_, conflicting) = tokio::join!(first, conflicting);
-    let (status, body) = error_code(conflicting).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"))
-    );
+    expect_error(conflicting, 409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST").await;
 }
 
 #[tokio::test]
 async fn a_lost_provider_answer_is_an_unknown_outcome_not_a_guess() {
-    let api = Api::start(800).await;
-    api.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    let api = api(800, &[]).await;
+    api.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
     let response = api.pay("k-lost", BODY).await;
     assert_eq!(response.status(), 202);
@@ -242,17 +161,17 @@ async fn a_lost_provider_answer_is_an_unknown_outcome_not_a_guess() {
     assert_eq!(again.status(), 202);
     let again: Value = again.json().await.expect("json");
     assert_eq!(again["paymentId"], body["paymentId"]);
-    let charges = api.charges().await;
+    let charges = api.sim.charges().await;
     assert_eq!(charges.len(), 1, "the provider did charge; nobody charged again");
     assert_eq!(charges[0].create_calls, 1);
 }
 
 #[tokio::test]
 async fn keys_and_accounts_belong_to_their_tenant() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     assert_eq!(api.pay("shared-key", BODY).await.status(), 201);
     let globex = api
-        .post(&api.globex_key, Some("shared-key"), BODY)
+        .post(api.key("globex"), Some("shared-key"), BODY)
         .send()
         .await
         .expect("POST");
@@ -264,16 +183,12 @@ async fn keys_and_accounts_belong_to_their_tenant() {
     assert!(!globex.headers().contains_key("idempotent-replayed"));
 
     let missing = BODY.replace("acc_1", "acc_9");
-    let (status, body) = error_code(api.pay("k-missing", &missing).await).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (404, Some("ACCOUNT_NOT_FOUND"))
-    );
+    expect_error(api.pay("k-missing", &missing).await, 404, "ACCOUNT_NOT_FOUND").await;
 }
 
 #[tokio::test]
 async fn bad_requests_get_stable_errors_and_leave_no_record() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
         (
             api.post("idem_key_wrong", Some("k"), BODY),
@@ -281,24 +196,24 @@ async fn bad_requests_get_stable_errors_and_leave_no_record() {
             "UNAUTHENTICATED",
         ),
         (
-            api.post(&api.acme_key, None, BODY),
+            api.post(api.key("acme"), None, BODY),
             400,
             "IDEMPOTENCY_KEY_MISSING",
         ),
         (
-            api.post(&api.acme_key, Some("has space"), BODY),
+            api.post(api.key("acme"), Some("has space"), BODY),
             400,
             "IDEMPOTENCY_KEY_INVALID",
         ),
         (
-            api.post(&api.acme_key, Some("k-v"), BODY)
+            api.post(api.key("acme"), Some("k-v"), BODY)
                 .header("api-version", "1999-01-01"),
             400,
             "UNSUPPORTED_API_VERSION",
         ),
         (
             api.post(
-                &api.acme_key,
+                api.key("acme"),
                 Some("k-num"),
                 r#"{"accountId":"acc_1","amount":10.5,"currency":"EUR","merchantReference":"r"}"#,
             ),
@@ -306,18 +221,13 @@ async fn bad_requests_get_stable_errors_and_leave_no_record() {
             "VALIDATION_FAILED",
         ),
         (
-            api.post(&api.acme_key, Some("k-json"), "{not json"),
+            api.post(api.key("acme"), Some("k-json"), "{not json"),
             400,
             "VALIDATION_FAILED",
         ),
     ];
     for (request, status, code) in cases {
-        let (got_status, body) = error_code(request.send().await.expect("send")).await;
-        assert_eq!(
-            (got_status.as_u16(), body["errorCode"].as_str()),
-            (status, Some(code)),
-            "{body}"
-        );
+        expect_error(request.send().await.expect("send"), status, code).await;
     }
     let unauthenticated = api.post("", Some("k"), BODY).send().await.expect("send");
     assert_eq!(unauthenticated.status(), 401);
@@ -328,9 +238,9 @@ async fn bad_requests_get_stable_errors_and_leave_no_record() {
 
 #[tokio::test]
 async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let v3 = api
-        .post(&api.acme_key, Some("k-v3"), BODY)
+        .post(api.key("acme"), Some("k-v3"), BODY)
         .header("api-version", "2026-09-01")
         .send()
         .await
@@ -343,7 +253,7 @@ async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
 
     let minimal = api
         .post(
-            &api.acme_key,
+            api.key("acme"),
             Some("k-min"),
             &BODY.replace("invoice-7781", "inv-min"),
         )
@@ -365,15 +275,15 @@ async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
 
 #[tokio::test]
 async fn get_reads_the_current_payment_and_only_for_its_tenant() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let created: Value = api.pay("k-get", BODY).await.json().await.expect("json");
     let id = created["paymentId"].as_str().expect("id").to_owned();
-    let url = format!("http://{}/payments/{id}", api.server.address);
+    let url = format!("http://{}/payments/{id}", api.address);
 
     let fresh = api
         .http
         .get(&url)
-        .bearer_auth(&api.acme_key)
+        .bearer_auth(api.key("acme"))
         .send()
         .await
         .expect("GET");
@@ -388,7 +298,7 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     let v3: Value = api
         .http
         .get(&url)
-        .bearer_auth(&api.acme_key)
+        .bearer_auth(api.key("acme"))
         .header("api-version", "2026-09-01")
         .send()
         .await
@@ -400,37 +310,36 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     assert_eq!(v3["state"], "PENDING");
 
     for (key, status, code) in [
-        (api.globex_key.as_str(), 404, "PAYMENT_NOT_FOUND"),
+        (api.key("globex"), 404, "PAYMENT_NOT_FOUND"),
         ("idem_key_nobody", 401, "UNAUTHENTICATED"),
     ] {
-        let (got, body) = error_code(api.http.get(&url).bearer_auth(key).send().await.expect("GET")).await;
-        assert_eq!((got.as_u16(), body["errorCode"].as_str()), (status, Some(code)));
+        expect_error(
+            api.http.get(&url).bearer_auth(key).send().await.expect("GET"),
+            status,
+            code,
+        )
+        .await;
     }
-    let unknown = format!("http://{}/payments/pay_0000000000000000", api.server.address);
-    let (got, _) = error_code(
-        api.http
-            .get(&unknown)
-            .bearer_auth(&api.acme_key)
-            .send()
-            .await
-            .expect("GET"),
-    )
-    .await;
-    assert_eq!(got, 404);
+    let unknown = format!("http://{}/payments/pay_0000000000000000", api.address);
+    let unknown = api
+        .http
+        .get(&unknown)
+        .bearer_auth(api.key("acme"))
+        .send()
+        .await
+        .expect("GET");
+    expect_error(unknown, 404, "PAYMENT_NOT_FOUND").await;
 }
 
 #[tokio::test]
 async fn the_default_currency_setting_is_naturally_idempotent() {
-    let api = Api::start(5_000).await;
-    let url = format!(
-        "http://{}/accounts/acc_1/settings/default-currency",
-        api.server.address
-    );
+    let api = api(5_000, &[]).await;
+    let url = format!("http://{}/accounts/acc_1/settings/default-currency", api.address);
     for _ in 0..2 {
         let response = api
             .http
             .put(&url)
-            .bearer_auth(&api.acme_key)
+            .bearer_auth(api.key("acme"))
             .json(&json!({ "currency": "usd" }))
             .send()
             .await
@@ -445,49 +354,44 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
         "one change, one audit entry"
     );
 
-    let (status, body) = error_code(
+    expect_error(
         api.http
             .put(format!(
                 "http://{}/accounts/acc_404/settings/default-currency",
-                api.server.address
+                api.address
             ))
-            .bearer_auth(&api.globex_key)
+            .bearer_auth(api.key("globex"))
             .json(&json!({ "currency": "EUR" }))
             .send()
             .await
             .expect("PUT"),
+        404,
+        "ACCOUNT_NOT_FOUND",
     )
     .await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (404, Some("ACCOUNT_NOT_FOUND"))
-    );
     for bad in [
         json!({ "currency": "XXX" }),
         json!({ "currency": "EUR", "extra": 1 }),
         json!({}),
     ] {
-        let (status, body) = error_code(
+        expect_error(
             api.http
                 .put(&url)
-                .bearer_auth(&api.acme_key)
+                .bearer_auth(api.key("acme"))
                 .json(&bad)
                 .send()
                 .await
                 .expect("PUT"),
+            400,
+            "VALIDATION_FAILED",
         )
         .await;
-        assert_eq!(
-            (status.as_u16(), body["errorCode"].as_str()),
-            (400, Some("VALIDATION_FAILED")),
-            "{bad}"
-        );
     }
 }
 
 #[tokio::test]
 async fn a_replay_keeps_its_version_after_the_default_changes() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let first = api.pay("k-default", BODY).await;
     assert_eq!(first.status(), 201);
     let first_body = first.bytes().await.expect("body");
@@ -525,37 +429,31 @@ async fn a_replay_keeps_its_version_after_the_default_changes() {
     );
 
     // Naming a version is part of the request: naming another one is another request.
-    let (status, body) = error_code(
-        api.post(&api.acme_key, Some("k-default"), BODY)
+    expect_error(
+        api.post(api.key("acme"), Some("k-default"), BODY)
             .header("api-version", "2026-09-01")
             .send()
             .await
             .expect("POST"),
+        409,
+        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
     )
     .await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"))
-    );
 }
 
 #[tokio::test]
 async fn the_api_fails_closed_when_the_database_is_gone() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     assert_eq!(api.pay("k-before", BODY).await.status(), 201);
     api.db.drop_now().await;
     let response = api
         .pay("k-after", &BODY.replace("invoice-7781", "inv-after"))
         .await;
     assert!(response.headers().contains_key("retry-after"));
-    let (status, body) = error_code(response).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (503, Some("UNAVAILABLE"))
-    );
+    let body = expect_error(response, 503, "UNAVAILABLE").await;
     assert_eq!(body["retryable"], true);
     assert_eq!(
-        api.charges().await.len(),
+        api.sim.charges().await.len(),
         1,
         "nothing executed without a durable claim"
     );
@@ -563,15 +461,11 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
 
 #[tokio::test]
 async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference() {
-    let api = Api::start(5_000).await;
-    let key = seed_tenant_with(
-        api.dir.path(),
-        &api.db,
-        "keyless",
-        "100.00",
-        &["--optional-idempotency-key"],
-    )
-    .await;
+    let api = TestApp::on(DialectName::Postgres)
+        .keyless_tenant("keyless", "100.00")
+        .process()
+        .await;
+    let key = api.key("keyless").to_owned();
 
     let first = api.post(&key, None, BODY).send().await.expect("POST");
     assert_eq!(first.status(), 201);
@@ -581,11 +475,12 @@ async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference()
     );
     let first: Value = first.json().await.expect("json");
 
-    let (status, body) = error_code(api.post(&key, None, BODY).send().await.expect("POST")).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
-    );
+    let body = expect_error(
+        api.post(&key, None, BODY).send().await.expect("POST"),
+        409,
+        "DUPLICATE_MERCHANT_REFERENCE",
+    )
+    .await;
     assert_eq!(body["details"]["paymentId"], first["paymentId"]);
 
     let keyed = api
@@ -595,7 +490,7 @@ async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference()
         .expect("POST");
     assert_eq!(keyed.status(), 201, "a key may still be sent");
     assert!(keyed.headers().contains_key("idempotency-expires"));
-    assert_eq!(api.charges().await.len(), 2);
+    assert_eq!(api.sim.charges().await.len(), 2);
     assert_eq!(
         api.db.query_i64("select count(*) from idempotency_records").await,
         1,
@@ -605,7 +500,7 @@ async fn a_tenant_without_required_keys_is_protected_by_the_merchant_reference()
 
 #[tokio::test]
 async fn every_answer_is_counted_per_outcome_in_the_database() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     assert_eq!(api.pay("k-count", BODY).await.status(), 201);
     for _ in 0..2 {
         assert_eq!(api.pay("k-count", BODY).await.status(), 201);
@@ -637,7 +532,7 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
 
 #[tokio::test]
 async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
-    let api = Api::start_with(5_000, &[("IDEM_RATE_LIMIT_PER_SEC", "2")]).await;
+    let api = api(5_000, &[("--rate-limit-per-sec", "2")]).await;
     let mut limited = None;
     for index in 0..6 {
         let response = api
@@ -654,8 +549,7 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
     }
     let (index, response) = limited.expect("a burst past 2 per second is limited");
     assert!(response.headers().contains_key("retry-after"));
-    let (_, body) = error_code(response).await;
-    assert_eq!(body["errorCode"], "RATE_LIMITED");
+    let body = expect_error(response, 429, "RATE_LIMITED").await;
     assert_eq!(body["retryable"], true);
     let recorded = api
         .db
@@ -665,7 +559,7 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
         .await;
     assert_eq!(recorded, 0, "a limited request leaves no record");
     let other_key = api
-        .post(&api.globex_key, Some("k-globex"), BODY)
+        .post(api.key("globex"), Some("k-globex"), BODY)
         .send()
         .await
         .expect("POST");
@@ -674,7 +568,7 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
 
 #[tokio::test]
 async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_holds() {
-    let api = Api::start_with(5_000, &[("IDEM_WINDOW_SECS", "1")]).await;
+    let api = api(5_000, &[("--window-secs", "1")]).await;
     let first = api.pay("k-window", BODY).await;
     assert_eq!(first.status(), 201);
     let first_expires = first.headers()["idempotency-expires"]
@@ -691,11 +585,12 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
 
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     // The same payment again: the window promised nothing more, the merchant reference does.
-    let (status, body) = error_code(api.pay("k-window", BODY).await).await;
-    assert_eq!(
-        (status.as_u16(), body["errorCode"].as_str()),
-        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
-    );
+    let body = expect_error(
+        api.pay("k-window", BODY).await,
+        409,
+        "DUPLICATE_MERCHANT_REFERENCE",
+    )
+    .await;
     assert_eq!(body["details"]["paymentId"], first["paymentId"]);
 
     // Another payment under the expired key is a new operation with a new window.
@@ -710,7 +605,7 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     );
     let renewed: Value = renewed.json().await.expect("json");
     assert_ne!(renewed["paymentId"], first["paymentId"]);
-    assert_eq!(api.charges().await.len(), 2);
+    assert_eq!(api.sim.charges().await.len(), 2);
 
     let discovery = api.discovery().await;
     assert_eq!(discovery["operations"][0]["windowSeconds"], 1);
@@ -733,13 +628,13 @@ const EXPIRED_RETRIES: &str =
 
 #[tokio::test]
 async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombstone_then_deleted() {
-    let api = Api::start_with(
+    let api = api(
         5_000,
         &[
-            ("IDEM_WINDOW_SECS", "1"),
-            ("IDEM_AFTER_EXPIRY", "reject"),
-            ("IDEM_RETENTION_SECS", "4"),
-            ("IDEM_CLEANUP_INTERVAL_MS", "100"),
+            ("--window-secs", "1"),
+            ("--after-expiry", "reject"),
+            ("--retention-secs", "4"),
+            ("--cleanup-interval-ms", "100"),
         ],
     )
     .await;
@@ -781,9 +676,7 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
 
     // A retry after the window, the same request or another: refused, naming the payment.
     for body in [BODY.to_owned(), BODY.replace("10.00", "11.00")] {
-        let (status, error) = error_code(api.pay("k-reject", &body).await).await;
-        assert_eq!(status, 422);
-        assert_eq!(error["errorCode"], "IDEMPOTENCY_KEY_EXPIRED");
+        let error = expect_error(api.pay("k-reject", &body).await, 422, "IDEMPOTENCY_KEY_EXPIRED").await;
         assert_eq!(error["retryable"], false);
         assert_eq!(error["details"]["resourceId"], payment_id.as_str());
     }
@@ -795,7 +688,7 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
     api.db
         .eventually_i64(EXPIRED_RETRIES, |count| count == 2, "and counted")
         .await;
-    assert_eq!(api.charges().await.len(), 1, "nothing was executed again");
+    assert_eq!(api.sim.charges().await.len(), 1, "nothing was executed again");
 
     // After retention the row itself goes; the merchant reference still stops a second payment.
     api.db
@@ -805,11 +698,12 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
             "the tombstone is deleted",
         )
         .await;
-    let (status, error) = error_code(api.pay("k-reject", BODY).await).await;
-    assert_eq!(
-        (status.as_u16(), error["errorCode"].as_str()),
-        (409, Some("DUPLICATE_MERCHANT_REFERENCE"))
-    );
+    expect_error(
+        api.pay("k-reject", BODY).await,
+        409,
+        "DUPLICATE_MERCHANT_REFERENCE",
+    )
+    .await;
 
     let discovery = api.discovery().await;
     assert_eq!(discovery["operations"][0]["afterExpiry"], "reject");
@@ -818,14 +712,15 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
 
 #[tokio::test]
 async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
-    let api = Api::start(800).await;
+    let api = api(800, &[]).await;
     assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
     assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
     assert_eq!(
         api.pay("k-m1", &BODY.replace("10.00", "12.00")).await.status(),
         409
     );
-    api.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    api.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
     assert_eq!(
         api.pay("k-m2", &BODY.replace("invoice-7781", "inv-m2"))
@@ -836,7 +731,7 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
 
     let response = api
         .http
-        .get(format!("http://{}/metrics", api.server.address))
+        .get(format!("http://{}/metrics", api.address))
         .send()
         .await
         .expect("GET /metrics");
@@ -884,12 +779,12 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         text.contains("idempotency_cleanup_backlog{phase=\"delete\"} 0"),
         "{text}"
     );
-    assert!(!text.contains(&api.acme_key), "no secret in the metrics");
+    assert!(!text.contains(api.key("acme")), "no secret in the metrics");
 }
 
 #[tokio::test]
 async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
-    let api = Api::start(5_000).await;
+    let api = api(5_000, &[]).await;
     let first = api.pay("k-sealed", BODY).await;
     assert_eq!(first.status(), 201);
     let first_body = first.bytes().await.expect("body");
@@ -920,7 +815,7 @@ async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
 
 #[tokio::test]
 async fn settlement_changes_a_fresh_read_but_never_a_replay() {
-    let api = Api::start_with(5_000, &[("IDEM_SETTLEMENT_INTERVAL_MS", "100")]).await;
+    let api = api(5_000, &[("--settlement-interval-ms", "100")]).await;
     let first = api.pay("k-settle", BODY).await;
     assert_eq!(first.status(), 201);
     let first_body = first.bytes().await.expect("body");
@@ -930,8 +825,8 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     let fresh = || async {
         let read: Value = api
             .http
-            .get(format!("http://{}/payments/{id}", api.server.address))
-            .bearer_auth(&api.acme_key)
+            .get(format!("http://{}/payments/{id}", api.address))
+            .bearer_auth(api.key("acme"))
             .send()
             .await
             .expect("GET")
@@ -942,13 +837,7 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     };
     assert_eq!(fresh().await, "PENDING", "not settled until the provider says so");
 
-    let settled = api
-        .http
-        .post(format!("http://{}/_sim/settle", api.sim.address))
-        .send()
-        .await
-        .expect("settle at the provider");
-    assert_eq!(settled.status(), 200);
+    api.sim.settle().await;
     api.db
         .eventually_i64(
             "select count(*) from payments where status = 'SETTLED'",

@@ -1,6 +1,6 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
-use crate::support::{DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestApp, TestDatabase, idem_command};
 use idem::store::Readiness;
 use sqlx::Connection;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 async fn first_run_creates_the_embedded_database_in_wal_mode() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let data_dir = dir.path().join("fresh/data");
-    let mut idem = IdemProcess::serve(&data_dir, None).await;
+    let mut idem = IdemProcess::serve(&data_dir).await;
 
     let ready = reqwest::get(format!("http://{}/readyz", idem.address))
         .await
@@ -40,7 +40,7 @@ async fn first_run_creates_the_embedded_database_in_wal_mode() {
 #[tokio::test]
 async fn sigterm_lets_an_in_flight_request_finish() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let mut idem = IdemProcess::serve(dir.path(), None).await;
+    let mut idem = IdemProcess::serve(dir.path()).await;
 
     // A request whose body is still arriving when the signal comes: it is in flight.
     let mut stream = TcpStream::connect(idem.address).await.expect("connect");
@@ -243,16 +243,14 @@ async fn instances_sharing_a_database_must_share_response_keys() {
 
 #[tokio::test]
 async fn logs_never_carry_api_keys_bodies_or_credentials() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let db = TestDatabase::create(DialectName::Sqlite).await;
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let mut command = idem_command(dir.path());
-    command
-        .env("DATABASE_URL", db.url())
-        .env("IDEM_LOG_FORMAT", "json")
-        .env("IDEM_LOG", "trace")
-        .stderr(std::process::Stdio::piped());
-    let idem = IdemProcess::serve_with(command).await;
+    let app = TestApp::on(DialectName::Sqlite)
+        .tenant("acme", "100.00")
+        .seeded()
+        .await;
+    let api_key = app.key("acme").to_owned();
+    let mut command = app.serve_command(&[("IDEM_LOG_FORMAT", "json"), ("IDEM_LOG", "trace")]);
+    command.stderr(std::process::Stdio::piped());
+    let idem = IdemProcess::start(command).await;
 
     let http = reqwest::Client::new();
     let url = format!("http://{}/payments", idem.address);

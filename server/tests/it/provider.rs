@@ -1,57 +1,14 @@
 //! The provider client against the real simulator process, over HTTP.
 
-use crate::support::IdemProcess;
+use crate::support::Sim;
 use domain::money::{Amount, Currency};
 use idem::provider::client::{ProviderClient, ProviderError};
-use idem::provider::sim::{SimCharge, SimCharges};
 use idem::provider::{ChargeStatus, provider_key};
 use serde_json::json;
 use std::time::Duration;
 
-struct Sim {
-    process: IdemProcess,
-    http: reqwest::Client,
-}
-
-impl Sim {
-    async fn start() -> Sim {
-        Sim {
-            process: IdemProcess::provider_sim().await,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.process.address)
-    }
-
-    fn client(&self, timeout: Duration) -> ProviderClient {
-        ProviderClient::new(&self.url(), Duration::from_secs(2), timeout).expect("client")
-    }
-
-    async fn fault(&self, fault: serde_json::Value) {
-        let response = self
-            .http
-            .post(format!("{}/_sim/faults", self.url()))
-            .json(&fault)
-            .send()
-            .await
-            .expect("queue fault");
-        assert_eq!(response.status(), 201, "{fault}");
-    }
-
-    async fn charges(&self) -> Vec<SimCharge> {
-        let list: SimCharges = self
-            .http
-            .get(format!("{}/_sim/charges", self.url()))
-            .send()
-            .await
-            .expect("list charges")
-            .json()
-            .await
-            .expect("charges json");
-        list.charges
-    }
+fn client(sim: &Sim, timeout: Duration) -> ProviderClient {
+    ProviderClient::new(&sim.url(), Duration::from_secs(2), timeout).expect("client")
 }
 
 fn eur(text: &str) -> Amount {
@@ -60,8 +17,8 @@ fn eur(text: &str) -> Amount {
 
 #[tokio::test]
 async fn the_provider_deduplicates_by_the_payment_key() {
-    let sim = Sim::start().await;
-    let client = sim.client(Duration::from_secs(5));
+    let sim = Sim::process().await;
+    let client = client(&sim, Duration::from_secs(5));
 
     let first = client.create_charge("pay_1", eur("10.00")).await.expect("charge");
     assert_eq!(first.status, ChargeStatus::Succeeded);
@@ -92,8 +49,8 @@ async fn the_provider_deduplicates_by_the_payment_key() {
 
 #[tokio::test]
 async fn test_values_and_the_control_api_decline() {
-    let sim = Sim::start().await;
-    let client = sim.client(Duration::from_secs(5));
+    let sim = Sim::process().await;
+    let client = client(&sim, Duration::from_secs(5));
     let by_value = client
         .create_charge("pay_tv", eur("10.02"))
         .await
@@ -104,7 +61,7 @@ async fn test_values_and_the_control_api_decline() {
         "amounts ending in 02 are declined"
     );
 
-    sim.fault(json!({ "mode": "decline", "count": 1, "reference": "pay_d" }))
+    sim.fault(&json!({ "mode": "decline", "count": 1, "reference": "pay_d" }))
         .await;
     let other = client
         .create_charge("pay_other", eur("10.00"))
@@ -121,11 +78,11 @@ async fn test_values_and_the_control_api_decline() {
 
 #[tokio::test]
 async fn failures_are_classified_by_what_they_prove() {
-    let sim = Sim::start().await;
-    let client = sim.client(Duration::from_millis(800));
+    let sim = Sim::process().await;
+    let client = client(&sim, Duration::from_millis(800));
 
     // Refused before accepting: the client cannot know that, so the outcome is unknown...
-    sim.fault(json!({ "mode": "fail_before_accept", "count": 1 }))
+    sim.fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
         .await;
     assert!(matches!(
         client.create_charge("pay_f", eur("1.00")).await,
@@ -134,7 +91,7 @@ async fn failures_are_classified_by_what_they_prove() {
     // ...and asking by the key settles it: nothing was charged.
     assert_eq!(client.find_charge("pay_f").await.expect("look up"), None);
 
-    sim.fault(json!({ "mode": "error_after_accept", "count": 1 }))
+    sim.fault(&json!({ "mode": "error_after_accept", "count": 1 }))
         .await;
     assert!(matches!(
         client.create_charge("pay_e", eur("1.00")).await,
@@ -145,7 +102,7 @@ async fn failures_are_classified_by_what_they_prove() {
         "accepted before the 500"
     );
 
-    sim.fault(json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    sim.fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
     assert!(matches!(
         client.create_charge("pay_x", eur("1.00")).await,
@@ -158,7 +115,7 @@ async fn failures_are_classified_by_what_they_prove() {
         .expect("charged");
     assert_eq!(lost.status, ChargeStatus::Succeeded);
 
-    sim.fault(json!({ "mode": "lookups_unavailable", "count": 1 }))
+    sim.fault(&json!({ "mode": "lookups_unavailable", "count": 1 }))
         .await;
     assert!(matches!(
         client.find_charge("pay_x").await,
@@ -172,7 +129,7 @@ async fn failures_are_classified_by_what_they_prove() {
             .is_some()
     );
 
-    sim.fault(json!({ "mode": "latency", "count": 1, "delayMs": 200 }))
+    sim.fault(&json!({ "mode": "latency", "count": 1, "delayMs": 200 }))
         .await;
     assert!(
         client.create_charge("pay_slow", eur("1.00")).await.is_ok(),
@@ -207,14 +164,14 @@ async fn an_unreachable_provider_means_nothing_was_sent() {
 
 #[tokio::test]
 async fn the_control_api_refuses_malformed_faults() {
-    let sim = Sim::start().await;
+    let sim = Sim::process().await;
+    let http = reqwest::Client::new();
     for fault in [
         json!({ "mode": "explode", "count": 1 }),
         json!({ "mode": "decline", "count": 0 }),
         json!({ "mode": "decline", "count": 1, "extra": true }),
     ] {
-        let response = sim
-            .http
+        let response = http
             .post(format!("{}/_sim/faults", sim.url()))
             .json(&fault)
             .send()
@@ -222,8 +179,7 @@ async fn the_control_api_refuses_malformed_faults() {
             .expect("POST");
         assert_eq!(response.status(), 400, "{fault}");
     }
-    let cleared = sim
-        .http
+    let cleared = http
         .delete(format!("{}/_sim/faults", sim.url()))
         .send()
         .await
@@ -233,8 +189,8 @@ async fn the_control_api_refuses_malformed_faults() {
 
 #[tokio::test]
 async fn test_values_produce_every_fault_on_the_first_call_only() {
-    let sim = Sim::start().await;
-    let client = sim.client(Duration::from_millis(800));
+    let sim = Sim::process().await;
+    let client = client(&sim, Duration::from_millis(800));
 
     assert!(matches!(
         client.create_charge("pay_03", eur("1.03")).await,

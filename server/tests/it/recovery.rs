@@ -2,25 +2,36 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{
-    DialectName, IdemProcess, TestDatabase, seed_tenant, seed_tenant_with, serve_recovering,
-};
+use crate::support::{DialectName, Setup, TestApp};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const BODY: &str =
     r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-crash"}"#;
 
-async fn serve(
-    dir: &std::path::Path,
-    db: &TestDatabase,
-    sim: &IdemProcess,
-    crash_point: Option<&str>,
-) -> IdemProcess {
-    match crash_point {
-        Some(point) => serve_recovering(dir, db, sim, &[("IDEM_CRASH_POINT", point)]).await,
-        None => serve_recovering(dir, db, sim, &[]).await,
-    }
+const COMPLETED: &str = "select count(*) from idempotency_records where status = 'COMPLETED'";
+
+fn acme() -> Setup {
+    TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .recovering()
+}
+
+/// `POST /payments` under `key`, which may find no one to answer it.
+async fn try_pay(app: &TestApp, key: &str) -> reqwest::Result<reqwest::Response> {
+    app.post(app.key("acme"), Some(key), BODY).send().await
+}
+
+/// Starts an instance that aborts at `crash_point` and sends it a payment under `key`: the
+/// process dies before it answers.
+async fn crash_at(app: &mut TestApp, crash_point: &str, key: &str) {
+    app.restart(&[("IDEM_CRASH_POINT", crash_point)]).await;
+    assert!(
+        try_pay(app, key).await.is_err(),
+        "{crash_point}: the process died before answering"
+    );
+    let status = app.server().ended().await;
+    assert!(!status.success(), "{crash_point}: aborted, not a clean exit");
 }
 
 /// Who recovers the crashed request: the client's retry, or the recovery worker alone.
@@ -35,49 +46,23 @@ async fn crash_then_retry(crash_point: &str) {
 }
 
 async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let http = reqwest::Client::new();
-    let pay = |address: std::net::SocketAddr| {
-        http.post(format!("http://{address}/payments"))
-            .bearer_auth(&api_key)
-            .header("idempotency-key", "crash-key")
-            .body(BODY)
-            .send()
-    };
+    let mut app = acme().seeded().await;
+    crash_at(&mut app, crash_point, "crash-key").await;
 
-    let mut doomed = serve(dir.path(), &db, &sim, Some(crash_point)).await;
-    assert!(
-        pay(doomed.address).await.is_err(),
-        "{crash_point}: the process died before answering"
-    );
-    let status = tokio::time::timeout(Duration::from_secs(10), doomed.child.wait())
-        .await
-        .expect("the process ends")
-        .expect("wait");
-    assert!(!status.success(), "{crash_point}: aborted, not a clean exit");
-
-    let server = serve(dir.path(), &db, &sim, None).await;
+    app.restart(&[]).await;
     if recoverer == Recoverer::WorkerOnly {
-        let mut status = String::new();
-        for _ in 0..100 {
-            status = db_status(&db).await;
-            if status == "COMPLETED" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(
-            status, "COMPLETED",
-            "{crash_point}: the worker alone recovered it"
-        );
+        app.db
+            .eventually_i64(
+                COMPLETED,
+                |count| count == 1,
+                &format!("{crash_point}: the worker alone recovered it"),
+            )
+            .await;
     }
     // Until the dead owner's lease runs out, a retry is told to wait; then it takes over.
     let mut answer = None;
     for _ in 0..40 {
-        let response = pay(server.address).await.expect("retry");
+        let response = app.pay("crash-key", BODY).await;
         if response.status() != 409 {
             answer = Some(response);
             break;
@@ -91,7 +76,7 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
     let payment: Value = serde_json::from_slice(&final_body).expect("json");
     assert_eq!(payment["status"], "PENDING");
 
-    let replay = pay(server.address).await.expect("replay");
+    let replay = app.pay("crash-key", BODY).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true", "{crash_point}");
     assert_eq!(
         replay.bytes().await.expect("body"),
@@ -99,7 +84,7 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
         "{crash_point}: the final answer is the replay"
     );
 
-    let charges = sim.sim_charges().await;
+    let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1, "{crash_point}: one charge");
     assert_eq!(
         charges[0].create_calls, 1,
@@ -110,18 +95,13 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
         "{crash_point}: the same payment"
     );
     assert_eq!(
-        db.query_i64("select count(*) from payments").await,
+        app.db.query_i64("select count(*) from payments").await,
         1,
         "{crash_point}: one payment"
     );
+    assert_eq!(app.db.query_i64(COMPLETED).await, 1, "{crash_point}");
     assert_eq!(
-        db.query_i64("select count(*) from idempotency_records where status = 'COMPLETED'")
-            .await,
-        1,
-        "{crash_point}"
-    );
-    assert_eq!(
-        db.query_i64("select balance_minor from accounts").await,
+        app.db.query_i64("select balance_minor from accounts").await,
         9_000,
         "{crash_point}: held once"
     );
@@ -159,30 +139,24 @@ async fn the_worker_alone_recovers_a_crash_at_every_step() {
 /// A provider fault leaves the outcome unknown; without any client retry the recovery worker
 /// resolves it by asking the provider, and the client's later retry gets the resolved answer.
 async fn fault_then_worker_recovers(faults: &[Value]) {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let http = reqwest::Client::new();
+    let app = acme().process().await;
     for fault in faults {
-        sim.sim_fault(fault).await;
+        app.sim.fault(fault).await;
     }
-    let server = serve(dir.path(), &db, &sim, None).await;
-    let pay = || {
-        http.post(format!("http://{}/payments", server.address))
-            .bearer_auth(&api_key)
-            .header("idempotency-key", "fault-key")
-            .body(BODY)
-            .send()
-    };
 
-    let first = pay().await.expect("POST");
+    let first = app.pay("fault-key", BODY).await;
     assert_eq!(first.status(), 202, "{faults:?}");
     let first: Value = first.json().await.expect("json");
     assert_eq!(first["errorCode"], "PAYMENT_OUTCOME_UNKNOWN");
     // Backing off for a second before anyone asks the provider again.
-    assert_eq!(db_status(&db).await, "UNKNOWN_REQUIRES_RECOVERY", "{faults:?}");
-    let waiting = pay().await.expect("retry while unknown");
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
+            .await,
+        1,
+        "{faults:?}"
+    );
+    let waiting = app.pay("fault-key", BODY).await;
     assert_eq!(
         waiting.status(),
         202,
@@ -190,17 +164,15 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
     );
     assert!(waiting.headers().contains_key("retry-after"));
 
-    let mut status = String::new();
-    for _ in 0..100 {
-        status = db_status(&db).await;
-        if status == "COMPLETED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(status, "COMPLETED", "{faults:?}: the worker resolved it");
+    app.db
+        .eventually_i64(
+            COMPLETED,
+            |count| count == 1,
+            &format!("{faults:?}: the worker resolved it"),
+        )
+        .await;
 
-    let resolved = pay().await.expect("retry");
+    let resolved = app.pay("fault-key", BODY).await;
     assert_eq!(resolved.status(), 201, "{faults:?}");
     assert_eq!(resolved.headers()["idempotent-replayed"], "true");
     let resolved: Value = resolved.json().await.expect("json");
@@ -209,23 +181,9 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
         "{faults:?}: the same payment"
     );
 
-    let charges = sim.sim_charges().await;
+    let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1, "{faults:?}: one charge");
-    assert_eq!(db.query_i64("select count(*) from payments").await, 1);
-}
-
-async fn db_status(db: &TestDatabase) -> String {
-    let completed = db
-        .query_i64("select count(*) from idempotency_records where status = 'COMPLETED'")
-        .await;
-    let unknown = db
-        .query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
-        .await;
-    match (completed, unknown) {
-        (1, _) => "COMPLETED".to_owned(),
-        (_, 1) => "UNKNOWN_REQUIRES_RECOVERY".to_owned(),
-        _ => "OTHER".to_owned(),
-    }
+    assert_eq!(app.db.query_i64("select count(*) from payments").await, 1);
 }
 
 #[tokio::test]
@@ -249,33 +207,20 @@ async fn a_refusal_before_accepting_is_resolved_by_sending_with_the_same_key() {
 
 #[tokio::test]
 async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let http = reqwest::Client::new();
-
-    let mut doomed = serve(dir.path(), &db, &sim, Some("before_provider_call")).await;
-    let lost = http
-        .post(format!("http://{}/payments", doomed.address))
-        .bearer_auth(&api_key)
-        .header("idempotency-key", "race-key")
-        .body(BODY)
-        .send()
-        .await;
-    assert!(lost.is_err());
-    let _ = doomed.child.wait().await;
+    let mut app = acme().seeded().await;
+    crash_at(&mut app, "before_provider_call", "race-key").await;
 
     // Two instances (their workers asleep, so that the retries race each other), sixteen
     // retries released together once the dead owner's lease is over.
-    let servers = [
-        serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_INTERVAL_MS", "3600000")]).await,
-        serve_recovering(dir.path(), &db, &sim, &[("IDEM_RECOVERY_INTERVAL_MS", "3600000")]).await,
-    ];
+    app.set_serve("--recovery-interval-ms", "3600000");
+    app.restart(&[]).await;
+    let second = app.spawn_server(&[]).await;
+    let addresses = [app.address, second.address];
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     let retries = (0..16).map(|index| {
-        http.post(format!("http://{}/payments", servers[index % 2].address))
-            .bearer_auth(&api_key)
+        app.http
+            .post(format!("http://{}/payments", addresses[index % 2]))
+            .bearer_auth(app.key("acme"))
             .header("idempotency-key", "race-key")
             .body(BODY)
             .send()
@@ -294,54 +239,40 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
     }
     assert_eq!(fresh, 1, "exactly one taker completed it");
     assert_eq!(
-        db.query_i64("select lease_version from idempotency_records")
+        app.db
+            .query_i64("select lease_version from idempotency_records")
             .await,
         2,
         "one takeover"
     );
-    let charges = sim.sim_charges().await;
+    let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0].create_calls, 1);
 }
 
 #[tokio::test]
 async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant_with(
-        dir.path(),
-        &db,
-        "keyless",
-        "100.00",
-        &["--optional-idempotency-key"],
-    )
-    .await;
-    let sim = IdemProcess::provider_sim().await;
-    let http = reqwest::Client::new();
-    sim.sim_fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+    let app = TestApp::on(DialectName::Postgres)
+        .keyless_tenant("keyless", "100.00")
+        .recovering()
+        .process()
         .await;
-    let server = serve(dir.path(), &db, &sim, None).await;
+    app.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    let api_key = app.key("keyless");
 
-    let first = http
-        .post(format!("http://{}/payments", server.address))
-        .bearer_auth(&api_key)
-        .body(BODY)
-        .send()
-        .await
-        .expect("POST");
+    let first = app.post(api_key, None, BODY).send().await.expect("POST");
     assert_eq!(first.status(), 202);
     let first: Value = first.json().await.expect("json");
-    let payment_url = format!(
-        "http://{}/payments/{}",
-        server.address,
-        first["paymentId"].as_str().expect("id")
-    );
+    let payment_url = app.url(&format!("/payments/{}", first["paymentId"].as_str().expect("id")));
 
     let mut state = Value::Null;
     for _ in 0..60 {
-        let payment: Value = http
+        let payment: Value = app
+            .http
             .get(&payment_url)
-            .bearer_auth(&api_key)
+            .bearer_auth(api_key)
             .send()
             .await
             .expect("GET")
@@ -355,11 +286,12 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(state, "PENDING", "the worker asked the provider and settled it");
-    let charges = sim.sim_charges().await;
+    let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0].create_calls, 1, "found, not sent again");
     assert_eq!(
-        db.query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'")
+        app.db
+            .query_i64("select count(*) from outbox_events where event_type = 'PaymentAuthorized'")
             .await,
         1
     );

@@ -3,10 +3,8 @@
 //! takes payments and replays on the same database. No request fails, no batch overruns its
 //! bound, every body is gone, every tombstone keeps its metadata, nothing in flight is touched.
 
-use crate::support::{IdemProcess, conformance, idem_command, seed_tenant};
-use idem::store::DialectName;
+use crate::support::{DialectName, TestApp, TestDatabase, conformance};
 use idem::workers::retention::{Cleanup, CleanupSettings};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -76,122 +74,140 @@ fn seed_sql(dialect: DialectName) -> String {
     }
 }
 
-conformance! {
-    async fn expired_records_are_purged_in_bounded_batches_under_traffic(db) {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
-        let dialect = db.target.dialect();
-        db.execute(&seed_sql(dialect)).await.expect("seed expired records");
-        let sim = IdemProcess::provider_sim().await;
-        let mut command = idem_command(dir.path());
-        command
-            .env("DATABASE_URL", db.url())
-            .env("IDEM_RATE_LIMIT_PER_SEC", "0")
-            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
-            // This test's own cleanup does the work, so that every batch is measured here.
-            .env("IDEM_CLEANUP_INTERVAL_MS", "3600000")
-            // The seeded unknown outcomes have no payment behind them: not for recovery.
-            .env("IDEM_RECOVERY_MAX_ATTEMPTS", "0")
-            .stderr(Stdio::inherit());
-        let server = IdemProcess::serve_with(command).await;
+async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDatabase) {
+    let mut app = TestApp::on_database(db)
+        .tenant("acme", "1000000.00")
+        .serve("--rate-limit-per-sec", "0")
+        // This test's own cleanup does the work, so that every batch is measured here.
+        .serve("--cleanup-interval-ms", "3600000")
+        // The seeded unknown outcomes have no payment behind them: not for recovery.
+        .serve("--recovery-max-attempts", "0")
+        .seeded()
+        .await;
+    app.db
+        .execute(&seed_sql(app.db.target.dialect()))
+        .await
+        .expect("seed expired records");
+    app.restart(&[]).await;
+    let api_key = app.key("acme").to_owned();
 
-        // Traffic for as long as the cleanup runs: new payments, each replayed once.
-        let stop = Arc::new(AtomicBool::new(false));
-        let served = Arc::new(AtomicUsize::new(0));
-        let clients: Vec<_> = (0..4)
-            .map(|client| {
-                let (stop, served, api_key) = (stop.clone(), served.clone(), api_key.clone());
-                let url = format!("http://{}/payments", server.address);
-                tokio::spawn(async move {
-                    let http = reqwest::Client::new();
-                    let mut failures = Vec::new();
-                    let mut n = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        n += 1;
-                        let body = format!(
-                            r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"live-{client}-{n}"}}"#
-                        );
-                        for attempt in ["first", "replay"] {
-                            let response = http
-                                .post(&url)
-                                .bearer_auth(&api_key)
-                                .header("idempotency-key", format!("live-{client}-{n}"))
-                                .header("content-type", "application/json")
-                                .body(body.clone())
-                                .send()
-                                .await;
-                            match response {
-                                Ok(response) if response.status() == 201 => {
-                                    served.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Ok(response) => failures.push(format!("{attempt} {n}: {}", response.status())),
-                                Err(error) => failures.push(format!("{attempt} {n}: {error}")),
+    // Traffic for as long as the cleanup runs: new payments, each replayed once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (stop, served, api_key) = (stop.clone(), served.clone(), api_key.clone());
+            let url = app.url("/payments");
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let mut failures = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let body = format!(
+                        r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"live-{client}-{n}"}}"#
+                    );
+                    for attempt in ["first", "replay"] {
+                        let response = http
+                            .post(&url)
+                            .bearer_auth(&api_key)
+                            .header("idempotency-key", format!("live-{client}-{n}"))
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                            .await;
+                        match response {
+                            Ok(response) if response.status() == 201 => {
+                                served.fetch_add(1, Ordering::Relaxed);
                             }
+                            Ok(response) => failures.push(format!("{attempt} {n}: {}", response.status())),
+                            Err(error) => failures.push(format!("{attempt} {n}: {error}")),
                         }
                     }
-                    failures
-                })
+                }
+                failures
             })
-            .collect();
+        })
+        .collect();
 
-        let store = db.store().await;
-        let bound = Duration::from_secs(2);
-        let cleanup = Cleanup::new(store.clone(), CleanupSettings {
+    let store = app.db.store().await;
+    let bound = Duration::from_secs(2);
+    let cleanup = Cleanup::new(
+        store.clone(),
+        CleanupSettings {
             retention: RETENTION,
             max_batch: 1_000,
             batch_bound: bound,
             pause: Duration::from_millis(5),
-        });
-        let report = cleanup.run_once().await;
-        stop.store(true, Ordering::Relaxed);
-        let mut failures = Vec::new();
-        for client in clients {
-            failures.extend(client.await.expect("client task"));
-        }
-
-        assert!(failures.is_empty(), "no request failed: {failures:?} {report:?}");
-        assert!(served.load(Ordering::Relaxed) > 0, "traffic ran during the cleanup");
-        assert_eq!(report.purged, u64::try_from(EXPIRED).expect("count"), "{report:?}");
-        assert_eq!(report.deleted, u64::try_from(OLD_TOMBSTONES).expect("count"), "{report:?}");
-        assert_eq!(report.overruns, 0, "no batch failed or overran its bound: {report:?}");
-        assert!(report.longest_hold <= bound, "{report:?}");
-        assert!(report.batches >= 100, "in batches of at most 1000: {report:?}");
-
-        let backlog = store.retention_backlog(RETENTION).await.expect("backlog");
-        assert_eq!((backlog.to_purge, backlog.to_delete), (0, 0));
-        let count = |sql: &'static str| db.query_i64(sql);
-        assert_eq!(
-            count("select count(*) from idempotency_responses where idempotency_key like 'old-%'").await,
-            0,
-            "every expired body is gone"
-        );
-        assert_eq!(
-            count(
-                "select count(*) from idempotency_records where idempotency_key like 'old-%' \
-                 and status = 'EXPIRED' and settled_status = 'COMPLETED' and resource_id like 'pay_old_%' \
-                 and provider_reference like 'ch_old_%' and length(request_fingerprint) = 64 \
-                 and canonical_command = ''"
-            )
-            .await,
-            EXPIRED,
-            "every tombstone keeps its metadata"
-        );
-        assert_eq!(count("select count(*) from idempotency_records where idempotency_key like 'tomb-%'").await, 0);
-        assert_eq!(
-            count("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'").await,
-            3,
-            "unknown outcomes never expire"
-        );
-        assert_eq!(
-            count(
-                "select count(*) from idempotency_records r join idempotency_responses s \
-                 on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name \
-                 and s.idempotency_key = r.idempotency_key where r.idempotency_key like 'live-%'"
-            )
-            .await,
-            count("select count(*) from idempotency_records where idempotency_key like 'live-%'").await,
-            "records inside their window keep their bodies"
-        );
-        drop(server);
+        },
+    );
+    let report = cleanup.run_once().await;
+    stop.store(true, Ordering::Relaxed);
+    let mut failures = Vec::new();
+    for client in clients {
+        failures.extend(client.await.expect("client task"));
     }
+
+    assert!(failures.is_empty(), "no request failed: {failures:?} {report:?}");
+    assert!(
+        served.load(Ordering::Relaxed) > 0,
+        "traffic ran during the cleanup"
+    );
+    assert_eq!(
+        report.purged,
+        u64::try_from(EXPIRED).expect("count"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.deleted,
+        u64::try_from(OLD_TOMBSTONES).expect("count"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.overruns, 0,
+        "no batch failed or overran its bound: {report:?}"
+    );
+    assert!(report.longest_hold <= bound, "{report:?}");
+    assert!(report.batches >= 100, "in batches of at most 1000: {report:?}");
+
+    let backlog = store.retention_backlog(RETENTION).await.expect("backlog");
+    assert_eq!((backlog.to_purge, backlog.to_delete), (0, 0));
+    let count = |sql: &'static str| app.db.query_i64(sql);
+    assert_eq!(
+        count("select count(*) from idempotency_responses where idempotency_key like 'old-%'").await,
+        0,
+        "every expired body is gone"
+    );
+    assert_eq!(
+        count(
+            "select count(*) from idempotency_records where idempotency_key like 'old-%' \
+             and status = 'EXPIRED' and settled_status = 'COMPLETED' and resource_id like 'pay_old_%' \
+             and provider_reference like 'ch_old_%' and length(request_fingerprint) = 64 \
+             and canonical_command = ''"
+        )
+        .await,
+        EXPIRED,
+        "every tombstone keeps its metadata"
+    );
+    assert_eq!(
+        count("select count(*) from idempotency_records where idempotency_key like 'tomb-%'").await,
+        0
+    );
+    assert_eq!(
+        count("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'").await,
+        3,
+        "unknown outcomes never expire"
+    );
+    assert_eq!(
+        count(
+            "select count(*) from idempotency_records r join idempotency_responses s \
+             on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name \
+             and s.idempotency_key = r.idempotency_key where r.idempotency_key like 'live-%'"
+        )
+        .await,
+        count("select count(*) from idempotency_records where idempotency_key like 'live-%'").await,
+        "records inside their window keep their bodies"
+    );
 }
+
+conformance!(expired_records_are_purged_in_bounded_batches_under_traffic);

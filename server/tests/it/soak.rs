@@ -3,7 +3,7 @@
 //! each round. At the end every key is retried until it settles: one payment per key, one
 //! provider charge per payment, nothing left IN_PROGRESS or UNKNOWN.
 
-use crate::support::{DialectName, IdemProcess, TestDatabase, seed_tenant, serve_recovering};
+use crate::support::{DialectName, TestApp};
 use futures_util::future::join_all;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -17,18 +17,20 @@ fn body(key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "100000.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let http = reqwest::Client::new();
-    sim.sim_fault(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
+    let mut app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100000.00")
+        .recovering()
+        .process()
+        .await;
+    app.sim
+        .fault(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
         .await;
     let mut keys = BTreeSet::new();
 
     for round in 0..ROUNDS {
-        let mut server = serve_recovering(dir.path(), &db, &sim, &[]).await;
-        let address = server.address;
+        if round > 0 {
+            app.restart(&[]).await;
+        }
         let round_keys: Vec<String> = (0..KEYS_PER_ROUND)
             .map(|index| {
                 // Every fifth request retries a key of the previous round.
@@ -43,17 +45,15 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
         // Requests start 15 ms apart (0 to 600 ms) and the provider takes 30 ms a charge, so
         // each round's kill (150 to 450 ms in) lands in the middle of the traffic.
         let traffic = join_all(round_keys.iter().enumerate().map(|(index, key)| {
-            let request = http
-                .post(format!("http://{address}/payments"))
-                .bearer_auth(&api_key)
-                .header("idempotency-key", key)
-                .body(body(key))
+            let request = app
+                .post(app.key("acme"), Some(key), &body(key))
                 .timeout(Duration::from_secs(5));
             async move {
                 tokio::time::sleep(Duration::from_millis(15 * index as u64)).await;
                 request.send().await
             }
         }));
+        let server = app.server();
         let kill = async {
             tokio::time::sleep(Duration::from_millis(150 + 100 * round)).await;
             server.signal("KILL");
@@ -70,15 +70,12 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
     }
 
     // A last instance: every key is retried until it settles.
-    let server = serve_recovering(dir.path(), &db, &sim, &[]).await;
+    app.restart(&[]).await;
     for key in &keys {
         let mut settled = None;
         for _ in 0..100 {
-            let response = http
-                .post(format!("http://{}/payments", server.address))
-                .bearer_auth(&api_key)
-                .header("idempotency-key", key)
-                .body(body(key))
+            let response = app
+                .post(app.key("acme"), Some(key), &body(key))
                 .send()
                 .await
                 .expect("retry");
@@ -93,8 +90,8 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
         assert_eq!(settled, Some(201), "{key} settled");
     }
 
-    let charges = sim.sim_charges().await;
-    let payments = db.query_i64("select count(*) from payments").await;
+    let charges = app.sim.charges().await;
+    let payments = app.db.query_i64("select count(*) from payments").await;
     assert_eq!(payments, keys.len() as i64, "one payment per key");
     assert_eq!(charges.len() as i64, payments, "one charge per payment");
     assert!(
@@ -102,7 +99,7 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
         "no charge was sent twice"
     );
     assert_eq!(
-        db.query_i64(
+        app.db.query_i64(
             "select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
         )
         .await,
@@ -110,7 +107,7 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
         "nothing stuck"
     );
     assert_eq!(
-        db.query_i64("select balance_minor from accounts").await,
+        app.db.query_i64("select balance_minor from accounts").await,
         10_000_000 - 100 * payments,
         "each payment held once"
     );

@@ -1,6 +1,6 @@
 //! The storage trait's behaviour, identical on PostgreSQL and SQLite.
 
-use crate::support::conformance;
+use crate::support::{TestDatabase, conformance};
 use domain::record::RecordStatus;
 use idem::store::Readiness;
 use idem::store::console::{RecordCursor, RecordGauges, RecordQuery};
@@ -19,86 +19,127 @@ fn records_sql(statuses: &[&str]) -> String {
     sql
 }
 
-conformance! {
-    async fn a_fresh_database_is_not_ready_until_migrated(db) {
-        let store = db.store().await;
-        match store.readiness().await.expect("database reachable") {
-            Readiness::MigrationsPending { applied: 0, expected } => assert!(expected >= 1),
-            other => panic!("expected pending migrations, got {other:?}"),
-        }
-        store.migrate().await.expect("migrate");
-        assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
-        store.migrate().await.expect("migrating again is a no-op");
-        assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
+async fn a_fresh_database_is_not_ready_until_migrated(db: TestDatabase) {
+    let store = db.store().await;
+    match store.readiness().await.expect("database reachable") {
+        Readiness::MigrationsPending { applied: 0, expected } => assert!(expected >= 1),
+        other => panic!("expected pending migrations, got {other:?}"),
     }
-
-    async fn console_gauges_and_record_pages_read_what_is_there(db) {
-        let store = db.migrated_store().await;
-        assert_eq!(store.record_gauges(10).await.expect("gauges"), RecordGauges::default());
-
-        db.execute(&records_sql(&["COMPLETED", "COMPLETED", "UNKNOWN_REQUIRES_RECOVERY", "IN_PROGRESS", "COMPLETED"]))
-            .await
-            .expect("arrange records");
-        db.execute("update idempotency_records set recovery_attempts = 10 where status = 'UNKNOWN_REQUIRES_RECOVERY'")
-            .await
-            .expect("the worker gave up on it");
-        let gauges = store.record_gauges(10).await.expect("gauges");
-        assert_eq!((gauges.in_progress, gauges.unknown, gauges.needs_operator), (1, 1, 1));
-        assert_eq!(gauges.stale_in_progress, 0, "no lease has run out");
-
-        // Keyset pages: newest first, ties broken by the scoped key, no row twice or lost.
-        let mut query = RecordQuery { status: Some(RecordStatus::Completed), ..RecordQuery::default() };
-        let mut seen = Vec::new();
-        loop {
-            let page = store.list_records(&query, 2).await.expect("page");
-            seen.extend(page.iter().map(|row| row.record.key.clone()));
-            match page.last() {
-                Some(last) if page.len() == 2 => {
-                    query.after = Some(RecordCursor { created_at: last.created_at, record: last.record.clone() });
-                }
-                _ => break,
-            }
-        }
-        assert_eq!(seen, ["key-4", "key-1", "key-0"]);
-        let prefixed = RecordQuery { key_prefix: Some("key-3".into()), ..RecordQuery::default() };
-        let rows = store.list_records(&prefixed, 10).await.expect("page");
-        assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].status, RecordStatus::InProgress);
-        let found = store.find_records("key-2", 10).await.expect("find");
-        assert_eq!(found.len(), 1);
-        assert_eq!(store.recovery_queue(10).await.expect("queue").len(), 1, "the unknown outcome");
-    }
-
-    async fn the_schema_rejects_a_status_outside_the_state_machine(db) {
-        db.migrated_store().await;
-        let result = db.execute(&records_sql(&["DONE"])).await;
-        assert!(result.is_err(), "an unknown status must not be stored");
-    }
-
-    async fn the_scoped_key_is_unique(db) {
-        db.migrated_store().await;
-        db.execute(&records_sql(&["COMPLETED"])).await.expect("first record");
-        let again = db.execute(
-            "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
-             fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
-             created_by, expires_at) values ('ten_1', 'create_payment', 'key-0', 1, 'other', '{}', \
-             'IN_PROGRESS', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z')",
-        );
-        assert!(again.await.is_err(), "a second row for the same scoped key must be refused");
-    }
-
-    async fn foreign_keys_are_enforced(db) {
-        db.migrated_store().await;
-        let orphan = db.execute(
-            "insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
-             values ('ten_x', 'create_payment', 'nope', '{}', x'00')",
-        );
-        assert!(orphan.await.is_err(), "a response without its record must be refused");
-    }
+    store.migrate().await.expect("migrate");
+    assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
+    store.migrate().await.expect("migrating again is a no-op");
+    assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
 }
 
+async fn console_gauges_and_record_pages_read_what_is_there(db: TestDatabase) {
+    let store = db.migrated_store().await;
+    assert_eq!(
+        store.record_gauges(10).await.expect("gauges"),
+        RecordGauges::default()
+    );
+
+    db.execute(&records_sql(&[
+        "COMPLETED",
+        "COMPLETED",
+        "UNKNOWN_REQUIRES_RECOVERY",
+        "IN_PROGRESS",
+        "COMPLETED",
+    ]))
+    .await
+    .expect("arrange records");
+    db.execute(
+        "update idempotency_records set recovery_attempts = 10 where status = 'UNKNOWN_REQUIRES_RECOVERY'",
+    )
+    .await
+    .expect("the worker gave up on it");
+    let gauges = store.record_gauges(10).await.expect("gauges");
+    assert_eq!(
+        (gauges.in_progress, gauges.unknown, gauges.needs_operator),
+        (1, 1, 1)
+    );
+    assert_eq!(gauges.stale_in_progress, 0, "no lease has run out");
+
+    // Keyset pages: newest first, ties broken by the scoped key, no row twice or lost.
+    let mut query = RecordQuery {
+        status: Some(RecordStatus::Completed),
+        ..RecordQuery::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = store.list_records(&query, 2).await.expect("page");
+        seen.extend(page.iter().map(|row| row.record.key.clone()));
+        match page.last() {
+            Some(last) if page.len() == 2 => {
+                query.after = Some(RecordCursor {
+                    created_at: last.created_at,
+                    record: last.record.clone(),
+                });
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(seen, ["key-4", "key-1", "key-0"]);
+    let prefixed = RecordQuery {
+        key_prefix: Some("key-3".into()),
+        ..RecordQuery::default()
+    };
+    let rows = store.list_records(&prefixed, 10).await.expect("page");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, RecordStatus::InProgress);
+    let found = store.find_records("key-2", 10).await.expect("find");
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        store.recovery_queue(10).await.expect("queue").len(),
+        1,
+        "the unknown outcome"
+    );
+}
+
+async fn the_schema_rejects_a_status_outside_the_state_machine(db: TestDatabase) {
+    db.migrated_store().await;
+    let result = db.execute(&records_sql(&["DONE"])).await;
+    assert!(result.is_err(), "an unknown status must not be stored");
+}
+
+async fn the_scoped_key_is_unique(db: TestDatabase) {
+    db.migrated_store().await;
+    db.execute(&records_sql(&["COMPLETED"]))
+        .await
+        .expect("first record");
+    let again = db.execute(
+        "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+         fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
+         created_by, expires_at) values ('ten_1', 'create_payment', 'key-0', 1, 'other', '{}', \
+         'IN_PROGRESS', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z')",
+    );
+    assert!(
+        again.await.is_err(),
+        "a second row for the same scoped key must be refused"
+    );
+}
+
+async fn foreign_keys_are_enforced(db: TestDatabase) {
+    db.migrated_store().await;
+    let orphan = db.execute(
+        "insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+         values ('ten_x', 'create_payment', 'nope', '{}', x'00')",
+    );
+    assert!(
+        orphan.await.is_err(),
+        "a response without its record must be refused"
+    );
+}
+
+conformance!(
+    a_fresh_database_is_not_ready_until_migrated,
+    console_gauges_and_record_pages_read_what_is_there,
+    the_schema_rejects_a_status_outside_the_state_machine,
+    the_scoped_key_is_unique,
+    foreign_keys_are_enforced
+);
+
 mod tenants_and_keys {
-    use crate::support::conformance;
+    use crate::support::{TestDatabase, conformance};
     use domain::command::AccountId;
     use domain::money::{Balance, Currency};
     use domain::payment::NewAccount;
@@ -118,74 +159,105 @@ mod tenants_and_keys {
         }
     }
 
-    conformance! {
-            async fn a_tenant_name_is_taken_once(db) {
-                let store = db.migrated_store().await;
-                let id = TenantId::generate();
-                store.create_tenant(&id, &name("acme"), true)
-    .await.expect("create");
-                assert!(matches!(
-                    store.create_tenant(&TenantId::generate(), &name("acme"), true)
-    .await,
-                    Err(StoreError::AlreadyExists)
-                ));
-                assert_eq!(store.tenant_id_by_name(&name("acme")).await.expect("look up"), Some(id));
-                assert_eq!(store.tenant_id_by_name(&name("other")).await.expect("look up"), None);
-            }
+    async fn a_tenant_name_is_taken_once(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let id = TenantId::generate();
+        store
+            .create_tenant(&id, &name("acme"), true)
+            .await
+            .expect("create");
+        assert!(matches!(
+            store
+                .create_tenant(&TenantId::generate(), &name("acme"), true)
+                .await,
+            Err(StoreError::AlreadyExists)
+        ));
+        assert_eq!(
+            store.tenant_id_by_name(&name("acme")).await.expect("look up"),
+            Some(id)
+        );
+        assert_eq!(
+            store.tenant_id_by_name(&name("other")).await.expect("look up"),
+            None
+        );
+    }
 
-            async fn an_api_key_authenticates_until_revoked(db) {
-                let store = db.migrated_store().await;
-                let tenant_id = TenantId::generate();
-                store.create_tenant(&tenant_id, &name("acme"), true)
-    .await.expect("tenant");
-                let key = NewApiKey::generate();
-                store.create_api_key(&tenant_id, &key).await.expect("key");
+    async fn an_api_key_authenticates_until_revoked(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let tenant_id = TenantId::generate();
+        store
+            .create_tenant(&tenant_id, &name("acme"), true)
+            .await
+            .expect("tenant");
+        let key = NewApiKey::generate();
+        store.create_api_key(&tenant_id, &key).await.expect("key");
 
-                let principal = store
-                    .authenticate_api_key(&ApiKeyHash::of(&key.key))
-                    .await
-                    .expect("look up")
-                    .expect("authenticated");
-                assert_eq!(principal.tenant_id, tenant_id);
-                assert_eq!(principal.api_key_id, key.id);
-                assert!(principal.require_idempotency_key, "keys are required by default");
-                assert_eq!(principal.pinned_api_version, "2026-05-01");
+        let principal = store
+            .authenticate_api_key(&ApiKeyHash::of(&key.key))
+            .await
+            .expect("look up")
+            .expect("authenticated");
+        assert_eq!(principal.tenant_id, tenant_id);
+        assert_eq!(principal.api_key_id, key.id);
+        assert!(principal.require_idempotency_key, "keys are required by default");
+        assert_eq!(principal.pinned_api_version, "2026-05-01");
 
-                let guess = ApiKeyHash::of(&format!("{}A", key.key));
-                assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
+        let guess = ApiKeyHash::of(&format!("{}A", key.key));
+        assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
 
-                assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
-                assert_eq!(store.authenticate_api_key(&key.hash).await.expect("look up"), None);
-                assert!(!store.revoke_api_key(&key.id).await.expect("revoke again"), "already revoked");
-            }
+        assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
+        assert_eq!(
+            store.authenticate_api_key(&key.hash).await.expect("look up"),
+            None
+        );
+        assert!(
+            !store.revoke_api_key(&key.id).await.expect("revoke again"),
+            "already revoked"
+        );
+    }
 
-            async fn account_ids_are_unique_within_a_tenant(db) {
-                let store = db.migrated_store().await;
-                let (acme, globex) = (TenantId::generate(), TenantId::generate());
-                store.create_tenant(&acme, &name("acme"), true)
-    .await.expect("tenant");
-                store.create_tenant(&globex, &name("globex"), true)
-    .await.expect("tenant");
+    async fn account_ids_are_unique_within_a_tenant(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let (acme, globex) = (TenantId::generate(), TenantId::generate());
+        store
+            .create_tenant(&acme, &name("acme"), true)
+            .await
+            .expect("tenant");
+        store
+            .create_tenant(&globex, &name("globex"), true)
+            .await
+            .expect("tenant");
 
-                store.create_account(&account(&acme, "acc_1", "1000.00")).await.expect("create");
-                assert!(matches!(
-                    store.create_account(&account(&acme, "acc_1", "5.00")).await,
-                    Err(StoreError::AlreadyExists)
-                ));
-                store
-                    .create_account(&account(&globex, "acc_1", "0"))
-                    .await
-                    .expect("another tenant's acc_1 is another account");
-                let negative_balance = format!(
-                    "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
-                );
-                assert!(db.execute(&negative_balance).await.is_err(), "a negative balance is refused by the schema");
-            }
-        }
+        store
+            .create_account(&account(&acme, "acc_1", "1000.00"))
+            .await
+            .expect("create");
+        assert!(matches!(
+            store.create_account(&account(&acme, "acc_1", "5.00")).await,
+            Err(StoreError::AlreadyExists)
+        ));
+        store
+            .create_account(&account(&globex, "acc_1", "0"))
+            .await
+            .expect("another tenant's acc_1 is another account");
+        let negative_balance = format!(
+            "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
+        );
+        assert!(
+            db.execute(&negative_balance).await.is_err(),
+            "a negative balance is refused by the schema"
+        );
+    }
+
+    conformance!(
+        a_tenant_name_is_taken_once,
+        an_api_key_authenticates_until_revoked,
+        account_ids_are_unique_within_a_tenant
+    );
 }
 
 mod account_settings {
-    use crate::support::conformance;
+    use crate::support::{TestDatabase, conformance};
     use domain::command::AccountId;
     use domain::money::{Balance, Currency};
     use domain::payment::NewAccount;
@@ -193,86 +265,109 @@ mod account_settings {
     use idem::auth::api_key::NewApiKey;
     use std::sync::Arc;
 
-    conformance! {
-            async fn setting_the_default_currency_twice_audits_one_change(db) {
-                let store = db.migrated_store().await;
-                let tenant_id = TenantId::generate();
-                store.create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
-    .await.expect("tenant");
-                let account = AccountId::parse("acc_1").expect("id");
-                store
-                    .create_account(&NewAccount {
-                        tenant_id: tenant_id.clone(),
-                        id: account.clone(),
-                        balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
-                    })
-                    .await
-                    .expect("account");
-                let key = NewApiKey::generate();
-                store.create_api_key(&tenant_id, &key).await.expect("key");
+    async fn setting_the_default_currency_twice_audits_one_change(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let tenant_id = TenantId::generate();
+        store
+            .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
+            .await
+            .expect("tenant");
+        let account = AccountId::parse("acc_1").expect("id");
+        store
+            .create_account(&NewAccount {
+                tenant_id: tenant_id.clone(),
+                id: account.clone(),
+                balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
+            })
+            .await
+            .expect("account");
+        let key = NewApiKey::generate();
+        store.create_api_key(&tenant_id, &key).await.expect("key");
 
-                let store: Arc<dyn idem::store::Store> = store;
-                let attempts: Vec<_> = (0..8)
-                    .map(|_| {
-                        let (store, tenant_id, account, key_id) =
-                            (store.clone(), tenant_id.clone(), account.clone(), key.id.clone());
-                        tokio::spawn(async move {
-                            store.set_default_currency(&tenant_id, &account, Currency::Usd, &key_id).await
-                        })
-                    })
-                    .collect();
-                let mut changed = 0;
-                for attempt in attempts {
-                    match attempt.await.expect("task").expect("set") {
-                        Some(true) => changed += 1,
-                        Some(false) => {}
-                        None => panic!("the account exists"),
-                    }
-                }
-                assert_eq!(changed, 1, "eight equal requests, one change");
-                assert_eq!(db.query_i64("select count(*) from account_audit").await, 1);
-
-                assert_eq!(
-                    store.set_default_currency(&tenant_id, &account, Currency::Eur, &key.id).await.expect("set"),
-                    Some(true)
-                );
-                assert_eq!(db.query_i64("select count(*) from account_audit").await, 2);
-                let missing = AccountId::parse("acc_9").expect("id");
-                assert_eq!(
-                    store.set_default_currency(&tenant_id, &missing, Currency::Eur, &key.id).await.expect("set"),
-                    None
-                );
+        let store: Arc<dyn idem::store::Store> = store;
+        let attempts: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, tenant_id, account, key_id) =
+                    (store.clone(), tenant_id.clone(), account.clone(), key.id.clone());
+                tokio::spawn(async move {
+                    store
+                        .set_default_currency(&tenant_id, &account, Currency::Usd, &key_id)
+                        .await
+                })
+            })
+            .collect();
+        let mut changed = 0;
+        for attempt in attempts {
+            match attempt.await.expect("task").expect("set") {
+                Some(true) => changed += 1,
+                Some(false) => {}
+                None => panic!("the account exists"),
             }
         }
+        assert_eq!(changed, 1, "eight equal requests, one change");
+        assert_eq!(db.query_i64("select count(*) from account_audit").await, 1);
+
+        assert_eq!(
+            store
+                .set_default_currency(&tenant_id, &account, Currency::Eur, &key.id)
+                .await
+                .expect("set"),
+            Some(true)
+        );
+        assert_eq!(db.query_i64("select count(*) from account_audit").await, 2);
+        let missing = AccountId::parse("acc_9").expect("id");
+        assert_eq!(
+            store
+                .set_default_currency(&tenant_id, &missing, Currency::Eur, &key.id)
+                .await
+                .expect("set"),
+            None
+        );
+    }
+
+    conformance!(setting_the_default_currency_twice_audits_one_change);
 }
 
 mod outcome_buckets {
-    use crate::support::conformance;
+    use crate::support::{TestDatabase, conformance};
     use chrono::{TimeZone, Utc};
     use domain::outcome::Outcome;
     use idem::store::metrics::OutcomeCount;
 
-    conformance! {
-        async fn counts_from_several_flushes_add_up_in_their_bucket(db) {
-            let store = db.migrated_store().await;
-            let minute = Utc.with_ymd_and_hms(2026, 11, 29, 10, 55, 0).single().expect("time");
-            let count = |outcome, count| OutcomeCount {
-                bucket_start: minute,
-                tenant_id: "ten_1".to_owned(),
-                operation: domain::scope::Operation::CreatePayment,
-                outcome,
-                count,
-            };
-            store.add_outcome_counts(&[count(Outcome::Replay, 3), count(Outcome::NewExecution, 1)]).await.expect("flush");
-            store.add_outcome_counts(&[count(Outcome::Replay, 2)]).await.expect("flush");
-            assert_eq!(db.query_i64("select count from outcome_buckets where outcome = 'replay'").await, 5);
-            assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
-        }
+    async fn counts_from_several_flushes_add_up_in_their_bucket(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let minute = Utc
+            .with_ymd_and_hms(2026, 11, 29, 10, 55, 0)
+            .single()
+            .expect("time");
+        let count = |outcome, count| OutcomeCount {
+            bucket_start: minute,
+            tenant_id: "ten_1".to_owned(),
+            operation: domain::scope::Operation::CreatePayment,
+            outcome,
+            count,
+        };
+        store
+            .add_outcome_counts(&[count(Outcome::Replay, 3), count(Outcome::NewExecution, 1)])
+            .await
+            .expect("flush");
+        store
+            .add_outcome_counts(&[count(Outcome::Replay, 2)])
+            .await
+            .expect("flush");
+        assert_eq!(
+            db.query_i64("select count from outcome_buckets where outcome = 'replay'")
+                .await,
+            5
+        );
+        assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
     }
+
+    conformance!(counts_from_several_flushes_add_up_in_their_bucket);
 }
 
 mod console_jobs {
-    use crate::support::conformance;
+    use crate::support::{TestDatabase, conformance};
     use domain::key::IdempotencyKey;
     use domain::operator::AuditEntry;
     use domain::record::RecordStatus;
@@ -309,143 +404,268 @@ mod console_jobs {
         }
     }
 
-    conformance! {
-        async fn a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease(db) {
-            let store = db.migrated_store().await;
-            let job = ClaimedBulkJob { id: "blk_1".into(), requested_by: "otto".into(), reason: "OPS-1".into() };
-            let items: Vec<BulkItem> = ["k-1", "k-2"]
-                .into_iter()
-                .zip(0..)
-                .map(|(key, position)| BulkItem {
-                    position,
-                    record: record(key),
-                    version: 3,
-                    action: ReconcileAction::MarkFailedAndReleaseKey,
-                })
-                .collect();
-            store.create_bulk_job(&job, &items).await.expect("create");
-            let lease = Duration::from_millis(300);
-            let claimed = store.claim_bulk_job(Some("blk_1"), lease).await.expect("claim");
-            assert_eq!(claimed.as_ref().map(|job| job.requested_by.as_str()), Some("otto"));
-            assert_eq!(store.claim_bulk_job(None, lease).await.expect("claim"), None, "held");
-            assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items);
+    async fn a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let job = ClaimedBulkJob {
+            id: "blk_1".into(),
+            requested_by: "otto".into(),
+            reason: "OPS-1".into(),
+        };
+        let items: Vec<BulkItem> = ["k-1", "k-2"]
+            .into_iter()
+            .zip(0..)
+            .map(|(key, position)| BulkItem {
+                position,
+                record: record(key),
+                version: 3,
+                action: ReconcileAction::MarkFailedAndReleaseKey,
+            })
+            .collect();
+        store.create_bulk_job(&job, &items).await.expect("create");
+        let lease = Duration::from_millis(300);
+        let claimed = store.claim_bulk_job(Some("blk_1"), lease).await.expect("claim");
+        assert_eq!(
+            claimed.as_ref().map(|job| job.requested_by.as_str()),
+            Some("otto")
+        );
+        assert_eq!(
+            store.claim_bulk_job(None, lease).await.expect("claim"),
+            None,
+            "held"
+        );
+        assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items);
 
-            let done = BulkItemResult {
-                ok: true,
-                status: Some(RecordStatus::FailedRetryable),
-                message: "applied".into(),
-            };
-            store.finish_bulk_item("blk_1", 0, &done, lease).await.expect("item");
-            let view = store.bulk_job("blk_1").await.expect("read").expect("job");
-            let finished = view.items.iter().filter(|(_, result)| result.is_some()).count();
-            assert_eq!((finished, view.items.len(), view.finished_at), (1, 2, None));
-            assert_eq!(view.items[0], (items[0].clone(), Some(done)));
-            assert_eq!(view.items[1], (items[1].clone(), None));
+        let done = BulkItemResult {
+            ok: true,
+            status: Some(RecordStatus::FailedRetryable),
+            message: "applied".into(),
+        };
+        store
+            .finish_bulk_item("blk_1", 0, &done, lease)
+            .await
+            .expect("item");
+        let view = store.bulk_job("blk_1").await.expect("read").expect("job");
+        let finished = view.items.iter().filter(|(_, result)| result.is_some()).count();
+        assert_eq!((finished, view.items.len(), view.finished_at), (1, 2, None));
+        assert_eq!(view.items[0], (items[0].clone(), Some(done)));
+        assert_eq!(view.items[1], (items[1].clone(), None));
 
-            // The runner stopped: after its lease another takes the rest.
-            tokio::time::sleep(lease * 2).await;
-            let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
-            assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
-            assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items[1..]);
-            store.finish_bulk_job("blk_1").await.expect("finish");
-            tokio::time::sleep(lease * 2).await;
-            assert_eq!(store.claim_bulk_job(None, lease).await.expect("claim"), None, "finished");
-            assert!(store.bulk_job("blk_1").await.expect("read").expect("job").finished_at.is_some());
-            assert_eq!(store.bulk_job("blk_2").await.expect("read"), None);
-        }
+        // The runner stopped: after its lease another takes the rest.
+        tokio::time::sleep(lease * 2).await;
+        let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
+        assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
+        assert_eq!(
+            store.pending_bulk_items("blk_1").await.expect("items"),
+            items[1..]
+        );
+        store.finish_bulk_job("blk_1").await.expect("finish");
+        tokio::time::sleep(lease * 2).await;
+        assert_eq!(
+            store.claim_bulk_job(None, lease).await.expect("claim"),
+            None,
+            "finished"
+        );
+        assert!(
+            store
+                .bulk_job("blk_1")
+                .await
+                .expect("read")
+                .expect("job")
+                .finished_at
+                .is_some()
+        );
+        assert_eq!(store.bulk_job("blk_2").await.expect("read"), None);
+    }
 
-        async fn an_override_request_is_decided_once_and_never_by_its_requester(db) {
-            let store = db.migrated_store().await;
-            let request = NewOverrideRequest {
-                id: "ovr_1".into(),
-                scope: scope("k-1"),
-                record_version: 4,
-                outcome: OverrideOutcome::Charged { charge_id: "ch_9".into() },
-                requested_by: "ada".into(),
-                reason: "statement".into(),
-            };
-            store.request_override(&request, &audit("ada", "override.request"), DAY).await.expect("request");
-            let second = NewOverrideRequest { id: "ovr_2".into(), ..request.clone() };
-            assert!(matches!(
-                store.request_override(&second, &audit("ada", "override.request"), DAY).await,
-                Err(StoreError::AlreadyExists)
-            ));
-            assert!(!store
+    async fn an_override_request_is_decided_once_and_never_by_its_requester(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let request = NewOverrideRequest {
+            id: "ovr_1".into(),
+            scope: scope("k-1"),
+            record_version: 4,
+            outcome: OverrideOutcome::Charged {
+                charge_id: "ch_9".into(),
+            },
+            requested_by: "ada".into(),
+            reason: "statement".into(),
+        };
+        store
+            .request_override(&request, &audit("ada", "override.request"), DAY)
+            .await
+            .expect("request");
+        let second = NewOverrideRequest {
+            id: "ovr_2".into(),
+            ..request.clone()
+        };
+        assert!(matches!(
+            store
+                .request_override(&second, &audit("ada", "override.request"), DAY)
+                .await,
+            Err(StoreError::AlreadyExists)
+        ));
+        assert!(
+            !store
                 .decide_override("ovr_1", OverrideState::Approved, "ada", "mine", None, DAY)
                 .await
-                .expect("decide"));
-            assert!(store
+                .expect("decide")
+        );
+        assert!(
+            store
                 .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None, DAY)
                 .await
-                .expect("decide"));
-            assert!(!store
+                .expect("decide")
+        );
+        assert!(
+            !store
                 .decide_override("ovr_1", OverrideState::Rejected, "cy", "late", None, DAY)
                 .await
-                .expect("decide"), "decided once");
-            store.finish_override("ovr_1", OverrideState::Applied, "settled").await.expect("finish");
-            let view = store.override_request("ovr_1").await.expect("read").expect("request");
-            assert_eq!(view.state, OverrideState::Applied);
-            assert_eq!(view.outcome, request.outcome);
-            assert_eq!(view.decided_by.as_deref(), Some("bob"));
-            assert_eq!(view.result.as_deref(), Some("settled"));
-            // Decided, so the record may have another request now.
-            store.request_override(&second, &audit("ada", "override.request"), DAY).await.expect("request");
-            let listed = store.override_requests(10).await.expect("list");
-            assert_eq!(listed.iter().map(|request| request.id.as_str()).collect::<Vec<_>>(), ["ovr_2", "ovr_1"]);
-            assert_eq!(
-                db.query_i64("select count(*) from audit_log where action = 'override.request'").await,
-                2,
-                "the refused duplicate wrote no audit entry"
-            );
-        }
-
-        async fn an_override_request_nobody_decided_in_time_expires(db) {
-            let store = db.migrated_store().await;
-            let request = NewOverrideRequest {
-                id: "ovr_1".into(),
-                scope: scope("k-1"),
-                record_version: 4,
-                outcome: OverrideOutcome::NotCharged,
-                requested_by: "ada".into(),
-                reason: "statement".into(),
-            };
-            store.request_override(&request, &audit("ada", "override.request"), DAY).await.expect("request");
-            assert_eq!(store.expire_override_requests(DAY).await.expect("expire"), 0, "still young");
-            // Past its window: nobody may approve it any more.
-            assert!(!store
-                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None, Duration::ZERO)
-                .await
-                .expect("decide"));
-            assert_eq!(store.expire_override_requests(Duration::ZERO).await.expect("expire"), 1);
-            assert_eq!(store.expire_override_requests(Duration::ZERO).await.expect("expire"), 0, "once");
-            let view = store.override_request("ovr_1").await.expect("read").expect("request");
-            assert_eq!(view.state, OverrideState::Rejected);
-            assert_eq!(view.decided_by, None, "no admin decided it");
-            assert!(view.decision_reason.as_deref().is_some_and(|why| why.starts_with("expired")), "{view:?}");
-            assert_eq!(
-                db.query_i64(
-                    "select count(*) from audit_log where action = 'override.expire' \
-                     and actor = 'worker:override_expiry' and target like '%k-1'"
-                )
+                .expect("decide"),
+            "decided once"
+        );
+        store
+            .finish_override("ovr_1", OverrideState::Applied, "settled")
+            .await
+            .expect("finish");
+        let view = store
+            .override_request("ovr_1")
+            .await
+            .expect("read")
+            .expect("request");
+        assert_eq!(view.state, OverrideState::Applied);
+        assert_eq!(view.outcome, request.outcome);
+        assert_eq!(view.decided_by.as_deref(), Some("bob"));
+        assert_eq!(view.result.as_deref(), Some("settled"));
+        // Decided, so the record may have another request now.
+        store
+            .request_override(&second, &audit("ada", "override.request"), DAY)
+            .await
+            .expect("request");
+        let listed = store.override_requests(10).await.expect("list");
+        assert_eq!(
+            listed
+                .iter()
+                .map(|request| request.id.as_str())
+                .collect::<Vec<_>>(),
+            ["ovr_2", "ovr_1"]
+        );
+        assert_eq!(
+            db.query_i64("select count(*) from audit_log where action = 'override.request'")
                 .await,
-                1
-            );
-
-            // A stale pending request does not block a new one: it is expired first.
-            let second = NewOverrideRequest { id: "ovr_2".into(), ..request.clone() };
-            store.request_override(&second, &audit("ada", "override.request"), DAY).await.expect("request");
-            let third = NewOverrideRequest { id: "ovr_3".into(), ..request.clone() };
-            store.request_override(&third, &audit("ada", "override.request"), Duration::ZERO).await.expect("request");
-            let second = store.override_request("ovr_2").await.expect("read").expect("request");
-            assert_eq!(second.state, OverrideState::Rejected);
-            let third = store.override_request("ovr_3").await.expect("read").expect("request");
-            assert_eq!(third.state, OverrideState::Pending);
-        }
+            2,
+            "the refused duplicate wrote no audit entry"
+        );
     }
+
+    async fn an_override_request_nobody_decided_in_time_expires(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let request = NewOverrideRequest {
+            id: "ovr_1".into(),
+            scope: scope("k-1"),
+            record_version: 4,
+            outcome: OverrideOutcome::NotCharged,
+            requested_by: "ada".into(),
+            reason: "statement".into(),
+        };
+        store
+            .request_override(&request, &audit("ada", "override.request"), DAY)
+            .await
+            .expect("request");
+        assert_eq!(
+            store.expire_override_requests(DAY).await.expect("expire"),
+            0,
+            "still young"
+        );
+        // Past its window: nobody may approve it any more.
+        assert!(
+            !store
+                .decide_override(
+                    "ovr_1",
+                    OverrideState::Approved,
+                    "bob",
+                    "checked",
+                    None,
+                    Duration::ZERO
+                )
+                .await
+                .expect("decide")
+        );
+        assert_eq!(
+            store
+                .expire_override_requests(Duration::ZERO)
+                .await
+                .expect("expire"),
+            1
+        );
+        assert_eq!(
+            store
+                .expire_override_requests(Duration::ZERO)
+                .await
+                .expect("expire"),
+            0,
+            "once"
+        );
+        let view = store
+            .override_request("ovr_1")
+            .await
+            .expect("read")
+            .expect("request");
+        assert_eq!(view.state, OverrideState::Rejected);
+        assert_eq!(view.decided_by, None, "no admin decided it");
+        assert!(
+            view.decision_reason
+                .as_deref()
+                .is_some_and(|why| why.starts_with("expired")),
+            "{view:?}"
+        );
+        assert_eq!(
+            db.query_i64(
+                "select count(*) from audit_log where action = 'override.expire' \
+                 and actor = 'worker:override_expiry' and target like '%k-1'"
+            )
+            .await,
+            1
+        );
+
+        // A stale pending request does not block a new one: it is expired first.
+        let second = NewOverrideRequest {
+            id: "ovr_2".into(),
+            ..request.clone()
+        };
+        store
+            .request_override(&second, &audit("ada", "override.request"), DAY)
+            .await
+            .expect("request");
+        let third = NewOverrideRequest {
+            id: "ovr_3".into(),
+            ..request.clone()
+        };
+        store
+            .request_override(&third, &audit("ada", "override.request"), Duration::ZERO)
+            .await
+            .expect("request");
+        let second = store
+            .override_request("ovr_2")
+            .await
+            .expect("read")
+            .expect("request");
+        assert_eq!(second.state, OverrideState::Rejected);
+        let third = store
+            .override_request("ovr_3")
+            .await
+            .expect("read")
+            .expect("request");
+        assert_eq!(third.state, OverrideState::Pending);
+    }
+
+    conformance!(
+        a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease,
+        an_override_request_is_decided_once_and_never_by_its_requester,
+        an_override_request_nobody_decided_in_time_expires
+    );
 }
 
 mod upgrades {
-    use crate::support::conformance;
+    use crate::support::{TestDatabase, conformance};
     use idem::store::DatabaseTarget;
     use sqlx::migrate::Migrator;
 
@@ -475,51 +695,64 @@ mod upgrades {
         (dir, migrator)
     }
 
-    conformance! {
-        async fn a_database_holding_payments_upgrades_through_the_business_key_change(db) {
-            let (_files, older) = migrations_up_to(&db.target, 11).await;
-            match &db.target {
-                DatabaseTarget::Postgres { url } => {
-                    let pool = sqlx::PgPool::connect(url).await.expect("connect");
-                    older.run(&pool).await.expect("older migrations");
-                    pool.close().await;
-                }
-                _ => {
-                    use std::str::FromStr;
-                    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url())
-                        .expect("url")
-                        .foreign_keys(true)
-                        .create_if_missing(true);
-                    let pool = sqlx::SqlitePool::connect_with(options).await.expect("connect");
-                    older.run(&pool).await.expect("older migrations");
-                    pool.close().await;
-                }
+    async fn a_database_holding_payments_upgrades_through_the_business_key_change(db: TestDatabase) {
+        let (_files, older) = migrations_up_to(&db.target, 11).await;
+        match &db.target {
+            DatabaseTarget::Postgres { url } => {
+                let pool = sqlx::PgPool::connect(url).await.expect("connect");
+                older.run(&pool).await.expect("older migrations");
+                pool.close().await;
             }
-            db.execute(
-                "insert into tenants (id, name) values ('ten_1', 'acme'); \
-                 insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 1000); \
-                 insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status) \
-                 values ('pay_1', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'DECLINED'); \
-                 insert into outbox_events (id, payment_id, event_type, payload) \
-                 values ('evt_1', 'pay_1', 'PaymentDeclined', '{}');",
-            )
-            .await
-            .expect("data of the older version");
-
-            db.migrated_store().await;
-            assert_eq!(db.query_i64("select count(*) from payments where released_at is null").await, 1);
-            assert_eq!(db.query_i64("select count(*) from outbox_events where payment_id = 'pay_1'").await, 1);
-            let same_reference = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
-                 merchant_reference, channel, status) values ('pay_2', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'PROCESSING')";
-            assert!(db.execute(same_reference).await.is_err(), "the business key still holds");
-            db.execute("update payments set released_at = '2030-01-01T00:00:00Z' where id = 'pay_1'")
-                .await
-                .expect("release");
-            db.execute(same_reference).await.expect("a released payment's reference is free");
-            let orphan = db.execute(
-                "insert into outbox_events (id, payment_id, event_type, payload) values ('evt_2', 'pay_x', 'PaymentCreated', '{}')",
-            );
-            assert!(orphan.await.is_err(), "events still need their payment");
+            _ => {
+                use std::str::FromStr;
+                let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url())
+                    .expect("url")
+                    .foreign_keys(true)
+                    .create_if_missing(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.expect("connect");
+                older.run(&pool).await.expect("older migrations");
+                pool.close().await;
+            }
         }
+        db.execute(
+            "insert into tenants (id, name) values ('ten_1', 'acme'); \
+             insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 1000); \
+             insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status) \
+             values ('pay_1', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'DECLINED'); \
+             insert into outbox_events (id, payment_id, event_type, payload) \
+             values ('evt_1', 'pay_1', 'PaymentDeclined', '{}');",
+        )
+        .await
+        .expect("data of the older version");
+
+        db.migrated_store().await;
+        assert_eq!(
+            db.query_i64("select count(*) from payments where released_at is null")
+                .await,
+            1
+        );
+        assert_eq!(
+            db.query_i64("select count(*) from outbox_events where payment_id = 'pay_1'")
+                .await,
+            1
+        );
+        let same_reference = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
+             merchant_reference, channel, status) values ('pay_2', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'PROCESSING')";
+        assert!(
+            db.execute(same_reference).await.is_err(),
+            "the business key still holds"
+        );
+        db.execute("update payments set released_at = '2030-01-01T00:00:00Z' where id = 'pay_1'")
+            .await
+            .expect("release");
+        db.execute(same_reference)
+            .await
+            .expect("a released payment's reference is free");
+        let orphan = db.execute(
+            "insert into outbox_events (id, payment_id, event_type, payload) values ('evt_2', 'pay_x', 'PaymentCreated', '{}')",
+        );
+        assert!(orphan.await.is_err(), "events still need their payment");
     }
+
+    conformance!(a_database_holding_payments_upgrades_through_the_business_key_change);
 }

@@ -3,10 +3,9 @@
 //! them all. Exactly one payment and one provider charge per key; every other answer is a
 //! replay or "in progress"; no 5xx.
 
-use crate::support::{DialectName, IdemProcess, TestDatabase, idem_command, seed_tenant};
+use crate::support::{DialectName, TestApp};
 use futures_util::future::join_all;
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use tokio::sync::Barrier;
 
@@ -24,21 +23,19 @@ struct Tally {
 }
 
 async fn storm(dialect: DialectName, servers: usize) {
-    let db = TestDatabase::create(dialect).await;
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let api_key = seed_tenant(dir.path(), &db, "acme", "1000000.00").await;
-    let sim = IdemProcess::provider_sim().await;
-    let mut instances = Vec::new();
-    for _ in 0..servers {
-        let mut command = idem_command(dir.path());
-        command
-            .env("DATABASE_URL", db.url())
-            .env("IDEM_RATE_LIMIT_PER_SEC", "0")
-            .env("IDEM_PROVIDER_URL", format!("http://{}", sim.address))
-            .stderr(Stdio::inherit());
-        instances.push(IdemProcess::serve_with(command).await);
+    let app = TestApp::on(dialect)
+        .tenant("acme", "1000000.00")
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await;
+    let mut others = Vec::new();
+    for _ in 1..servers {
+        others.push(app.spawn_server(&[]).await);
     }
-    let addresses: Vec<_> = instances.iter().map(|instance| instance.address).collect();
+    let addresses: Vec<_> = std::iter::once(app.address)
+        .chain(others.iter().map(|instance| instance.address))
+        .collect();
+    let api_key = app.key("acme");
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(REQUESTS_PER_KEY)
         .build()
@@ -49,7 +46,7 @@ async fn storm(dialect: DialectName, servers: usize) {
         let barrier = Arc::new(Barrier::new(batch.len() * REQUESTS_PER_KEY));
         let requests = batch.iter().flat_map(|&key| {
             (0..REQUESTS_PER_KEY).map({
-                let (http, barrier, api_key, addresses) = (&http, barrier.clone(), &api_key, &addresses);
+                let (http, barrier, addresses) = (&http, barrier.clone(), &addresses);
                 move |attempt| {
                     let barrier = barrier.clone();
                     async move {
@@ -92,15 +89,18 @@ async fn storm(dialect: DialectName, servers: usize) {
         assert_eq!(tally.fresh, 1, "key {key}: {tally:?}");
         assert_eq!(tally.fresh + tally.replayed + tally.in_progress, REQUESTS_PER_KEY);
     }
-    let charges = sim.sim_charges().await;
+    let charges = app.sim.charges().await;
     assert_eq!(charges.len(), KEYS, "one charge per key");
     assert!(
         charges.iter().all(|charge| charge.create_calls == 1),
         "each charged once"
     );
-    assert_eq!(db.query_i64("select count(*) from payments").await, KEYS as i64);
     assert_eq!(
-        db.query_i64("select balance_minor from accounts").await,
+        app.db.query_i64("select count(*) from payments").await,
+        KEYS as i64
+    );
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
         100_000_000 - 1_000 * KEYS as i64,
         "each amount taken once"
     );

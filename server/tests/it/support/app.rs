@@ -1,204 +1,408 @@
-use super::TestDatabase;
+//! Idem as a test runs it: a fresh database, tenants with their API keys, the provider
+//! simulator, and `idem serve` itself, built in this process by `Application::build` or run as
+//! the real binary. A test names what it needs:
+//!
+//! ```ignore
+//! let app = TestApp::on(DialectName::Postgres)
+//!     .tenant("acme", "100.00")
+//!     .serve("--provider-timeout-ms", "800")
+//!     .process()
+//!     .await;
+//! ```
+
+use super::console::{Console, OPERATOR_PASSWORD, create_operator};
+use super::process::{IdemProcess, TEST_RESPONSE_KEYS, admin, idem_command};
+use super::sim::Sim;
+use super::{DialectName, TestDatabase};
 use clap::Parser;
-use domain::operator::{AuditEntry, OperatorRole};
+use domain::operator::OperatorRole;
+use idem::admin::AdminError;
 use idem::application::Application;
-use idem::auth::operator::Password;
-use idem::cli::{Cli, Command, ServeArgs};
-use idem::store::Store;
-use idem::store::operators::StoredOperator;
+use idem::cli::{AccountCommand, ApiKeyCommand, Cli, ServeArgs, TenantCommand};
+use idem::store::{Store, StoreError};
+use reqwest::RequestBuilder;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::Arc;
 use tempfile::TempDir;
+use tokio::process::Command;
 
-/// The HTTP app served in-process on a random port, over a real database.
-pub struct TestApp {
-    pub address: SocketAddr,
-    pub client: reqwest::Client,
-    pub db: TestDatabase,
-    /// A console build stand-in: `pkg/idem.css` only.
-    pub site_root: TempDir,
-    /// The instance's data directory (receipts, generated keys), gone with the app.
-    _data_dir: TempDir,
-    /// The console session cookie (`name=value`) once signed in.
-    pub session: Option<String>,
+/// Where `idem serve` processes log: nowhere, since many tests provoke warnings on purpose,
+/// unless `IDEM_TEST_SERVER_LOGS` is set.
+fn server_logs() -> Stdio {
+    match std::env::var_os("IDEM_TEST_SERVER_LOGS") {
+        Some(_) => Stdio::inherit(),
+        None => Stdio::null(),
+    }
 }
 
-/// The password of every operator `TestApp::sign_in` creates.
-pub const OPERATOR_PASSWORD: &str = "correct horse battery staple";
+/// What a test asks for, before it starts.
+pub struct Setup {
+    db: Option<TestDatabase>,
+    dialect: DialectName,
+    /// Name, opening balance of `acc_1` (EUR), whether keys are optional.
+    tenants: Vec<(String, String, bool)>,
+    /// `idem serve` flags over the defaults of the way it runs.
+    flags: BTreeMap<String, String>,
+}
+
+pub struct TestApp {
+    /// The first instance's address.
+    pub address: SocketAddr,
+    /// A client that follows no redirects.
+    pub http: reqwest::Client,
+    pub sim: Sim,
+    /// The instances' data directory (receipts, keys).
+    pub dir: TempDir,
+    /// The console build stand-in (`pkg/idem.css`) of instances in this process.
+    pub site_root: TempDir,
+    /// Each tenant's API key, in the order the setup named them.
+    keys: Vec<(String, String)>,
+    flags: BTreeMap<String, String>,
+    server: Option<IdemProcess>,
+    /// Dropped last: every process stops before its database goes.
+    pub db: TestDatabase,
+}
+
+impl TestApp {
+    /// A fresh database of `dialect`.
+    pub fn on(dialect: DialectName) -> Setup {
+        Setup {
+            db: None,
+            dialect,
+            tenants: Vec::new(),
+            flags: BTreeMap::new(),
+        }
+    }
+
+    /// A database the test made (a `conformance!` test's).
+    pub fn on_database(db: TestDatabase) -> Setup {
+        let dialect = db.target.dialect();
+        Setup {
+            db: Some(db),
+            ..TestApp::on(dialect)
+        }
+    }
+}
+
+impl Setup {
+    /// A tenant that requires idempotency keys, with an API key and `acc_1` holding `balance`
+    /// EUR.
+    pub fn tenant(mut self, name: &str, balance: &str) -> Setup {
+        self.tenants.push((name.to_owned(), balance.to_owned(), false));
+        self
+    }
+
+    /// A tenant that may send payments without a key.
+    pub fn keyless_tenant(mut self, name: &str, balance: &str) -> Setup {
+        self.tenants.push((name.to_owned(), balance.to_owned(), true));
+        self
+    }
+
+    /// An `idem serve` setting, as its command-line flag.
+    pub fn serve(mut self, flag: &str, value: &str) -> Setup {
+        self.flags.insert(flag.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Recovery tests' tuning: a 1 s lease, an 800 ms provider timeout, the recovery worker
+    /// every 200 ms, no rate limit.
+    pub fn recovering(self) -> Setup {
+        self.serve("--lease-secs", "1")
+            .serve("--provider-timeout-ms", "800")
+            .serve("--recovery-interval-ms", "200")
+            .serve("--rate-limit-per-sec", "0")
+    }
+
+    async fn prepare(mut self) -> (TestDatabase, TempDir, Arc<dyn Store>, Vec<(String, String)>, Self) {
+        let db = match self.db.take() {
+            Some(db) => db,
+            None => TestDatabase::create(self.dialect).await,
+        };
+        let dir = tempfile::tempdir().expect("data directory");
+        let store = db.migrated_store().await;
+        let mut keys = Vec::new();
+        for (name, balance, keyless) in &self.tenants {
+            keys.push((name.clone(), seed(store.as_ref(), name, balance, *keyless).await));
+        }
+        (db, dir, store, keys, self)
+    }
+
+    /// Idem built in this process. Its background work waits a day unless a flag says
+    /// otherwise: these tests drive every step themselves.
+    pub async fn in_process(self) -> TestApp {
+        let (db, dir, store, keys, setup) = self.prepare().await;
+        let sim = Sim::in_process().await;
+        let site_root = site_root();
+        let idle = "86400000";
+        let mut flags = BTreeMap::from(
+            [
+                ("--site-root", site_root.path().display().to_string()),
+                ("--request-timeout-secs", "10".into()),
+                ("--body-limit-bytes", "16384".into()),
+                ("--provider-url", sim.url()),
+                ("--provider-timeout-ms", "5000".into()),
+                ("--response-keys", TEST_RESPONSE_KEYS.into()),
+                ("--rate-limit-per-sec", "0".into()),
+                ("--recovery-interval-ms", idle.into()),
+                ("--settlement-interval-ms", idle.into()),
+                ("--outbox-interval-ms", idle.into()),
+                ("--cleanup-interval-ms", idle.into()),
+                ("--metrics-flush-ms", idle.into()),
+                ("--retention-secs", "604800".into()),
+            ]
+            .map(|(flag, value)| (flag.to_owned(), value)),
+        );
+        flags.extend(setup.flags);
+        let address = build_in_process(store, dir.path(), &flags).await;
+        TestApp {
+            address,
+            http: client(),
+            sim,
+            dir,
+            site_root,
+            keys,
+            flags,
+            server: None,
+            db,
+        }
+    }
+
+    /// The real `idem serve` binary, with `idem provider-sim`, in processes of their own.
+    pub async fn process(self) -> TestApp {
+        let mut app = self.seeded().await;
+        app.restart(&[]).await;
+        app
+    }
+
+    /// The database seeded and `idem provider-sim` running, but no `idem serve` yet: the test
+    /// starts it (`restart`, or `serve_command` for a process it watches itself).
+    pub async fn seeded(self) -> TestApp {
+        let (db, dir, store, keys, setup) = self.prepare().await;
+        store.close().await;
+        let sim = Sim::process().await;
+        let mut flags = BTreeMap::from([("--provider-url".to_owned(), sim.url())]);
+        flags.extend(setup.flags);
+        TestApp {
+            address: "127.0.0.1:0".parse().expect("an address"),
+            http: client(),
+            sim,
+            dir,
+            site_root: site_root(),
+            keys,
+            flags,
+            server: None,
+            db,
+        }
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("HTTP client")
+}
+
+/// A stand-in for the console's build: `pkg/idem.css` only.
+fn site_root() -> TempDir {
+    let site_root = tempfile::tempdir().expect("site root");
+    std::fs::create_dir_all(site_root.path().join("pkg")).expect("pkg dir");
+    std::fs::write(site_root.path().join("pkg/idem.css"), "body { color: black; }\n").expect("css");
+    site_root
+}
+
+/// A tenant, its API key and its `acc_1`, made by the code the command line runs; the key.
+async fn seed(store: &dyn Store, name: &str, balance: &str, keyless: bool) -> String {
+    let created = idem::admin::tenant(
+        store,
+        TenantCommand::Create {
+            name: name.to_owned(),
+            optional_idempotency_key: keyless,
+        },
+    )
+    .await;
+    assert!(
+        matches!(created, Ok(_) | Err(AdminError::TenantExists(_))),
+        "{created:?}"
+    );
+    let key = idem::admin::api_key(
+        store,
+        ApiKeyCommand::Create {
+            tenant: name.to_owned(),
+        },
+    )
+    .await
+    .expect("an API key");
+    let account = AccountCommand::Create {
+        tenant: name.to_owned(),
+        id: "acc_1".to_owned(),
+        currency: "EUR".to_owned(),
+        balance: balance.to_owned(),
+    };
+    idem::admin::account(store, account).await.expect("an account");
+    key
+}
+
+/// `idem serve`'s settings as its command line makes them from `flags`.
+fn serve_args(flags: &BTreeMap<String, String>) -> ServeArgs {
+    let command_line = ["idem", "serve", "--listen", "127.0.0.1:0"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(
+            flags
+                .iter()
+                .flat_map(|(flag, value)| [flag.clone(), value.clone()]),
+        );
+    match Cli::try_parse_from(command_line)
+        .expect("valid serve flags")
+        .command
+    {
+        idem::cli::Command::Serve(args) => *args,
+        _ => unreachable!("parsed as serve"),
+    }
+}
+
+async fn build_in_process(
+    store: Arc<dyn Store>,
+    data_dir: &std::path::Path,
+    flags: &BTreeMap<String, String>,
+) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let application = Application::build(listener, store, data_dir, serve_args(flags))
+        .await
+        .expect("the application builds");
+    let address = application.address();
+    tokio::spawn(application.run_until_stopped(std::future::pending()));
+    address
+}
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
 
-    /// The console's own origin, as a browser names it on every POST.
-    pub fn origin(&self) -> String {
-        format!("http://{}", self.address)
+    /// The API key of a tenant the setup named.
+    pub fn key(&self, tenant: &str) -> &str {
+        self.keys
+            .iter()
+            .find(|(name, _)| name == tenant)
+            .map(|(_, key)| key.as_str())
+            .unwrap_or_else(|| panic!("no tenant {tenant}"))
     }
 
-    fn with_session(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.session {
-            Some(cookie) => request.header("cookie", cookie),
-            None => request,
-        }
-    }
-
+    /// `GET` on the first instance, without a session.
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.with_session(self.client.get(self.url(path)))
+        self.http.get(self.url(path)).send().await.expect("GET")
+    }
+
+    /// `POST /payments` as `api_key`, with `idempotency_key` when given.
+    pub fn post(&self, api_key: &str, idempotency_key: Option<&str>, body: &str) -> RequestBuilder {
+        let mut request = self
+            .http
+            .post(self.url("/payments"))
+            .bearer_auth(api_key)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        request
+    }
+
+    /// `POST /payments` as the first tenant, with `idempotency_key`.
+    pub async fn pay(&self, idempotency_key: &str, body: impl AsRef<str>) -> reqwest::Response {
+        let (_, first) = self.keys.first().expect("a tenant");
+        self.post(first, Some(idempotency_key), body.as_ref())
             .send()
             .await
-            .expect("GET")
+            .expect("POST /payments")
     }
 
-    /// Calls a console server function the way the browser does (same origin, session cookie).
-    pub async fn server_fn(&self, endpoint: &str) -> reqwest::Response {
-        self.server_fn_with(endpoint, "").await
+    /// `GET /idempotency`.
+    pub async fn discovery(&self) -> Value {
+        self.get("/idempotency").await.json().await.expect("json")
     }
 
-    /// A server function with form-encoded arguments.
-    pub async fn server_fn_with(&self, endpoint: &str, form: &str) -> reqwest::Response {
-        self.with_session(self.client.post(self.url(&format!("/api/{endpoint}"))))
-            .header("origin", self.origin())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form.to_owned())
-            .send()
-            .await
-            .expect("server function call")
-    }
-
-    /// Creates an operator with this role (once per name) and signs in as them.
-    pub async fn sign_in(&mut self, username: &str, role: OperatorRole) {
+    /// A console browser signed in as a new operator with `role`.
+    pub async fn console(&self, username: &str, role: OperatorRole) -> Console {
         let store = self.db.store().await;
         let created = create_operator(store.as_ref(), username, role).await;
         assert!(
-            matches!(created, Ok(()) | Err(idem::store::StoreError::AlreadyExists)),
+            matches!(created, Ok(()) | Err(StoreError::AlreadyExists)),
             "{created:?}"
         );
         store.close().await;
-        let response = self.post_sign_in(username, OPERATOR_PASSWORD).await;
-        assert_eq!(response.status(), 303);
-        assert_eq!(response.headers()["location"], "/");
-        self.session = Some(session_cookie(&response).expect("a session cookie"));
+        Console::signed_in(self.address, username, OPERATOR_PASSWORD).await
     }
 
-    /// The sign-in form, posted as a browser posts it.
-    pub async fn post_sign_in(&self, username: &str, password: &str) -> reqwest::Response {
-        self.client
-            .post(self.url("/sign-in"))
-            .header("origin", self.origin())
-            .form(&[("username", username), ("password", password), ("next", "/")])
-            .send()
-            .await
-            .expect("POST /sign-in")
+    /// A console browser with no session.
+    pub fn browser(&self) -> Console {
+        Console::at(self.address)
     }
-}
 
-/// Creates an operator whose password is `OPERATOR_PASSWORD`, as a test arranges it.
-pub async fn create_operator(
-    store: &dyn Store,
-    username: &str,
-    role: OperatorRole,
-) -> Result<(), idem::store::StoreError> {
-    let operator = StoredOperator {
-        id: format!("op_{username}"),
-        username: username.to_owned(),
-        password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
-        role,
-        disabled: false,
-    };
-    let audit = AuditEntry {
-        actor: "test".to_owned(),
-        action: "operator.create".to_owned(),
-        target: Some(format!("operator {username}")),
-        reason: None,
-        result: "ok".to_owned(),
-        details: None,
-    };
-    store.create_operator(&operator, &audit).await
-}
+    /// Runs the real `idem` command line against this database; its output.
+    pub async fn admin(&self, args: &[&str]) -> String {
+        admin(self.dir.path(), &self.db, args).await
+    }
 
-/// The `name=value` of the session cookie a response sets, if any.
-pub fn session_cookie(response: &reqwest::Response) -> Option<String> {
-    response
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .find(|value| value.starts_with("idem_session="))
-        .and_then(|value| value.split(';').next())
-        .map(str::to_owned)
-}
+    /// `idem serve` on a random port, this database and provider, with this app's settings and
+    /// `env` on top of its environment, ready to `IdemProcess::start`.
+    pub fn serve_command(&self, env: &[(&str, &str)]) -> Command {
+        let mut command = idem_command(self.dir.path());
+        command.env("DATABASE_URL", self.db.url()).stderr(server_logs());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        command.args(["serve", "--listen", "127.0.0.1:0"]).args(
+            self.flags
+                .iter()
+                .flat_map(|(flag, value)| [flag.as_str(), value.as_str()]),
+        );
+        command
+    }
 
-pub async fn spawn_app(db: TestDatabase) -> TestApp {
-    let store = db.migrated_store().await;
-    spawn_app_with_store(db, store).await
-}
+    /// Another `idem serve` process on this database and provider (see `serve_command`).
+    pub async fn spawn_server(&self, env: &[(&str, &str)]) -> IdemProcess {
+        IdemProcess::start(self.serve_command(env)).await
+    }
 
-pub async fn spawn_app_with_store(db: TestDatabase, store: Arc<dyn Store>) -> TestApp {
-    let site_root = tempfile::tempdir().expect("site root");
-    std::fs::create_dir_all(site_root.path().join("pkg")).expect("pkg dir");
-    std::fs::write(site_root.path().join("pkg/idem.css"), "body { color: black; }\n").expect("css");
-    let data_dir = tempfile::tempdir().expect("data directory");
-    // Background work waits a day: these tests drive every step themselves.
-    let idle = "86400000";
-    let site = site_root.path().display().to_string();
-    let args = serve_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--site-root",
-        &site,
-        "--request-timeout-secs",
-        "10",
-        "--body-limit-bytes",
-        "16384",
-        "--provider-timeout-ms",
-        "5000",
-        "--response-keys",
-        super::TEST_RESPONSE_KEYS,
-        "--rate-limit-per-sec",
-        "0",
-        "--recovery-interval-ms",
-        idle,
-        "--settlement-interval-ms",
-        idle,
-        "--outbox-interval-ms",
-        idle,
-        "--cleanup-interval-ms",
-        idle,
-        "--metrics-flush-ms",
-        idle,
-        "--retention-secs",
-        "604800",
-    ]);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let application = Application::build(listener, store, data_dir.path(), args)
-        .await
-        .expect("the application builds");
-    let address = application.address();
-    tokio::spawn(application.run_until_stopped(std::future::pending()));
+    /// An `idem serve` setting for the processes started from now on.
+    pub fn set_serve(&mut self, flag: &str, value: &str) {
+        self.flags.insert(flag.to_owned(), value.to_owned());
+    }
 
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("HTTP client");
-    TestApp {
-        address,
-        client,
-        db,
-        site_root,
-        _data_dir: data_dir,
-        session: None,
+    /// Kills the first instance's process.
+    pub fn stop(&mut self) {
+        self.server = None;
+    }
+
+    /// Replaces the first instance by a new `idem serve` process (the old one, if any, is
+    /// killed), with `env` on top of its environment.
+    pub async fn restart(&mut self, env: &[(&str, &str)]) {
+        self.server = None;
+        let server = self.spawn_server(env).await;
+        self.address = server.address;
+        self.server = Some(server);
+    }
+
+    /// The first instance's process (process mode).
+    pub fn server(&mut self) -> &mut IdemProcess {
+        self.server.as_mut().expect("an idem serve process")
+    }
+
+    /// Another instance built in this process on this database (in-process mode).
+    pub async fn another_instance(&self) -> SocketAddr {
+        build_in_process(self.db.migrated_store().await, self.dir.path(), &self.flags).await
     }
 }
 
-/// `idem serve`'s settings as its command line makes them from `flags`.
-pub fn serve_args(flags: &[&str]) -> ServeArgs {
-    let command_line = ["idem", "serve"].into_iter().chain(flags.iter().copied());
-    match Cli::try_parse_from(command_line)
-        .expect("valid serve flags")
-        .command
-    {
-        Command::Serve(args) => *args,
-        _ => unreachable!("parsed as serve"),
-    }
+/// The status and contract error code a response must have; its body, for more checks.
+pub async fn expect_error(response: reqwest::Response, status: u16, code: &str) -> Value {
+    let got = response.status().as_u16();
+    let body: Value = response.json().await.expect("an error body in JSON");
+    assert_eq!((got, body["errorCode"].as_str()), (status, Some(code)), "{body}");
+    body
 }

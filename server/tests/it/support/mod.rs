@@ -1,36 +1,34 @@
-//! Test helpers: a fresh database of either dialect, the HTTP app on a random port, and the
-//! real `idem` binary as a child process.
+//! Test helpers: a fresh database of either dialect (`database.rs`); Idem itself with its
+//! tenants and provider simulator, in this process or as the real binary (`app.rs`,
+//! `sim.rs`, `process.rs`); a console browser (`console.rs`); the checks every suite shares.
 
 mod app;
+mod console;
 mod database;
 mod process;
+mod sim;
 
-pub use app::{OPERATOR_PASSWORD, create_operator, session_cookie, spawn_app, spawn_app_with_store};
+pub use app::{Setup, TestApp, expect_error};
+pub use console::{Console, OPERATOR_PASSWORD, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;
-pub use process::{
-    IdemProcess, TEST_RESPONSE_KEYS, admin, idem_command, seed_tenant, seed_tenant_with, serve_recovering,
-};
+pub use process::{IdemProcess, TEST_RESPONSE_KEYS, idem_command};
+pub use sim::Sim;
 
-/// Runs the same test body against PostgreSQL (a fresh database per test) and SQLite (a fresh
-/// file per test): `conformance! { async fn name(db) { ... } }` makes `name::postgres` and
+/// Runs each named test, an `async fn name(db: TestDatabase)`, against PostgreSQL (a fresh
+/// database per test) and SQLite (a fresh file per test), as `name::postgres` and
 /// `name::sqlite`.
 macro_rules! conformance {
-    ($(async fn $name:ident($db:ident) $body:block)*) => {$(
+    ($($name:ident),* $(,)?) => {$(
         mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            async fn body($db: $crate::support::TestDatabase) $body
-
             #[tokio::test]
             async fn postgres() {
-                body($crate::support::TestDatabase::create($crate::support::DialectName::Postgres).await).await
+                super::$name($crate::support::TestDatabase::create($crate::support::DialectName::Postgres).await).await
             }
 
             #[tokio::test]
             async fn sqlite() {
-                body($crate::support::TestDatabase::create($crate::support::DialectName::Sqlite).await).await
+                super::$name($crate::support::TestDatabase::create($crate::support::DialectName::Sqlite).await).await
             }
         }
     )*};

@@ -1,0 +1,159 @@
+//! A browser of the console, as far as the server can tell: one session cookie, and the
+//! console's own origin on every POST.
+
+use domain::operator::{AuditEntry, OperatorRole};
+use idem::auth::operator::Password;
+use idem::store::operators::StoredOperator;
+use idem::store::{OperatorStore, StoreError};
+use serde_json::Value;
+use std::net::SocketAddr;
+
+/// The password of every operator the tests create.
+pub const OPERATOR_PASSWORD: &str = "correct horse battery staple";
+
+/// Creates an operator whose password is `OPERATOR_PASSWORD`, audited as the command line
+/// audits it.
+pub async fn create_operator(
+    store: &dyn OperatorStore,
+    username: &str,
+    role: OperatorRole,
+) -> Result<(), StoreError> {
+    let operator = StoredOperator {
+        id: format!("op_{username}"),
+        username: username.to_owned(),
+        password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
+        role,
+        disabled: false,
+    };
+    let audit = AuditEntry {
+        actor: "test".to_owned(),
+        action: "operator.create".to_owned(),
+        target: Some(format!("operator {username}")),
+        reason: None,
+        result: "ok".to_owned(),
+        details: None,
+    };
+    store.create_operator(&operator, &audit).await
+}
+
+/// The `name=value` of the session cookie a response sets, if any.
+pub fn session_cookie(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find(|value| value.starts_with("idem_session="))
+        .and_then(|value| value.split(';').next())
+        .map(str::to_owned)
+}
+
+pub struct Console {
+    http: reqwest::Client,
+    base: String,
+    /// The session cookie (`name=value`) once signed in.
+    pub cookie: Option<String>,
+}
+
+impl Console {
+    /// A browser with no session yet.
+    pub fn at(address: SocketAddr) -> Console {
+        Console {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("HTTP client"),
+            base: format!("http://{address}"),
+            cookie: None,
+        }
+    }
+
+    /// Signs in as an existing operator; the sign-in must succeed.
+    pub async fn signed_in(address: SocketAddr, username: &str, password: &str) -> Console {
+        let mut console = Console::at(address);
+        let response = console.post_sign_in(username, password).await;
+        assert_eq!(response.status(), 303, "sign-in as {username}");
+        assert_eq!(response.headers()["location"], "/");
+        console.cookie = Some(session_cookie(&response).expect("a session cookie"));
+        console
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The console's own origin, as a browser names it on every POST.
+    pub fn origin(&self) -> &str {
+        &self.base
+    }
+
+    fn with_session(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.cookie {
+            Some(cookie) => request.header("cookie", cookie),
+            None => request,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.with_session(self.http.get(self.url(path)))
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    /// The sign-in form, posted as a browser posts it.
+    pub async fn post_sign_in(&self, username: &str, password: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/sign-in"))
+            .header("origin", self.origin())
+            .form(&[("username", username), ("password", password), ("next", "/")])
+            .send()
+            .await
+            .expect("POST /sign-in")
+    }
+
+    /// Calls the server function at `/api/console/{endpoint}` the way the browser does (same
+    /// origin, the session, form-encoded arguments).
+    pub async fn call(&self, endpoint: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.with_session(self.http.post(self.url(&format!("/api/console/{endpoint}"))))
+            .header("origin", self.origin())
+            .form(form)
+            .send()
+            .await
+            .expect("server function")
+    }
+
+    /// A server function's answer, which must be a success, as JSON.
+    pub async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
+        let response = self.call(endpoint, form).await;
+        assert_eq!(response.status(), 200, "{endpoint}");
+        response.json().await.expect("json")
+    }
+
+    /// A server function that takes JSON; its answer as JSON, or the error text.
+    pub async fn post_json(&self, endpoint: &str, body: &Value) -> Result<Value, String> {
+        let response = self
+            .with_session(self.http.post(self.url(&format!("/api/console/{endpoint}"))))
+            .header("origin", self.origin())
+            .json(body)
+            .send()
+            .await
+            .expect("server function");
+        let ok = response.status().is_success();
+        let text = response.text().await.expect("text");
+        if ok {
+            Ok(serde_json::from_str(&text).expect("json"))
+        } else {
+            Err(text)
+        }
+    }
+
+    /// The tenant of the record found under `key`.
+    pub async fn tenant_of(&self, key: &str) -> String {
+        let found = self.json("find", &[("needle", key)]).await;
+        found[0]["record"]["tenant_id"]
+            .as_str()
+            .expect("tenant")
+            .to_owned()
+    }
+}

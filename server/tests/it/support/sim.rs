@@ -1,0 +1,71 @@
+//! The payment provider simulator a test talks to: the real `idem provider-sim` process, or the
+//! same router served in this process.
+
+use super::process::IdemProcess;
+use idem::provider::sim::{self, SimCharge, SimCharges};
+use serde_json::Value;
+use std::net::SocketAddr;
+
+pub struct Sim {
+    pub address: SocketAddr,
+    /// The process, when it runs in one (killed when the test ends).
+    _process: Option<IdemProcess>,
+}
+
+impl Sim {
+    /// `idem provider-sim` on a random port.
+    pub async fn process() -> Sim {
+        let process = IdemProcess::provider_sim().await;
+        Sim {
+            address: process.address,
+            _process: Some(process),
+        }
+    }
+
+    /// The simulator's router served on a random port of this process.
+    pub async fn in_process() -> Sim {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("local address");
+        tokio::spawn(async move { axum::serve(listener, sim::router(sim::Simulator::default())).await });
+        Sim {
+            address,
+            _process: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Every charge the simulator recorded.
+    pub async fn charges(&self) -> Vec<SimCharge> {
+        let list: SimCharges = reqwest::get(format!("{}/_sim/charges", self.url()))
+            .await
+            .expect("list charges")
+            .json()
+            .await
+            .expect("charges json");
+        list.charges
+    }
+
+    /// Queues a fault (see `provider::sim`).
+    pub async fn fault(&self, fault: &Value) {
+        let queued = reqwest::Client::new()
+            .post(format!("{}/_sim/faults", self.url()))
+            .json(fault)
+            .send()
+            .await
+            .expect("queue fault");
+        assert_eq!(queued.status(), 201, "{fault}");
+    }
+
+    /// Settles every succeeded charge, as the provider does when the money moves.
+    pub async fn settle(&self) {
+        let settled = reqwest::Client::new()
+            .post(format!("{}/_sim/settle", self.url()))
+            .send()
+            .await
+            .expect("settle at the provider");
+        assert_eq!(settled.status(), 200);
+    }
+}

@@ -9,7 +9,7 @@ use domain::key::IdempotencyKey;
 use domain::money::{Balance, Currency};
 use domain::payment::NewAccount;
 use domain::payment::{NewPayment, PaymentId};
-use domain::record::{ProgressStep, RecordStatus};
+use domain::record::{ProgressStep, RecordStatus, StoredRecord};
 use domain::scope::Scope;
 use domain::tenant::{TenantId, TenantName};
 use idem::auth::api_key::NewApiKey;
@@ -82,6 +82,28 @@ impl Fixture {
             .await
             .expect("claim")
     }
+
+    /// The claim and payment of a first request, claimed (and now owned, lease version 1).
+    async fn claimed(&self, idempotency_key: &str, body: &str) -> (NewClaim, NewPayment) {
+        let (claim, payment) = self.attempt(idempotency_key, body);
+        let outcome = self
+            .store
+            .claim_create_payment(&claim, &payment, &insufficient_funds())
+            .await
+            .expect("claim");
+        assert!(matches!(outcome, ClaimOutcome::Claimed { .. }), "{outcome:?}");
+        (claim, payment)
+    }
+
+    /// The record under `scope`, which must exist.
+    async fn record(&self, scope: &Scope) -> StoredRecord {
+        self.store
+            .load_record(scope)
+            .await
+            .expect("load")
+            .expect("record")
+            .record
+    }
 }
 
 fn completion(payment: &NewPayment, verdict: ProviderVerdict) -> PaymentCompletion {
@@ -133,12 +155,8 @@ async fn the_winner_commits_record_payment_hold_and_event_together(db: TestDatab
         ClaimOutcome::Claimed { lease_version: 1, .. }
     ));
     let record = fixture
-        .store
-        .load_record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+        .record(&fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope)
+        .await;
     assert_eq!(record.status, RecordStatus::InProgress);
     assert_eq!(record.progress_step, ProgressStep::ProviderRequestSent);
     assert_eq!(record.lease_version, 1);
@@ -200,13 +218,7 @@ async fn insufficient_funds_binds_the_key_to_its_answer(db: TestDatabase) {
         ClaimOutcome::InsufficientFunds { .. }
     ));
     let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
-    let record = fixture
-        .store
-        .load_record(&scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&scope).await;
     assert_eq!(record.status, RecordStatus::FailedReplayable);
     assert_eq!(
         fixture.store.load_response(&scope).await.expect("load"),
@@ -300,12 +312,7 @@ conformance!(
 
 async fn an_authorisation_completes_the_record_with_its_response(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
-    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-    fixture
-        .store
-        .claim_create_payment(&claim, &payment, &insufficient_funds())
-        .await
-        .expect("claim");
+    let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     let done = completion(&payment, ProviderVerdict::Authorized);
     assert!(
         fixture
@@ -315,13 +322,7 @@ async fn an_authorisation_completes_the_record_with_its_response(db: TestDatabas
             .expect("complete")
     );
 
-    let record = fixture
-        .store
-        .load_record(&claim.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.progress_step, ProgressStep::Completed);
     assert_eq!(
@@ -345,12 +346,7 @@ async fn an_authorisation_completes_the_record_with_its_response(db: TestDatabas
 
 async fn a_decline_is_replayable_and_releases_the_hold(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
-    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-    fixture
-        .store
-        .claim_create_payment(&claim, &payment, &insufficient_funds())
-        .await
-        .expect("claim");
+    let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     let declined = completion(&payment, ProviderVerdict::Declined);
     assert!(
         fixture
@@ -359,13 +355,7 @@ async fn a_decline_is_replayable_and_releases_the_hold(db: TestDatabase) {
             .await
             .expect("complete")
     );
-    let record = fixture
-        .store
-        .load_record(&claim.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::FailedReplayable);
     assert_eq!(
         db.query_i64("select count(*) from payments where status = 'DECLINED'")
@@ -382,12 +372,7 @@ async fn a_decline_is_replayable_and_releases_the_hold(db: TestDatabase) {
 
 async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
-    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-    fixture
-        .store
-        .claim_create_payment(&claim, &payment, &insufficient_funds())
-        .await
-        .expect("claim");
+    let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     let stale = completion(&payment, ProviderVerdict::Declined);
     assert!(
         !fixture
@@ -403,13 +388,7 @@ async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
             .await
             .expect("fenced")
     );
-    let record = fixture
-        .store
-        .load_record(&claim.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::InProgress);
     assert_eq!(
         fixture.store.load_response(&claim.scope).await.expect("load"),
@@ -425,12 +404,7 @@ async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
 
 async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
-    let (claim, payment) = fixture.attempt("k1", &request_body("10.00", "inv-1"));
-    fixture
-        .store
-        .claim_create_payment(&claim, &payment, &insufficient_funds())
-        .await
-        .expect("claim");
+    let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     assert!(
         fixture
             .store
@@ -438,13 +412,7 @@ async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db: TestDatabas
             .await
             .expect("mark")
     );
-    let record = fixture
-        .store
-        .load_record(&claim.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
     assert_eq!(record.locked_until, None);
     let done = completion(&payment, ProviderVerdict::Authorized);
@@ -534,13 +502,7 @@ async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {
             .await
             .expect("complete")
     );
-    let record = fixture
-        .store
-        .load_record(&claim.scope)
-        .await
-        .expect("load")
-        .expect("record")
-        .record;
+    let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.lease_version, 2);
     assert_eq!(

@@ -16,15 +16,11 @@ async fn payment_id_of(answer: reqwest::Response) -> String {
         .to_owned()
 }
 
-/// A second admin's decision on an override request: the answer's text.
-async fn decide(console: &Console, id: &str, approve: &str, reason: &str) -> String {
+/// An admin's decision on an override request: the request as it stands then, or the refusal.
+async fn decide(console: &Console, id: &str, approve: bool, reason: &str) -> Result<Value, String> {
+    let approve = if approve { "true" } else { "false" };
     let form = [("id", id), ("approve", approve), ("reason", reason)];
-    console
-        .call("overrides/decide", &form)
-        .await
-        .text()
-        .await
-        .expect("text")
+    console.try_json("overrides/decide", &form).await
 }
 
 fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)> {
@@ -461,14 +457,31 @@ async fn an_unprovable_unknown_outcome(app: &TestApp, fault: &str) -> Value {
     preview
 }
 
-fn override_request(preview: &Value, outcome: Value, reason: &str) -> Value {
-    json!({
+/// An override of the previewed record's outcome, requested by `admin`: the request, or the
+/// refusal.
+async fn request_override(
+    admin: &Console,
+    preview: &Value,
+    outcome: Value,
+    reason: &str,
+) -> Result<Value, String> {
+    let request = json!({
         "record": preview["record"],
         "version": preview["version"],
         "outcome": outcome,
         "reason": reason,
-    })
+    });
+    admin.post_json("overrides/request", &request).await
 }
+
+/// The id of a pending override request.
+fn pending_id(requested: Result<Value, String>) -> String {
+    let requested = requested.expect("requested");
+    assert_eq!(requested["state"], "Pending", "{requested}");
+    requested["id"].as_str().expect("id").to_owned()
+}
+
+const CUSTOMER_WORD: &str = "customer says the card was never charged";
 
 /// Counts the audit entries of `action` by `actor` with `result`.
 fn audited(action: &str, actor: &str, result: &str) -> String {
@@ -490,47 +503,37 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
     let operator = app.console("otto", OperatorRole::Operator).await;
     let ada = app.console("ada", OperatorRole::Admin).await;
     let bob = app.console("bob", OperatorRole::Admin).await;
-    let charged = override_request(
-        &preview,
-        json!({ "Charged": { "charge_id": "ch_from_the_statement" } }),
-        "provider statement line 42 shows the charge (OPS-21)",
-    );
+    let charged = json!({ "Charged": { "charge_id": "ch_from_the_statement" } });
+    let statement = "provider statement line 42 shows the charge (OPS-21)";
 
-    let refused = operator
-        .post_json("overrides/request", &charged)
+    let refused = request_override(&operator, &preview, charged.clone(), statement)
         .await
         .expect_err("operator");
     assert!(refused.contains("needs the admin role"), "{refused}");
-    let mut no_charge_id = charged.clone();
-    no_charge_id["outcome"] = json!({ "Charged": { "charge_id": " " } });
-    let refused = ada
-        .post_json("overrides/request", &no_charge_id)
+    let no_charge_id = json!({ "Charged": { "charge_id": " " } });
+    let refused = request_override(&ada, &preview, no_charge_id, statement)
         .await
         .expect_err("charge id");
     assert!(refused.contains("charge id"), "{refused}");
 
-    let requested = ada
-        .post_json("overrides/request", &charged)
-        .await
-        .expect("request");
-    assert_eq!(requested["state"], "Pending", "{requested}");
-    let id = requested["id"].as_str().expect("id").to_owned();
-    let twice = ada
-        .post_json("overrides/request", &charged)
+    let id = pending_id(request_override(&ada, &preview, charged.clone(), statement).await);
+    let twice = request_override(&ada, &preview, charged, statement)
         .await
         .expect_err("one pending");
     assert!(twice.contains("already has an override waiting"), "{twice}");
 
-    let own = decide(&ada, &id, "true", "I am sure about this one").await;
+    let own = decide(&ada, &id, true, "I am sure about this one")
+        .await
+        .expect_err("the requester");
     assert!(own.contains("second admin"), "{own}");
     assert_eq!(
         app.db.query_i64(STILL_UNKNOWN).await,
         1,
         "nothing applied by the requester"
     );
-    let approved: Value =
-        serde_json::from_str(&decide(&bob, &id, "true", "checked the statement too (OPS-21)").await)
-            .expect("json");
+    let approved = decide(&bob, &id, true, "checked the statement too (OPS-21)")
+        .await
+        .expect("approved");
     assert_eq!(approved["state"], "Applied", "{approved}");
     assert_eq!(
         app.db
@@ -550,7 +553,9 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
             .await,
         1
     );
-    let again = decide(&bob, &id, "true", "double click, should do nothing").await;
+    let again = decide(&bob, &id, true, "double click, should do nothing")
+        .await
+        .expect_err("decided");
     assert!(again.contains("no longer pending"), "{again}");
     assert_eq!(
         app.db.query_i64(&audited("override.request", "ada", "ok")).await,
@@ -591,22 +596,10 @@ async fn a_rejected_override_changes_nothing_and_a_disabled_requester_is_vouched
     let operator = app.console("otto", OperatorRole::Operator).await;
     let ada = app.console("ada", OperatorRole::Admin).await;
     let bob = app.console("bob", OperatorRole::Admin).await;
-    let not_charged = override_request(
-        &preview,
-        json!("NotCharged"),
-        "customer says the card was never charged",
-    );
-    let requested = bob
-        .post_json("overrides/request", &not_charged)
+    let id = pending_id(request_override(&bob, &preview, json!("NotCharged"), CUSTOMER_WORD).await);
+    let rejected = decide(&ada, &id, false, "a customer's word is not evidence")
         .await
-        .expect("request");
-    let id = requested["id"].as_str().expect("id").to_owned();
-    let form = [
-        ("id", id.as_str()),
-        ("approve", "false"),
-        ("reason", "a customer's word is not evidence"),
-    ];
-    let rejected = ada.json("overrides/decide", &form).await;
+        .expect("rejected");
     assert_eq!(rejected["state"], "Rejected", "{rejected}");
     assert_eq!(
         app.db.query_i64(&audited("override.reject", "ada", "ok")).await,
@@ -618,23 +611,16 @@ async fn a_rejected_override_changes_nothing_and_a_disabled_requester_is_vouched
     assert_eq!(listed[0]["state"], "Rejected", "{listed}");
 
     // A request whose requester was disabled since cannot be approved (only rejected).
-    let requested = bob
-        .post_json("overrides/request", &not_charged)
-        .await
-        .expect("request");
-    let id = requested["id"].as_str().expect("id").to_owned();
+    let id = pending_id(request_override(&bob, &preview, json!("NotCharged"), CUSTOMER_WORD).await);
     app.admin(&["operator", "disable", "bob"]).await;
-    let vouched_by_nobody = decide(&ada, &id, "true", "bob said so").await;
+    let vouched_by_nobody = decide(&ada, &id, true, "bob said so")
+        .await
+        .expect_err("bob is disabled");
     assert!(
         vouched_by_nobody.contains("no longer an enabled admin"),
         "{vouched_by_nobody}"
     );
-    let form = [
-        ("id", id.as_str()),
-        ("approve", "false"),
-        ("reason", "bob has left"),
-    ];
-    let rejected = ada.json("overrides/decide", &form).await;
+    let rejected = decide(&ada, &id, false, "bob has left").await.expect("rejected");
     assert_eq!(rejected["state"], "Rejected", "{rejected}");
     assert_eq!(app.db.query_i64(STILL_UNKNOWN).await, 1);
     let listed = operator.json("overrides", &[]).await;
@@ -650,16 +636,7 @@ async fn an_override_nobody_decides_within_a_day_expires() {
     let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
     let ada = app.console("ada", OperatorRole::Admin).await;
     let bob = app.console("bob", OperatorRole::Admin).await;
-    let not_charged = override_request(
-        &preview,
-        json!("NotCharged"),
-        "customer says the card was never charged",
-    );
-    let requested = bob
-        .post_json("overrides/request", &not_charged)
-        .await
-        .expect("request");
-    let id = requested["id"].as_str().expect("id").to_owned();
+    let id = pending_id(request_override(&bob, &preview, json!("NotCharged"), CUSTOMER_WORD).await);
     app.db
         .execute(&format!(
             "update override_requests set requested_at = now() - interval '25 hours' \
@@ -669,7 +646,9 @@ async fn an_override_nobody_decides_within_a_day_expires() {
         .expect("age the request");
     // It cannot be approved any more; the cleanup worker rejects it (audited); the record is
     // untouched.
-    let late = decide(&ada, &id, "true", "approving it late").await;
+    let late = decide(&ada, &id, true, "approving it late")
+        .await
+        .expect_err("expired");
     assert!(late.contains("expired unanswered"), "{late}");
     app.db
         .eventually_i64(

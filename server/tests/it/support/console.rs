@@ -125,27 +125,27 @@ impl Console {
 
     /// A server function's answer, which must be a success, as JSON.
     pub async fn json(&self, endpoint: &str, form: &[(&str, &str)]) -> Value {
-        let response = self.call(endpoint, form).await;
-        assert_eq!(response.status(), 200, "{endpoint}");
-        response.json().await.expect("json")
+        self.try_json(endpoint, form)
+            .await
+            .unwrap_or_else(|refusal| panic!("{endpoint}: {refusal}"))
     }
 
-    /// A server function that takes JSON; its answer as JSON, or the error text.
+    /// A server function's answer as JSON, or its refusal's text.
+    pub async fn try_json(&self, endpoint: &str, form: &[(&str, &str)]) -> Result<Value, String> {
+        answer(self.call(endpoint, form).await).await
+    }
+
+    /// A server function that takes JSON; its answer as JSON, or its refusal's text.
     pub async fn post_json(&self, endpoint: &str, body: &Value) -> Result<Value, String> {
+        let request = self.http.post(self.url(&format!("/api/console/{endpoint}")));
         let response = self
-            .with_session(self.http.post(self.url(&format!("/api/console/{endpoint}"))))
+            .with_session(request)
             .header("origin", self.origin())
             .json(body)
             .send()
             .await
             .expect("server function");
-        let ok = response.status().is_success();
-        let text = response.text().await.expect("text");
-        if ok {
-            Ok(serde_json::from_str(&text).expect("json"))
-        } else {
-            Err(text)
-        }
+        answer(response).await
     }
 
     /// The tenant of the record found under `key`.
@@ -155,5 +155,15 @@ impl Console {
             .as_str()
             .expect("tenant")
             .to_owned()
+    }
+}
+
+/// A server function's success as JSON, or its refusal's text.
+async fn answer(response: reqwest::Response) -> Result<Value, String> {
+    let succeeded = response.status().is_success();
+    let text = response.text().await.expect("text");
+    match succeeded {
+        true => Ok(serde_json::from_str(&text).expect("json")),
+        false => Err(text),
     }
 }

@@ -5,8 +5,9 @@
 use super::diff;
 use crate::store::approvals::OverrideRequest;
 use crate::store::bulk::BulkJob;
-use crate::store::console::{RecordCursor, RecordHistory, RecordName, RecordQuery, RecordSummary};
+use crate::store::console::{RecordCursor, RecordName, RecordQuery, RecordSummary};
 use crate::store::events::DeadLetter;
+use crate::store::history::RecordHistory;
 use crate::store::operators::LoggedAudit;
 use crate::store::payments::minor_to_decimal;
 use crate::store::rfc3339_millis as at;

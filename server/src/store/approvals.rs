@@ -156,9 +156,7 @@ fn override_of(
         requested_by,
         reason,
         requested_at,
-        state: state
-            .parse()
-            .map_err(|_| StoreError::corrupt("override state", &state))?,
+        state: StoreError::parse_stored("override state", &state)?,
         decided_by,
         decision_reason,
         decided_at,

@@ -101,9 +101,7 @@ fn item_of((position, tenant_id, operation, key, version, action): ItemRow) -> R
             key,
         },
         version,
-        action: action
-            .parse()
-            .map_err(|_| StoreError::corrupt("bulk action", &action))?,
+        action: StoreError::parse_stored("bulk action", &action)?,
     })
 }
 

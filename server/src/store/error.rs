@@ -44,6 +44,11 @@ impl StoreError {
     pub(super) fn corrupt(what: &str, value: impl std::fmt::Display) -> StoreError {
         StoreError::Corrupt(format!("{what} {value}"))
     }
+
+    /// A stored name (a status, a step, a role) read back as its type.
+    pub(super) fn parse_stored<T: std::str::FromStr>(what: &str, value: &str) -> Result<T, StoreError> {
+        value.parse().map_err(|_| StoreError::corrupt(what, value))
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -10,7 +10,7 @@
 //! | [`PaymentStore`] | the engine and the API: payments, their settlement, accounts |
 //! | [`TenantStore`] | the command line and the API's authentication |
 //! | [`EventStore`] | the outbox publisher, the consumers, the console's events page |
-//! | [`ConsoleStore`] | the console's reads |
+//! | [`ConsoleStore`], [`HistoryStore`] | the console's reads; a record's whole story |
 //! | [`MetricsStore`] | outcome counts, the request journal, `/metrics` gauges |
 //! | [`OperatorStore`] | operators, sessions and the audit log |
 //! | [`ApprovalStore`], [`BulkStore`] | the console's two-admin overrides and bulk jobs |
@@ -26,6 +26,7 @@ pub mod console;
 mod dialect;
 mod error;
 pub mod events;
+pub mod history;
 pub mod metrics;
 pub mod operators;
 pub mod payments;
@@ -42,6 +43,7 @@ pub use console::ConsoleStore;
 pub use dialect::{Dialect, SqlStore, rfc3339_millis};
 pub use error::StoreError;
 pub use events::EventStore;
+pub use history::HistoryStore;
 pub use metrics::MetricsStore;
 pub use operators::OperatorStore;
 pub use payments::PaymentStore;
@@ -68,6 +70,7 @@ pub trait Store:
     + TenantStore
     + EventStore
     + ConsoleStore
+    + HistoryStore
     + MetricsStore
     + OperatorStore
     + ApprovalStore

@@ -165,9 +165,7 @@ fn operator_of(
         id,
         username,
         password_hash,
-        role: role
-            .parse()
-            .map_err(|_| StoreError::corrupt("operator role", &role))?,
+        role: StoreError::parse_stored("operator role", &role)?,
         disabled: disabled != 0,
     })
 }
@@ -281,9 +279,7 @@ impl<D: Dialect> OperatorStore for SqlStore<D> {
         rows.into_iter()
             .map(|(username, role, disabled, created_at)| {
                 Ok(OperatorListing {
-                    role: role
-                        .parse()
-                        .map_err(|_| StoreError::corrupt("operator role", &role))?,
+                    role: StoreError::parse_stored("operator role", &role)?,
                     username,
                     disabled: disabled != 0,
                     created_at,

@@ -147,9 +147,7 @@ fn payment_of(
         amount: Amount::from_minor_units(amount_minor, currency)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?,
         merchant_reference,
-        status: status
-            .parse()
-            .map_err(|_| StoreError::corrupt("payment status", &status))?,
+        status: StoreError::parse_stored("payment status", &status)?,
         created_at,
     })
 }

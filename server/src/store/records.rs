@@ -156,12 +156,8 @@ fn record_of(
     ): RecordRow,
 ) -> Result<RecordAt, StoreError> {
     let record = StoredRecord {
-        status: status
-            .parse()
-            .map_err(|_| StoreError::corrupt("record status", &status))?,
-        progress_step: step
-            .parse()
-            .map_err(|_| StoreError::corrupt("progress step", &step))?,
+        status: StoreError::parse_stored("record status", &status)?,
+        progress_step: StoreError::parse_stored("progress step", &step)?,
         fingerprint_version: u16::try_from(version)
             .map_err(|_| StoreError::corrupt("fingerprint version", version))?,
         request_fingerprint: fingerprint,
@@ -267,9 +263,7 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         };
 
         crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed_as: ClaimedAs = claimed_as
-            .parse()
-            .map_err(|_| StoreError::corrupt("claimed_as", &claimed_as))?;
+        let claimed_as: ClaimedAs = StoreError::parse_stored("claimed_as", &claimed_as)?;
         // A renewed record: its old answer is not this operation's.
         if claimed_as != ClaimedAs::New {
             sqlx::query(

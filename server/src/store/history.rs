@@ -1,0 +1,297 @@
+//! A record's whole story, as the console's record page tells it: the record, every change of
+//! its status, step or lease, the payments it made and released, their events, and every
+//! request that arrived with its key.
+
+use super::StoreError;
+use super::console::RecordName;
+use super::dialect::{Dialect, SqlStore};
+use chrono::{DateTime, Utc};
+use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
+use domain::representation::PaymentStatus;
+use domain::scope::Scope;
+use sqlx::Row;
+
+/// Everything the record page shows, but its audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHistory {
+    pub record: RecordName,
+    pub status: RecordStatus,
+    pub step: ProgressStep,
+    /// The outcome an EXPIRED tombstone settled with.
+    pub settled_status: Option<RecordStatus>,
+    pub fingerprint_version: i32,
+    pub fingerprint: String,
+    /// Empty once the record expired (purged with the body).
+    pub canonical_command: String,
+    pub resource_id: Option<String>,
+    pub provider_reference: Option<String>,
+    pub response_status_code: Option<i32>,
+    pub lease_owner: Option<String>,
+    pub lease_version: i64,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub recovery_attempts: i32,
+    pub next_recovery_at: Option<DateTime<Utc>>,
+    pub expired_retries: i32,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+    pub claimed_as: ClaimedAs,
+    /// Every change of status, step or lease, oldest first.
+    pub steps: Vec<StepRow>,
+    /// Payments this key made earlier that an operator released, oldest first.
+    pub released_payments: Vec<ReleasedPayment>,
+    pub payment: Option<PaymentSummary>,
+    pub events: Vec<EventRow>,
+    /// Requests that arrived with the key, oldest first.
+    pub journal: Vec<JournalRow>,
+}
+
+/// One change of a record's status, step or lease, as it committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRow {
+    pub at: DateTime<Utc>,
+    pub status: RecordStatus,
+    pub step: ProgressStep,
+    pub lease_version: i64,
+    pub lease_owner: Option<String>,
+}
+
+/// A payment an operator released, and what became of a charge that showed up after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleasedPayment {
+    pub id: String,
+    pub released_at: DateTime<Utc>,
+    pub late_charge_id: Option<String>,
+    pub late_charge_resolution: Option<LateChargeResolution>,
+}
+
+/// An operator's word that a late charge was refunded at the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateChargeResolution {
+    pub at: DateTime<Utc>,
+    pub by: String,
+    pub reference: String,
+}
+
+/// The record's payment as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentSummary {
+    pub id: String,
+    pub account_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub merchant_reference: String,
+    pub status: PaymentStatus,
+    pub provider_charge_id: Option<String>,
+}
+
+/// One of the payment's outbox events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    pub id: String,
+    pub event_type: String,
+    pub created_at: DateTime<Utc>,
+    pub published_at: Option<DateTime<Utc>>,
+}
+
+/// A journal row as read back for the record page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRow {
+    pub at: DateTime<Utc>,
+    pub fingerprint: String,
+    /// Only when it differs from the record's command (a conflicting retry).
+    pub canonical_command: Option<String>,
+    pub status_code: u16,
+    pub error_code: Option<String>,
+    pub replayed: bool,
+}
+
+#[async_trait::async_trait]
+pub trait HistoryStore: Send + Sync {
+    /// The record with its steps, payments, events and journal.
+    async fn record_history(&self, scope: &Scope) -> Result<Option<RecordHistory>, StoreError>;
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect> HistoryStore for SqlStore<D> {
+    async fn record_history(&self, scope: &Scope) -> Result<Option<RecordHistory>, StoreError> {
+        let (tenant, operation, key) = (
+            scope.tenant_id.as_str(),
+            scope.operation.as_str(),
+            scope.key.as_str(),
+        );
+        let Some(row) = sqlx::query(
+            "select status, progress_step, settled_status, cast(fingerprint_version as integer), \
+             request_fingerprint, canonical_command, resource_id, provider_reference, response_status_code, \
+             lease_owner, lease_version, locked_until, recovery_attempts, next_recovery_at, expired_retries, \
+             created_by, created_at, updated_at, completed_at, expires_at, claimed_as \
+             from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
+        )
+        .bind(tenant)
+        .bind(operation)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let settled_status: Option<String> = row.try_get(2)?;
+        let claimed_as: String = row.try_get(20)?;
+        let resource_id: Option<String> = row.try_get(6)?;
+        let mut history = RecordHistory {
+            record: RecordName::from(scope),
+            status: StoreError::parse_stored("record status", &row.try_get::<String, _>(0)?)?,
+            step: StoreError::parse_stored("progress step", &row.try_get::<String, _>(1)?)?,
+            settled_status: settled_status
+                .as_deref()
+                .map(|status| StoreError::parse_stored("record status", status))
+                .transpose()?,
+            fingerprint_version: row.try_get(3)?,
+            fingerprint: row.try_get(4)?,
+            canonical_command: row.try_get(5)?,
+            resource_id: resource_id.clone(),
+            provider_reference: row.try_get(7)?,
+            response_status_code: row.try_get(8)?,
+            lease_owner: row.try_get(9)?,
+            lease_version: row.try_get(10)?,
+            locked_until: row.try_get(11)?,
+            recovery_attempts: row.try_get(12)?,
+            next_recovery_at: row.try_get(13)?,
+            expired_retries: row.try_get(14)?,
+            created_by: row.try_get(15)?,
+            created_at: row.try_get(16)?,
+            updated_at: row.try_get(17)?,
+            completed_at: row.try_get(18)?,
+            expires_at: row.try_get(19)?,
+            claimed_as: StoreError::parse_stored("claimed_as", &claimed_as)?,
+            steps: Vec::new(),
+            released_payments: Vec::new(),
+            payment: None,
+            events: Vec::new(),
+            journal: Vec::new(),
+        };
+        let steps: Vec<(DateTime<Utc>, String, String, i64, Option<String>)> = sqlx::query_as(
+            "select at, status, progress_step, lease_version, lease_owner from record_steps \
+             where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
+             order by at, lease_version limit 200",
+        )
+        .bind(tenant)
+        .bind(operation)
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
+        history.steps = steps
+            .into_iter()
+            .map(|(at, status, step, lease_version, lease_owner)| {
+                Ok(StepRow {
+                    at,
+                    status: StoreError::parse_stored("record status", &status)?,
+                    step: StoreError::parse_stored("progress step", &step)?,
+                    lease_version,
+                    lease_owner,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let released: Vec<(String, DateTime<Utc>, Option<String>, Option<DateTime<Utc>>, Option<String>, Option<String>)> =
+            sqlx::query_as(
+                "select id, released_at, late_charge_id, late_charge_resolved_at, late_charge_resolved_by, \
+                 late_charge_resolution from payments \
+                 where tenant_id = $1 and idempotency_key = $2 and released_at is not null order by released_at",
+            )
+            .bind(tenant)
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?;
+        history.released_payments = released
+            .into_iter()
+            .map(
+                |(id, released_at, late_charge_id, resolved_at, resolved_by, resolution)| ReleasedPayment {
+                    id,
+                    released_at,
+                    late_charge_id,
+                    late_charge_resolution: resolved_at.map(|at| LateChargeResolution {
+                        at,
+                        by: resolved_by.unwrap_or_default(),
+                        reference: resolution.unwrap_or_default(),
+                    }),
+                },
+            )
+            .collect();
+        if let Some(payment_id) = resource_id.as_deref() {
+            let payment: Option<(String, String, i64, String, String, String, Option<String>)> = sqlx::query_as(
+                "select id, account_id, amount_minor, currency, merchant_reference, status, provider_charge_id \
+                 from payments where tenant_id = $1 and id = $2",
+            )
+            .bind(tenant)
+            .bind(payment_id)
+            .fetch_optional(&self.pool)
+            .await?;
+            history.payment = payment
+                .map(
+                    |(
+                        id,
+                        account_id,
+                        amount_minor,
+                        currency,
+                        merchant_reference,
+                        status,
+                        provider_charge_id,
+                    )| {
+                        Ok::<_, StoreError>(PaymentSummary {
+                            id,
+                            account_id,
+                            amount_minor,
+                            currency,
+                            merchant_reference,
+                            status: StoreError::parse_stored("payment status", &status)?,
+                            provider_charge_id,
+                        })
+                    },
+                )
+                .transpose()?;
+            let events: Vec<(String, String, DateTime<Utc>, Option<DateTime<Utc>>)> = sqlx::query_as(
+                "select id, event_type, created_at, published_at from outbox_events \
+                 where payment_id = $1 order by created_at, id",
+            )
+            .bind(payment_id)
+            .fetch_all(&self.pool)
+            .await?;
+            history.events = events
+                .into_iter()
+                .map(|(id, event_type, created_at, published_at)| EventRow {
+                    id,
+                    event_type,
+                    created_at,
+                    published_at,
+                })
+                .collect();
+        }
+        let journal: Vec<(DateTime<Utc>, String, Option<String>, i32, Option<String>, bool)> =
+            sqlx::query_as(
+                "select at, fingerprint, canonical_command, status_code, error_code, replayed \
+             from idempotency_requests where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
+             order by at, id limit 500",
+            )
+            .bind(tenant)
+            .bind(operation)
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?;
+        history.journal = journal
+            .into_iter()
+            .map(
+                |(at, fingerprint, canonical_command, status_code, error_code, replayed)| JournalRow {
+                    at,
+                    fingerprint,
+                    canonical_command,
+                    status_code: u16::try_from(status_code).unwrap_or(0),
+                    error_code,
+                    replayed,
+                },
+            )
+            .collect();
+        Ok(Some(history))
+    }
+}

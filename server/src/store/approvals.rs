@@ -2,9 +2,9 @@
 //! and the decision, taken once by a conditional update before anything is applied, so two
 //! approvers cannot both apply it and the requester can never decide their own.
 
-use super::StoreError;
 use super::console::RecordName;
 use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::error::StoreError;
 use super::operators::insert_audit;
 use chrono::{DateTime, Utc};
 use domain::operator::AuditEntry;
@@ -166,7 +166,7 @@ fn override_of(
 
 /// Rejects the requests pending longer than `window`, with their audit entries, inside `tx`;
 /// returns how many.
-async fn expire_overrides_in<D: Dialect>(
+async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
     tx: &mut Transaction<'_, D>,
     window: Duration,
 ) -> Result<u64, StoreError> {
@@ -194,7 +194,7 @@ async fn expire_overrides_in<D: Dialect>(
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> ApprovalStore for SqlStore<D> {
+impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
     async fn request_override(
         &self,
         request: &NewOverrideRequest,

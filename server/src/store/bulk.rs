@@ -2,9 +2,9 @@
 //! action) written with the job, a runner's lease on the job (so that one instance runs it
 //! and another resumes it when that one died), each item's result as it is done.
 
-use super::StoreError;
 use super::console::RecordName;
 use super::dialect::{Dialect, SqlStore};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::RecordStatus;
 use domain::recovery::ReconcileAction;
@@ -106,7 +106,7 @@ fn item_of((position, tenant_id, operation, key, version, action): ItemRow) -> R
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> BulkStore for SqlStore<D> {
+impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     async fn create_bulk_job(&self, job: &ClaimedBulkJob, items: &[BulkItem]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("insert into bulk_jobs (id, requested_by, reason) values ($1, $2, $3)")

@@ -4,8 +4,8 @@
 //! records table. Rows are the store's own; the
 //! console backend shapes them into its view models.
 
-use super::StoreError;
 use super::dialect::{Dialect, SqlStore, rfc3339_millis};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ProgressStep, RecordStatus};
 use domain::scope::Scope;
@@ -182,7 +182,7 @@ fn cursor_time(at: DateTime<Utc>) -> String {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> ConsoleStore for SqlStore<D> {
+impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
     async fn outcome_series(
         &self,
         step: i64,

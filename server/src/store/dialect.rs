@@ -9,20 +9,12 @@
 //! `D: Dialect` is then the only bound a body names. What differs in the SQL text (the clock,
 //! interval arithmetic, row locks, physical row ids) is one associated constant per statement,
 //! grouped by concern (`RecordStatements` in `records.rs`, …): a statement used by one body is
-//! declared, documented and used in the same file, and written out in each dialect's file.
+//! declared, documented and used in the same file, and written out in each dialect's file. A
+//! concern's store is implemented for every `D: Dialect` with its statements, so that this
+//! file knows no concern.
 
-use super::StoreError;
-use super::approvals::ApprovalStatements;
-use super::bulk::BulkStatements;
-use super::console::ConsoleStatements;
-use super::events::EventStatements;
-use super::metrics::MetricsStatements;
-use super::operators::OperatorStatements;
-use super::payments::PaymentStatements;
-use super::records::RecordStatements;
-use super::retention::RetentionStatements;
+use super::error::StoreError;
 use super::target::DialectName;
-use super::tenants::TenantStatements;
 use chrono::{DateTime, Utc};
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -48,16 +40,6 @@ pub trait Dialect:
     + for<'q> Imply<i64, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<f64, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<DateTime<Utc>, Is: Decode<'q, Self> + Type<Self>>
-    + RecordStatements
-    + PaymentStatements
-    + TenantStatements
-    + EventStatements
-    + ConsoleStatements
-    + MetricsStatements
-    + OperatorStatements
-    + ApprovalStatements
-    + BulkStatements
-    + RetentionStatements
     + Send
     + Sync
 {

@@ -2,8 +2,8 @@
 //! and dead letters; consumer inboxes with the ledger and receipts written in the same
 //! transaction.
 
-use super::StoreError;
 use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::error::StoreError;
 use super::operators::insert_audit;
 use super::payments::minor_to_decimal;
 use crate::crash::{CrashPoint, crash_point};
@@ -172,7 +172,7 @@ async fn payment_for_events<D: Dialect>(
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> EventStore for SqlStore<D> {
+impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
         let (unpublished, oldest_unpublished_age_seconds): (i64, f64) =
             sqlx::query_as(D::OUTBOX_BACKLOG).fetch_one(&self.pool).await?;

@@ -2,9 +2,9 @@
 //! its status, step or lease, the payments it made and released, their events, and every
 //! request that arrived with its key.
 
-use super::StoreError;
 use super::console::RecordName;
 use super::dialect::{Dialect, SqlStore};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
 use domain::representation::PaymentStatus;

@@ -1,8 +1,8 @@
 //! What the instances count and journal, written in batches (never a write per request on the
 //! request path), and the live state `/metrics` reports per tenant and operation.
 
-use super::StoreError;
 use super::dialect::{Dialect, SqlStore, rfc3339_millis};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::outcome::Outcome;
 use domain::scope::{Operation, Scope};
@@ -68,7 +68,7 @@ pub trait MetricsStatements {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> MetricsStore for SqlStore<D> {
+impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         for count in counts {

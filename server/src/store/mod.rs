@@ -93,7 +93,20 @@ pub trait Store:
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> Store for SqlStore<D> {
+impl<D> Store for SqlStore<D>
+where
+    D: Dialect
+        + records::RecordStatements
+        + payments::PaymentStatements
+        + tenants::TenantStatements
+        + events::EventStatements
+        + console::ConsoleStatements
+        + metrics::MetricsStatements
+        + operators::OperatorStatements
+        + approvals::ApprovalStatements
+        + bulk::BulkStatements
+        + retention::RetentionStatements,
+{
     fn dialect(&self) -> DialectName {
         D::DIALECT
     }

@@ -1,7 +1,7 @@
 //! Console operators, their server-side sessions, and the audit log.
 
-use super::StoreError;
 use super::dialect::{Dialect, RowsAffected, SqlStore, rfc3339_millis};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::operator::{AuditEntry, OperatorRole};
 use sqlx::Transaction;
@@ -208,7 +208,7 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> OperatorStore for SqlStore<D> {
+impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     async fn create_operator(&self, operator: &StoredOperator, audit: &AuditEntry) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("insert into operators (id, username, password_hash, role) values ($1, $2, $3, $4)")

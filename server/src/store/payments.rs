@@ -3,8 +3,8 @@
 //! passes over payments (settlement, the watch over released payments, payments whose answer
 //! was lost without a key), and an account's settings.
 
-use super::StoreError;
 use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::error::StoreError;
 use super::operators::insert_audit;
 use chrono::{DateTime, Utc};
 use domain::claim::{PaymentCompletion, ProviderVerdict, Refusal, UnkeyedOutcome};
@@ -165,7 +165,7 @@ pub(super) enum LocalStep {
 /// The local part of create_payment, inside `tx`: the tenant's account, its currency and
 /// balance, the hold, the payment row (PROCESSING) and its PaymentCreated event. Writes
 /// nothing when it refuses.
-pub(super) async fn create_payment_in<D: Dialect>(
+pub(super) async fn create_payment_in<D: Dialect + PaymentStatements>(
     tx: &mut Transaction<'_, D>,
     payment: &NewPayment,
     idempotency_key: Option<&str>,
@@ -255,7 +255,7 @@ pub(super) async fn refusal<D: Dialect>(
 
 /// The payment's outcome inside `tx`: status and charge id, the hold released on a decline,
 /// and the outcome's event.
-pub(super) async fn settle_payment_in<D: Dialect>(
+pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
     tx: &mut Transaction<'_, D>,
     completion: &PaymentCompletion,
 ) -> Result<(), StoreError> {
@@ -292,7 +292,7 @@ pub(super) async fn settle_payment_in<D: Dialect>(
 }
 
 /// Gives a payment's held amount back to its account, inside `tx`.
-pub(super) async fn release_hold_in<D: Dialect>(
+pub(super) async fn release_hold_in<D: Dialect + PaymentStatements>(
     tx: &mut Transaction<'_, D>,
     payment_id: &str,
 ) -> Result<(), StoreError> {
@@ -343,7 +343,7 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> PaymentStore for SqlStore<D> {
+impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
     async fn payment(
         &self,
         tenant_id: &TenantId,

@@ -3,11 +3,11 @@
 //! the text of the statements that differ from SQLite's (`now()`, `make_interval`, row locks
 //! with `for update skip locked`, physical row ids by `ctid`).
 
-use super::StoreError;
 use super::approvals::ApprovalStatements;
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
 use super::dialect::Dialect;
+use super::error::StoreError;
 use super::events::EventStatements;
 use super::metrics::MetricsStatements;
 use super::operators::OperatorStatements;

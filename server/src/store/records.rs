@@ -3,10 +3,12 @@
 //! takeover of a dead owner's record, an operator's release of a key, and the reads a retry
 //! and the recovery worker decide from.
 
-use super::StoreError;
 use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::error::StoreError;
 use super::operators::insert_audit;
-use super::payments::{LocalStep, create_payment_in, refusal, release_hold_in, settle_payment_in};
+use super::payments::{
+    LocalStep, PaymentStatements, create_payment_in, refusal, release_hold_in, settle_payment_in,
+};
 use crate::crash::{CrashPoint, crash_point};
 use chrono::{DateTime, Utc};
 use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
@@ -198,7 +200,7 @@ async fn insert_response_in<D: Dialect>(
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> RecordStore for SqlStore<D> {
+impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore<D> {
     async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError> {
         let row: Option<RecordRow> = sqlx::query_as(D::SELECT_RECORD)
             .bind(scope.tenant_id.as_str())

@@ -1,8 +1,8 @@
 //! The stored responses' lifecycle: the sealing keys instances use, purging bodies after the
 //! window (records become EXPIRED tombstones) and deleting tombstones after retention.
 
-use super::StoreError;
 use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use sqlx::Transaction;
 use std::time::{Duration, Instant};
@@ -80,7 +80,7 @@ pub trait RetentionStatements {
     const NOTE_SEALING_KEY: &'static str;
 }
 
-impl<D: Dialect> SqlStore<D> {
+impl<D: Dialect + RetentionStatements> SqlStore<D> {
     /// A cleanup transaction holding its write lock (SQLite) and bounded where the dialect can
     /// bound it; with the moment it started holding.
     async fn bounded_transaction(
@@ -101,7 +101,7 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> RetentionStore for SqlStore<D> {
+impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
     async fn purge_expired(&self, limit: i64, bound: Duration) -> Result<BatchOutcome, StoreError> {
         let (mut tx, holding_since) = self.bounded_transaction(bound).await?;
         let rows = sqlx::query(D::PURGE_BATCH)

@@ -6,11 +6,11 @@
 //! 'now')` is "now" in that form, and its third argument (`$n || ' seconds'`) moves it. There
 //! are no row locks: a writing transaction holds the database's one write lock.
 
-use super::StoreError;
 use super::approvals::ApprovalStatements;
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
 use super::dialect::Dialect;
+use super::error::StoreError;
 use super::events::EventStatements;
 use super::metrics::MetricsStatements;
 use super::operators::OperatorStatements;

@@ -1,7 +1,7 @@
 //! Which database a command uses: PostgreSQL named by `DATABASE_URL`, or the embedded SQLite
 //! file in the data directory when it is unset.
 
-use super::StoreError;
+use super::error::StoreError;
 use std::path::{Path, PathBuf};
 
 /// The dialect a target speaks.

@@ -1,8 +1,8 @@
 //! Tenants, their API keys and accounts: what the command line creates and revokes, and the
 //! look-up that authenticates every API request.
 
-use super::StoreError;
 use super::dialect::{Dialect, SqlStore};
+use super::error::StoreError;
 use crate::auth::api_key::{ApiKeyHash, NewApiKey};
 use domain::payment::NewAccount;
 use domain::tenant::{ApiKeyId, Principal, TenantId, TenantName};
@@ -40,7 +40,7 @@ pub trait TenantStatements {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect> TenantStore for SqlStore<D> {
+impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
     async fn create_tenant(
         &self,
         id: &TenantId,

@@ -2,6 +2,8 @@
 
 mod support;
 
+mod architecture;
+
 mod cancellation;
 mod claim;
 mod cli;

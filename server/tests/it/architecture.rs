@@ -1,0 +1,197 @@
+//! The layout's rules, as `docs/ARCHITECTURE.md` states them, checked against the code: the
+//! domain floor depends on no web, database or UI crate; the console's browser code never on
+//! sqlx; and every import between the server's top-level modules points down.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The platform this test runs on, as `rustc` names it.
+fn host() -> String {
+    let output = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("a host line")
+        .to_owned()
+}
+
+/// `cargo metadata` of the workspace for this platform, offline (the build already fetched
+/// every crate it needs).
+fn metadata() -> Value {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", &host()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("metadata json")
+}
+
+/// The names of every crate `package` depends on, directly or not.
+fn dependencies_of(metadata: &Value, package: &str) -> BTreeSet<String> {
+    let name_of: BTreeMap<&str, &str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|package| {
+            (
+                package["id"].as_str().expect("id"),
+                package["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    let nodes: BTreeMap<&str, Vec<&str>> = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve nodes")
+        .iter()
+        .map(|node| {
+            let dependencies = node["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .map(|id| id.as_str().expect("id"))
+                .collect();
+            (node["id"].as_str().expect("id"), dependencies)
+        })
+        .collect();
+    let root = name_of
+        .iter()
+        .find(|(_, name)| **name == package)
+        .map(|(id, _)| *id)
+        .unwrap_or_else(|| panic!("no package {package}"));
+    let mut seen = BTreeSet::new();
+    let mut to_visit = vec![root];
+    while let Some(id) = to_visit.pop() {
+        for dependency in &nodes[id] {
+            if seen.insert(name_of[dependency].to_owned()) {
+                to_visit.push(dependency);
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_domain_floor_depends_on_no_web_database_or_ui_crate() {
+    let dependencies = dependencies_of(&metadata(), "idem-domain");
+    let forbidden = [
+        "axum",
+        "hyper",
+        "tower",
+        "reqwest",
+        "sqlx",
+        "sqlx-core",
+        "leptos",
+        "tokio",
+        "async-nats",
+    ];
+    let found: Vec<&str> = forbidden
+        .into_iter()
+        .filter(|name| dependencies.contains(*name))
+        .collect();
+    assert!(found.is_empty(), "the domain crate depends on {found:?}");
+    assert!(dependencies.contains("sha2"), "the check reads the real graph");
+}
+
+#[test]
+fn the_console_app_never_depends_on_sqlx() {
+    let dependencies = dependencies_of(&metadata(), "app");
+    assert!(
+        !dependencies.contains("sqlx") && !dependencies.contains("sqlx-core"),
+        "app depends on sqlx"
+    );
+    assert!(dependencies.contains("idem-domain"));
+}
+
+/// Every `.rs` file below `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// For each top-level module of the server (`store`, `engine`, `main`, …), the other
+/// top-level modules its files name as `crate::module`.
+fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in sources(&root) {
+        let relative = file.strip_prefix(&root).expect("below src");
+        let first = relative.components().next().expect("a component");
+        let module = first
+            .as_os_str()
+            .to_str()
+            .expect("utf-8")
+            .trim_end_matches(".rs")
+            .to_owned();
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let named = imports.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            let rest = &text[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let target = &rest[..end];
+            if !target.is_empty() && target != module {
+                named.insert(target.to_owned());
+            }
+        }
+    }
+    imports
+}
+
+/// The server's modules, lowest first: each may import only modules of an earlier line.
+const LAYERS: &[&[&str]] = &[
+    &["crash", "auth", "cli", "supervisor"],
+    &["store", "provider", "telemetry"],
+    &["metrics", "events", "admin"],
+    &["engine"],
+    &["console", "workers"],
+    &["http"],
+    &["application"],
+    &["serve"],
+    &["main", "lib"],
+];
+
+#[test]
+fn every_import_between_the_servers_modules_points_down() {
+    let layer_of: BTreeMap<&str, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(layer, modules)| modules.iter().map(move |module| (*module, layer)))
+        .collect();
+    let imports = module_imports();
+    assert!(imports.len() >= 15, "the check reads the real tree: {imports:?}");
+    let mut violations = Vec::new();
+    for (module, targets) in &imports {
+        let Some(&layer) = layer_of.get(module.as_str()) else {
+            violations.push(format!("{module} is on no layer: add it to LAYERS"));
+            continue;
+        };
+        for target in targets {
+            match layer_of.get(target.as_str()) {
+                Some(&below) if below < layer => {}
+                Some(_) => violations.push(format!("{module} imports {target}, which is not below it")),
+                None => violations.push(format!("{module} imports {target}, which is on no layer")),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}

@@ -4,7 +4,8 @@
 use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
-use sqlx::Transaction;
+use sqlx::Database;
+use sqlx::query::Query;
 use std::time::{Duration, Instant};
 
 /// One cleanup batch: how many rows it took, and how long its transaction held its locks
@@ -81,39 +82,36 @@ pub trait RetentionStatements {
 }
 
 impl<D: Dialect + RetentionStatements> SqlStore<D> {
-    /// A cleanup transaction holding its write lock (SQLite) and bounded where the dialect can
-    /// bound it; with the moment it started holding.
-    async fn bounded_transaction(
+    /// One cleanup batch: `statement` in a transaction holding its write lock (SQLite) and
+    /// bounded where the dialect can bound it; the rows it wrote and how long it held.
+    async fn bounded_batch<'q>(
         &self,
         bound: Duration,
-    ) -> Result<(Transaction<'static, D>, Instant), StoreError> {
+        statement: Query<'q, D, <D as Database>::Arguments<'q>>,
+    ) -> Result<BatchOutcome, StoreError> {
         let mut tx = self.pool.begin_with(D::BEGIN_CLEANUP).await?;
         let holding_since = Instant::now();
         let bound = format!("{}ms", bound.as_millis().max(1));
-        for statement in D::BOUND_CLEANUP {
-            sqlx::query(statement)
+        for setting in D::BOUND_CLEANUP {
+            sqlx::query(setting)
                 .bind(bound.as_str())
                 .execute(&mut *tx)
                 .await?;
         }
-        Ok((tx, holding_since))
+        let rows = statement.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(BatchOutcome {
+            rows,
+            held: holding_since.elapsed(),
+        })
     }
 }
 
 #[async_trait::async_trait]
 impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
     async fn purge_expired(&self, limit: i64, bound: Duration) -> Result<BatchOutcome, StoreError> {
-        let (mut tx, holding_since) = self.bounded_transaction(bound).await?;
-        let rows = sqlx::query(D::PURGE_BATCH)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(BatchOutcome {
-            rows,
-            held: holding_since.elapsed(),
-        })
+        self.bounded_batch(bound, sqlx::query(D::PURGE_BATCH).bind(limit))
+            .await
     }
 
     async fn delete_tombstones(
@@ -122,18 +120,10 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
         limit: i64,
         bound: Duration,
     ) -> Result<BatchOutcome, StoreError> {
-        let (mut tx, holding_since) = self.bounded_transaction(bound).await?;
-        let rows = sqlx::query(D::DELETE_TOMBSTONES)
+        let statement = sqlx::query(D::DELETE_TOMBSTONES)
             .bind(retention.as_secs_f64())
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(BatchOutcome {
-            rows,
-            held: holding_since.elapsed(),
-        })
+            .bind(limit);
+        self.bounded_batch(bound, statement).await
     }
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError> {

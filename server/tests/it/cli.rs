@@ -53,22 +53,7 @@ async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
     );
     assert!(!key.stderr.contains(&api_key), "the key never reaches the logs");
 
-    let account = idem(
-        data,
-        &[
-            "account",
-            "create",
-            "--tenant",
-            "acme",
-            "--id",
-            "acc_1",
-            "--currency",
-            "eur",
-            "--balance",
-            "1000.00",
-        ],
-    )
-    .await;
+    let account = idem(data, &create_account("eur", "1000.00")).await;
     assert_eq!(account.code, Some(0), "{}", account.stderr);
 
     // What is stored: the hash, never the key; the balance in minor units.
@@ -97,6 +82,22 @@ async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
     assert!(again.stderr.contains("no active API key"), "{}", again.stderr);
 }
 
+/// `idem account create` for acme's `acc_1`.
+fn create_account<'a>(currency: &'a str, balance: &'a str) -> [&'a str; 10] {
+    [
+        "account",
+        "create",
+        "--tenant",
+        "acme",
+        "--id",
+        "acc_1",
+        "--currency",
+        currency,
+        "--balance",
+        balance,
+    ]
+}
+
 #[tokio::test]
 async fn bad_arguments_get_a_clear_error_and_change_nothing() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -108,35 +109,10 @@ async fn bad_arguments_get_a_clear_error_and_change_nothing() {
         (&["tenant", "create", "Not A Slug"], "a tenant name is"),
         (&["api-key", "create", "--tenant", "nobody"], "no tenant is named"),
         (
-            &[
-                "account",
-                "create",
-                "--tenant",
-                "acme",
-                "--id",
-                "acc_1",
-                "--currency",
-                "EUR",
-                "--balance",
-                "10.001",
-            ],
+            &create_account("EUR", "10.001"),
             "--balance: EUR allows at most 2 decimal places",
         ),
-        (
-            &[
-                "account",
-                "create",
-                "--tenant",
-                "acme",
-                "--id",
-                "acc_1",
-                "--currency",
-                "XYZ",
-                "--balance",
-                "1",
-            ],
-            "--currency: must be one of",
-        ),
+        (&create_account("XYZ", "1"), "--currency: must be one of"),
         (
             &[
                 "account",

@@ -9,8 +9,9 @@ use domain::event::EventMessage;
 use futures_util::future::join_all;
 use idem::events::consumers::{Consumer, Ledger, Receipts};
 use idem::events::nats::{NatsJetStream, NatsSettings};
-use idem::events::publisher::{Publisher, PublisherSettings};
+use idem::events::publisher::{PublishReport, Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
+use idem::store::Store;
 use idem::supervisor::Supervisor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,22 @@ async fn payments_with_idle_publisher(db: TestDatabase) -> TestApp {
     app
 }
 
+/// Two publishers over the same outbox and `transport`, in small batches, each making one
+/// pass at the same time; what each published.
+async fn publish_twice_at_once(
+    store: &Arc<dyn Store>,
+    transport: Arc<dyn Transport>,
+) -> (PublishReport, PublishReport) {
+    let settings = PublisherSettings {
+        batch: 3,
+        claim: Duration::from_secs(30),
+        max_attempts: 10,
+    };
+    let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
+    let second = Publisher::new(store.clone(), transport, settings);
+    tokio::join!(first.run_once(), second.run_once())
+}
+
 /// The invariants after quiescing.
 async fn assert_once(db: &TestDatabase) {
     let count = |sql: &'static str| db.query_i64(sql);
@@ -117,14 +134,7 @@ async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db: TestD
         seed: AtomicU64::new(0x2545_F491_4F6C_DD1D),
         deliveries: AtomicU64::new(0),
     });
-    let settings = PublisherSettings {
-        batch: 3,
-        claim: Duration::from_secs(30),
-        max_attempts: 10,
-    };
-    let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
-    let second = Publisher::new(store.clone(), transport.clone(), settings);
-    let (a, b) = tokio::join!(first.run_once(), second.run_once());
+    let (a, b) = publish_twice_at_once(&store, transport.clone()).await;
     assert_eq!(a.failed + b.failed, 0);
     assert_eq!(
         a.published + b.published,
@@ -232,58 +242,38 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: 
     )
     .await
     .expect("arrange an event");
-    let claimed = store
-        .claim_events(10, Duration::from_secs(30))
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    assert!(
+    let claimed = async || {
         store
             .claim_events(10, Duration::from_secs(30))
             .await
             .expect("claim")
-            .is_empty(),
-        "claimed once"
-    );
-    store
-        .mark_event_failed("evt_1", "broker down", 2)
-        .await
-        .expect("first failure");
+            .len()
+    };
+    let failed_and_backoff_skipped = async || {
+        store
+            .mark_event_failed("evt_1", "broker down", 2)
+            .await
+            .expect("failed");
+        let backing_off = db
+            .query_i64(
+                "select count(*) from outbox_events where dead_at is null and next_attempt_at is not null",
+            )
+            .await;
+        db.execute("update outbox_events set next_attempt_at = null")
+            .await
+            .expect("skip the backoff");
+        backing_off
+    };
+    assert_eq!(claimed().await, 1);
+    assert_eq!(claimed().await, 0, "claimed once");
+    assert_eq!(failed_and_backoff_skipped().await, 1, "backing off, not dead");
+    assert_eq!(claimed().await, 1, "retried");
     assert_eq!(
-        db.query_i64(
-            "select count(*) from outbox_events where dead_at is null and next_attempt_at is not null"
-        )
-        .await,
-        1,
-        "backing off, not dead"
+        failed_and_backoff_skipped().await,
+        0,
+        "dead after the second failure"
     );
-    db.execute("update outbox_events set next_attempt_at = null")
-        .await
-        .expect("skip the backoff");
-    assert_eq!(
-        store
-            .claim_events(10, Duration::from_secs(30))
-            .await
-            .expect("claim")
-            .len(),
-        1,
-        "retried"
-    );
-    store
-        .mark_event_failed("evt_1", "broker down", 2)
-        .await
-        .expect("second failure");
-    db.execute("update outbox_events set next_attempt_at = null")
-        .await
-        .expect("skip the backoff");
-    assert!(
-        store
-            .claim_events(10, Duration::from_secs(30))
-            .await
-            .expect("claim")
-            .is_empty(),
-        "dead letters stay put"
-    );
+    assert_eq!(claimed().await, 0, "dead letters stay put");
     assert_eq!(
         db.query_i64(
             "select count(*) from outbox_events where dead_at is not null and last_error = 'broker down'"
@@ -385,14 +375,7 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         nats,
         copies: AtomicU64::new(0),
     });
-    let settings = PublisherSettings {
-        batch: 3,
-        claim: Duration::from_secs(30),
-        max_attempts: 10,
-    };
-    let first = Publisher::new(store.clone(), transport.clone(), settings.clone());
-    let second = Publisher::new(store.clone(), transport.clone(), settings);
-    let (a, b) = tokio::join!(first.run_once(), second.run_once());
+    let (a, b) = publish_twice_at_once(&store, transport.clone()).await;
     assert_eq!(
         a.published + b.published,
         2 * (AUTHORISED + DECLINED),

@@ -2,7 +2,8 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{DialectName, TestApp, expect_error};
+use crate::support::{DialectName, TestApp, expect_error, expect_replay};
+use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -45,13 +46,8 @@ async fn a_completed_payment_is_replayed_byte_for_byte_and_charged_once() {
     for body in [BODY, equivalent] {
         let replay = api.pay("abc-123", body).await;
         assert_eq!(replay.status(), 201, "never a 201 turned into a 200");
-        assert_eq!(replay.headers()["idempotent-replayed"], "true");
         assert_eq!(replay.headers()["location"], location.as_str());
-        assert_eq!(
-            replay.bytes().await.expect("body"),
-            first_body,
-            "the stored bytes"
-        );
+        expect_replay(replay, &first_body, "the stored bytes").await;
     }
 
     let charges = api.sim.charges().await;
@@ -152,10 +148,8 @@ async fn a_lost_provider_answer_is_an_unknown_outcome_not_a_guess() {
         .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
     let response = api.pay("k-lost", BODY).await;
-    assert_eq!(response.status(), 202);
     assert!(response.headers().contains_key("retry-after"));
-    let body: Value = response.json().await.expect("json");
-    assert_eq!(body["errorCode"], "PAYMENT_OUTCOME_UNKNOWN");
+    let body = expect_error(response, 202, "PAYMENT_OUTCOME_UNKNOWN").await;
     assert_eq!(body["status"], "PROCESSING");
     let again = api.pay("k-lost", BODY).await;
     assert_eq!(again.status(), 202);
@@ -278,12 +272,10 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     let api = api(5_000, &[]).await;
     let created: Value = api.pay("k-get", BODY).await.json().await.expect("json");
     let id = created["paymentId"].as_str().expect("id").to_owned();
-    let url = format!("http://{}/payments/{id}", api.address);
+    let path = format!("/payments/{id}");
 
     let fresh = api
-        .http
-        .get(&url)
-        .bearer_auth(api.key("acme"))
+        .as_tenant(Method::GET, &path, "acme")
         .send()
         .await
         .expect("GET");
@@ -296,9 +288,7 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     assert_eq!(fresh, created);
 
     let v3: Value = api
-        .http
-        .get(&url)
-        .bearer_auth(api.key("acme"))
+        .as_tenant(Method::GET, &path, "acme")
         .header("api-version", "2026-09-01")
         .send()
         .await
@@ -314,17 +304,14 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
         ("idem_key_nobody", 401, "UNAUTHENTICATED"),
     ] {
         expect_error(
-            api.http.get(&url).bearer_auth(key).send().await.expect("GET"),
+            api.request(Method::GET, &path, key).send().await.expect("GET"),
             status,
             code,
         )
         .await;
     }
-    let unknown = format!("http://{}/payments/pay_0000000000000000", api.address);
     let unknown = api
-        .http
-        .get(&unknown)
-        .bearer_auth(api.key("acme"))
+        .as_tenant(Method::GET, "/payments/pay_0000000000000000", "acme")
         .send()
         .await
         .expect("GET");
@@ -334,12 +321,10 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
 #[tokio::test]
 async fn the_default_currency_setting_is_naturally_idempotent() {
     let api = api(5_000, &[]).await;
-    let url = format!("http://{}/accounts/acc_1/settings/default-currency", api.address);
+    let path = "/accounts/acc_1/settings/default-currency";
     for _ in 0..2 {
         let response = api
-            .http
-            .put(&url)
-            .bearer_auth(api.key("acme"))
+            .as_tenant(Method::PUT, &path, "acme")
             .json(&json!({ "currency": "usd" }))
             .send()
             .await
@@ -375,9 +360,7 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
         json!({}),
     ] {
         expect_error(
-            api.http
-                .put(&url)
-                .bearer_auth(api.key("acme"))
+            api.as_tenant(Method::PUT, &path, "acme")
                 .json(&bad)
                 .send()
                 .await
@@ -410,12 +393,7 @@ async fn a_replay_keeps_its_version_after_the_default_changes() {
         .expect("change the default");
     let replay = api.pay("k-default", BODY).await;
     assert_eq!(replay.status(), 201);
-    assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    assert_eq!(
-        replay.bytes().await.expect("body"),
-        first_body,
-        "the stored v2 answer"
-    );
+    expect_replay(replay, &first_body, "the stored v2 answer").await;
 
     let fresh: Value = api
         .pay("k-new-default", &BODY.replace("invoice-7781", "inv-v3"))
@@ -805,12 +783,7 @@ async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
         "no plaintext at rest"
     );
     let replay = api.pay("k-sealed", BODY).await;
-    assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    assert_eq!(
-        replay.bytes().await.expect("body"),
-        first_body,
-        "opened for the replay"
-    );
+    expect_replay(replay, &first_body, "opened for the replay").await;
 }
 
 #[tokio::test]
@@ -824,9 +797,7 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     let id = payment["paymentId"].as_str().expect("id").to_owned();
     let fresh = || async {
         let read: Value = api
-            .http
-            .get(format!("http://{}/payments/{id}", api.address))
-            .bearer_auth(api.key("acme"))
+            .as_tenant(Method::GET, &format!("/payments/{id}"), "acme")
             .send()
             .await
             .expect("GET")
@@ -847,12 +818,7 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
         .await;
     assert_eq!(fresh().await, "SETTLED", "a fresh read shows the settlement");
     let replay = api.pay("k-settle", BODY).await;
-    assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    assert_eq!(
-        replay.bytes().await.expect("body"),
-        first_body,
-        "a replay is the original answer"
-    );
+    expect_replay(replay, &first_body, "a replay is the original answer").await;
 
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(

@@ -2,7 +2,8 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{DialectName, Setup, TestApp};
+use crate::support::{DialectName, Setup, TestApp, expect_error, expect_replay};
+use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -77,12 +78,12 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
     assert_eq!(payment["status"], "PENDING");
 
     let replay = app.pay("crash-key", BODY).await;
-    assert_eq!(replay.headers()["idempotent-replayed"], "true", "{crash_point}");
-    assert_eq!(
-        replay.bytes().await.expect("body"),
-        final_body,
-        "{crash_point}: the final answer is the replay"
-    );
+    expect_replay(
+        replay,
+        &final_body,
+        &format!("{crash_point}: the final answer is the replay"),
+    )
+    .await;
 
     let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1, "{crash_point}: one charge");
@@ -145,9 +146,7 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
     }
 
     let first = app.pay("fault-key", BODY).await;
-    assert_eq!(first.status(), 202, "{faults:?}");
-    let first: Value = first.json().await.expect("json");
-    assert_eq!(first["errorCode"], "PAYMENT_OUTCOME_UNKNOWN");
+    let first = expect_error(first, 202, "PAYMENT_OUTCOME_UNKNOWN").await;
     // Backing off for a second before anyone asks the provider again.
     assert_eq!(
         app.db
@@ -265,14 +264,12 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
     let first = app.post(api_key, None, BODY).send().await.expect("POST");
     assert_eq!(first.status(), 202);
     let first: Value = first.json().await.expect("json");
-    let payment_url = app.url(&format!("/payments/{}", first["paymentId"].as_str().expect("id")));
+    let payment_path = format!("/payments/{}", first["paymentId"].as_str().expect("id"));
 
     let mut state = Value::Null;
     for _ in 0..60 {
         let payment: Value = app
-            .http
-            .get(&payment_url)
-            .bearer_auth(api_key)
+            .request(Method::GET, &payment_path, api_key)
             .send()
             .await
             .expect("GET")

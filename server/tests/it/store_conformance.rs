@@ -375,8 +375,9 @@ mod console_jobs {
     use domain::scope::{Operation, Scope};
     use domain::tenant::TenantId;
     use idem::console::OVERRIDE_DECISION_WINDOW as DAY;
+    use idem::store::Store;
     use idem::store::StoreError;
-    use idem::store::approvals::NewOverrideRequest;
+    use idem::store::approvals::{NewOverrideRequest, OverrideRequest};
     use idem::store::bulk::{BulkItem, BulkItemResult, ClaimedBulkJob};
     use idem::store::console::RecordName;
     use std::time::Duration;
@@ -477,69 +478,71 @@ mod console_jobs {
         assert_eq!(store.bulk_job("blk_2").await.expect("read"), None);
     }
 
-    async fn an_override_request_is_decided_once_and_never_by_its_requester(db: TestDatabase) {
-        let store = db.migrated_store().await;
-        let request = NewOverrideRequest {
-            id: "ovr_1".into(),
+    /// An override request `id` for `k-1` at version 4, by ada.
+    fn override_of(id: &str, outcome: OverrideOutcome) -> NewOverrideRequest {
+        NewOverrideRequest {
+            id: id.into(),
             scope: scope("k-1"),
             record_version: 4,
-            outcome: OverrideOutcome::Charged {
-                charge_id: "ch_9".into(),
-            },
+            outcome,
             requested_by: "ada".into(),
             reason: "statement".into(),
-        };
+        }
+    }
+
+    async fn request(
+        store: &dyn Store,
+        request: &NewOverrideRequest,
+        window: Duration,
+    ) -> Result<(), StoreError> {
+        let audit = audit("ada", "override.request");
+        store.request_override(request, &audit, window).await
+    }
+
+    async fn decide(store: &dyn Store, by: &str, state: OverrideState, window: Duration) -> bool {
         store
-            .request_override(&request, &audit("ada", "override.request"), DAY)
+            .decide_override("ovr_1", state, by, "checked", None, window)
             .await
-            .expect("request");
-        let second = NewOverrideRequest {
-            id: "ovr_2".into(),
-            ..request.clone()
+            .expect("decide")
+    }
+
+    async fn read(store: &dyn Store, id: &str) -> OverrideRequest {
+        store.override_request(id).await.expect("read").expect("request")
+    }
+
+    async fn an_override_request_is_decided_once_and_never_by_its_requester(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let store = store.as_ref();
+        let charged = OverrideOutcome::Charged {
+            charge_id: "ch_9".into(),
         };
+        let first = override_of("ovr_1", charged.clone());
+        request(store, &first, DAY).await.expect("request");
+        let second = override_of("ovr_2", charged.clone());
         assert!(matches!(
-            store
-                .request_override(&second, &audit("ada", "override.request"), DAY)
-                .await,
+            request(store, &second, DAY).await,
             Err(StoreError::AlreadyExists)
         ));
         assert!(
-            !store
-                .decide_override("ovr_1", OverrideState::Approved, "ada", "mine", None, DAY)
-                .await
-                .expect("decide")
+            !decide(store, "ada", OverrideState::Approved, DAY).await,
+            "its requester"
         );
+        assert!(decide(store, "bob", OverrideState::Approved, DAY).await);
         assert!(
-            store
-                .decide_override("ovr_1", OverrideState::Approved, "bob", "checked", None, DAY)
-                .await
-                .expect("decide")
-        );
-        assert!(
-            !store
-                .decide_override("ovr_1", OverrideState::Rejected, "cy", "late", None, DAY)
-                .await
-                .expect("decide"),
+            !decide(store, "cy", OverrideState::Rejected, DAY).await,
             "decided once"
         );
         store
             .finish_override("ovr_1", OverrideState::Applied, "settled")
             .await
             .expect("finish");
-        let view = store
-            .override_request("ovr_1")
-            .await
-            .expect("read")
-            .expect("request");
+        let view = read(store, "ovr_1").await;
         assert_eq!(view.state, OverrideState::Applied);
-        assert_eq!(view.outcome, request.outcome);
+        assert_eq!(view.outcome, charged);
         assert_eq!(view.decided_by.as_deref(), Some("bob"));
         assert_eq!(view.result.as_deref(), Some("settled"));
         // Decided, so the record may have another request now.
-        store
-            .request_override(&second, &audit("ada", "override.request"), DAY)
-            .await
-            .expect("request");
+        request(store, &second, DAY).await.expect("request");
         let listed = store.override_requests(10).await.expect("list");
         assert_eq!(
             listed
@@ -558,57 +561,17 @@ mod console_jobs {
 
     async fn an_override_request_nobody_decided_in_time_expires(db: TestDatabase) {
         let store = db.migrated_store().await;
-        let request = NewOverrideRequest {
-            id: "ovr_1".into(),
-            scope: scope("k-1"),
-            record_version: 4,
-            outcome: OverrideOutcome::NotCharged,
-            requested_by: "ada".into(),
-            reason: "statement".into(),
-        };
-        store
-            .request_override(&request, &audit("ada", "override.request"), DAY)
+        let store = store.as_ref();
+        request(store, &override_of("ovr_1", OverrideOutcome::NotCharged), DAY)
             .await
             .expect("request");
-        assert_eq!(
-            store.expire_override_requests(DAY).await.expect("expire"),
-            0,
-            "still young"
-        );
+        let expire = async |window| store.expire_override_requests(window).await.expect("expire");
+        assert_eq!(expire(DAY).await, 0, "still young");
         // Past its window: nobody may approve it any more.
-        assert!(
-            !store
-                .decide_override(
-                    "ovr_1",
-                    OverrideState::Approved,
-                    "bob",
-                    "checked",
-                    None,
-                    Duration::ZERO
-                )
-                .await
-                .expect("decide")
-        );
-        assert_eq!(
-            store
-                .expire_override_requests(Duration::ZERO)
-                .await
-                .expect("expire"),
-            1
-        );
-        assert_eq!(
-            store
-                .expire_override_requests(Duration::ZERO)
-                .await
-                .expect("expire"),
-            0,
-            "once"
-        );
-        let view = store
-            .override_request("ovr_1")
-            .await
-            .expect("read")
-            .expect("request");
+        assert!(!decide(store, "bob", OverrideState::Approved, Duration::ZERO).await);
+        assert_eq!(expire(Duration::ZERO).await, 1);
+        assert_eq!(expire(Duration::ZERO).await, 0, "once");
+        let view = read(store, "ovr_1").await;
         assert_eq!(view.state, OverrideState::Rejected);
         assert_eq!(view.decided_by, None, "no admin decided it");
         assert!(
@@ -627,34 +590,19 @@ mod console_jobs {
         );
 
         // A stale pending request does not block a new one: it is expired first.
-        let second = NewOverrideRequest {
-            id: "ovr_2".into(),
-            ..request.clone()
-        };
-        store
-            .request_override(&second, &audit("ada", "override.request"), DAY)
+        request(store, &override_of("ovr_2", OverrideOutcome::NotCharged), DAY)
             .await
             .expect("request");
-        let third = NewOverrideRequest {
-            id: "ovr_3".into(),
-            ..request.clone()
-        };
-        store
-            .request_override(&third, &audit("ada", "override.request"), Duration::ZERO)
-            .await
-            .expect("request");
-        let second = store
-            .override_request("ovr_2")
-            .await
-            .expect("read")
-            .expect("request");
-        assert_eq!(second.state, OverrideState::Rejected);
-        let third = store
-            .override_request("ovr_3")
-            .await
-            .expect("read")
-            .expect("request");
-        assert_eq!(third.state, OverrideState::Pending);
+        let stale_at_once = Duration::ZERO;
+        request(
+            store,
+            &override_of("ovr_3", OverrideOutcome::NotCharged),
+            stale_at_once,
+        )
+        .await
+        .expect("request");
+        assert_eq!(read(store, "ovr_2").await.state, OverrideState::Rejected);
+        assert_eq!(read(store, "ovr_3").await.state, OverrideState::Pending);
     }
 
     conformance!(

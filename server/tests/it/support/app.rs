@@ -20,7 +20,7 @@ use idem::admin::AdminError;
 use idem::application::Application;
 use idem::cli::{AccountCommand, ApiKeyCommand, Cli, ServeArgs, TenantCommand};
 use idem::store::{Store, StoreError};
-use reqwest::RequestBuilder;
+use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -312,6 +312,16 @@ impl TestApp {
         request
     }
 
+    /// A request to `path` with `api_key`.
+    pub fn request(&self, method: Method, path: &str, api_key: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(api_key)
+    }
+
+    /// A request to `path` as `tenant` (one the setup named).
+    pub fn as_tenant(&self, method: Method, path: &str, tenant: &str) -> RequestBuilder {
+        self.request(method, path, self.key(tenant))
+    }
+
     /// `POST /payments` as the first tenant, with `idempotency_key`.
     pub async fn pay(&self, idempotency_key: &str, body: impl AsRef<str>) -> reqwest::Response {
         let (_, first) = self.keys.first().expect("a tenant");
@@ -405,4 +415,17 @@ pub async fn expect_error(response: reqwest::Response, status: u16, code: &str) 
     let body: Value = response.json().await.expect("an error body in JSON");
     assert_eq!((got, body["errorCode"].as_str()), (status, Some(code)), "{body}");
     body
+}
+
+/// A replay: marked as one, with exactly the stored bytes `stored`.
+pub async fn expect_replay(response: reqwest::Response, stored: &[u8], what: &str) {
+    assert_eq!(
+        response
+            .headers()
+            .get("idempotent-replayed")
+            .map(|value| value.as_bytes()),
+        Some(&b"true"[..]),
+        "{what}: marked as a replay"
+    );
+    assert_eq!(response.bytes().await.expect("body"), stored, "{what}");
 }

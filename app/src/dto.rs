@@ -1,7 +1,7 @@
 //! The console's view models: what the server sends the browser, shaped for the pages. State
 //! names, roles and operator actions are the domain's own types (`domain`), not copies.
 
-use domain::operator::OperatorRole;
+use domain::operator::{AuditEntry, OperatorRole};
 use domain::record::RecordStatus;
 use domain::recovery::{OverrideOutcome, OverrideState, ProviderEvidence, ReconcileAction};
 use serde::{Deserialize, Serialize};
@@ -19,12 +19,8 @@ pub struct AuditEntryView {
     pub id: String,
     /// RFC 3339, UTC.
     pub at: String,
-    pub actor: String,
-    pub action: String,
-    pub target: Option<String>,
-    pub reason: Option<String>,
-    pub result: String,
-    pub details: Option<String>,
+    #[serde(flatten)]
+    pub entry: AuditEntry,
 }
 
 /// The dashboard's time ranges.

@@ -1,18 +1,16 @@
 //! The CLI's administrative commands: tenants, API keys, accounts, console operators.
 
-use domain::tenant::ApiKeyId;
-
 use crate::auth::api_key::NewApiKey;
 use crate::auth::operator::Password;
-use crate::cli::{AccountCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
+use crate::cli::{AccountCommand, AdminCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
 use crate::store::operators::{OperatorChange, StoredOperator};
-use crate::store::{OperatorStore, StoreError, TenantStore};
+use crate::store::{OperatorStore, Store, StoreError, TenantStore};
 use domain::command::AccountId;
 use domain::money::{Balance, Currency};
 use domain::operator::AuditEntry;
 use domain::operator::OperatorUsername;
 use domain::payment::NewAccount;
-use domain::tenant::{TenantId, TenantName};
+use domain::tenant::{ApiKeyId, TenantId, TenantName};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -44,6 +42,16 @@ async fn tenant_id(store: &dyn TenantStore, name: &str) -> Result<TenantId, Admi
         .tenant_id_by_name(&parsed)
         .await?
         .ok_or_else(|| AdminError::UnknownTenant(name.to_owned()))
+}
+
+/// Runs one administrative command; what it prints.
+pub async fn run(store: &dyn Store, command: AdminCommand) -> Result<String, AdminError> {
+    match command {
+        AdminCommand::Tenant(command) => tenant(store, command).await,
+        AdminCommand::ApiKey(command) => api_key(store, command).await,
+        AdminCommand::Account(command) => account(store, command).await,
+        AdminCommand::Operator(command) => operator(store, command).await,
+    }
 }
 
 /// Runs a tenant command; returns what to print on standard output.
@@ -229,12 +237,10 @@ async fn change_operator(
 /// (`cli:<user>`, which no console username can be: they have no colon).
 fn command_line_audit(action: &str, username: &str, details: String) -> AuditEntry {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
-    AuditEntry {
-        actor: format!("cli:{user}"),
-        action: format!("operator.{action}"),
-        target: Some(format!("operator {username}")),
-        reason: None,
-        result: "ok".to_owned(),
-        details: (!details.is_empty()).then_some(details),
+    let entry = AuditEntry::new(format!("cli:{user}"), format!("operator.{action}"))
+        .on(format!("operator {username}"));
+    match details.is_empty() {
+        true => entry,
+        false => entry.details(details),
     }
 }

@@ -54,6 +54,13 @@ pub enum Command {
     ProviderSim(ProviderSimArgs),
     /// Apply the database migrations, then exit.
     Migrate,
+    #[command(flatten)]
+    Admin(AdminCommand),
+}
+
+/// The administrative commands: each runs against the database and prints its result.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
     /// Manage tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),

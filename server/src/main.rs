@@ -46,27 +46,9 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
             })
             .await
         }
-        Command::Tenant(command) => {
+        Command::Admin(command) => {
             with_store(&database()?, |store| async move {
-                admin::tenant(store.as_ref(), command).await
-            })
-            .await
-        }
-        Command::ApiKey(command) => {
-            with_store(&database()?, |store| async move {
-                admin::api_key(store.as_ref(), command).await
-            })
-            .await
-        }
-        Command::Account(command) => {
-            with_store(&database()?, |store| async move {
-                admin::account(store.as_ref(), command).await
-            })
-            .await
-        }
-        Command::Operator(command) => {
-            with_store(&database()?, |store| async move {
-                admin::operator(store.as_ref(), command).await
+                admin::run(store.as_ref(), command).await
             })
             .await
         }

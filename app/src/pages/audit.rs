@@ -1,8 +1,7 @@
-use super::widgets::{Time, load_error};
+use super::widgets::{Loading, Panel, Time};
 use crate::api::get_audit;
 use crate::dto::AuditEntryView;
 use leptos::prelude::*;
-use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 /// Who did what, when, why, and how it ended; newest first, older pages by link.
@@ -11,26 +10,22 @@ pub fn AuditPage() -> impl IntoView {
     let query = use_query_map();
     let entries = Resource::new(move || query.read().get("before").unwrap_or_default(), get_audit);
     view! {
-        <Title text="Audit" />
-        <section class="panel">
-            <h1>"Audit log"</h1>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        entries.await.map(|entries| {
-                            let older = entries.last().map(|last| {
-                                let cursor = serde_json::to_string(&(&last.at, &last.id)).unwrap_or_default();
-                                format!("/audit?before={}", crate::dto::encode_segment(&cursor))
-                            });
-                            view! {
-                                <AuditTable entries />
-                                {older.map(|href| view! { <a class="button" href=href rel="next">"Older"</a> })}
-                            }
-                        })
-                    })}
-                </ErrorBoundary>
-            </Transition>
-        </section>
+        <Panel title="Audit" heading="Audit log">
+            <Loading>
+                {move || Suspend::new(async move {
+                    entries.await.map(|entries| {
+                        let older = entries.last().map(|last| {
+                            let cursor = serde_json::to_string(&(&last.at, &last.id)).unwrap_or_default();
+                            format!("/audit?before={}", crate::dto::encode_segment(&cursor))
+                        });
+                        view! {
+                            <AuditTable entries />
+                            {older.map(|href| view! { <a class="button" href=href rel="next">"Older"</a> })}
+                        }
+                    })
+                })}
+            </Loading>
+        </Panel>
     }
 }
 
@@ -54,11 +49,11 @@ pub fn AuditTable(entries: Vec<AuditEntryView>) -> impl IntoView {
             <tbody>
                 {entries
                     .into_iter()
-                    .map(|entry| {
+                    .map(|AuditEntryView { at, entry, .. }| {
                         let (action, result) = (entry.action.clone(), entry.result.clone());
                         view! {
                             <tr data-action=action data-result=result>
-                                <td><Time at=entry.at /></td>
+                                <td><Time at=at /></td>
                                 <td>{entry.actor}</td>
                                 <td>{entry.action}</td>
                                 <td>{entry.target.unwrap_or_default()}</td>

@@ -1,9 +1,11 @@
-use super::widgets::{BarChart, Time, age, load_error};
+use super::widgets::{BarChart, Choice, Loading, Time, age, named};
 use crate::api::get_dashboard;
 use crate::dto::{Dashboard, DashboardRange, LiveGauges};
+use domain::scope::Operation;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
+use strum::VariantArray;
 
 /// What each stored outcome is called on the dashboard.
 fn outcome_label(outcome: &str) -> &'static str {
@@ -50,21 +52,19 @@ pub fn DashboardPage() -> impl IntoView {
                 <h1>"Idempotency dashboard"</h1>
                 <RefreshControls on_refresh=move || *set_refreshes.write() += 1 hydrated />
             </div>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        dashboard
-                            .await
-                            .map(|dashboard| {
-                                view! {
-                                    <Filters dashboard=dashboard.clone() />
-                                    <Gauges live=dashboard.live.clone() />
-                                    <Charts dashboard />
-                                }
-                            })
-                    })}
-                </ErrorBoundary>
-            </Transition>
+            <Loading>
+                {move || Suspend::new(async move {
+                    dashboard
+                        .await
+                        .map(|dashboard| {
+                            view! {
+                                <Filters dashboard=dashboard.clone() />
+                                <Gauges live=dashboard.live.clone() />
+                                <Charts dashboard />
+                            }
+                        })
+                })}
+            </Loading>
         </section>
     }
 }
@@ -76,47 +76,33 @@ fn Filters(dashboard: Dashboard) -> impl IntoView {
     let operation = query.read_untracked().get("operation").unwrap_or_default();
     view! {
         <form method="get" action="/" class="filters" aria-label="Dashboard filters">
-            <label>
-                "Range"
-                <select name="range">
-                    {DashboardRange::ALL
-                        .into_iter()
-                        .map(|range| {
-                            view! {
-                                <option value=range.as_str() selected=range == dashboard.range>
-                                    {range.as_str()}
-                                </option>
-                            }
-                        })
-                        .collect_view()}
-                </select>
-            </label>
-            <label>
-                "Tenant"
-                <select name="tenant">
-                    <option value="">"All tenants"</option>
-                    {dashboard
-                        .tenants
-                        .iter()
-                        .map(|option| {
-                            view! {
-                                <option value=option.id.clone() selected=option.id == tenant>
-                                    {option.name.clone()}
-                                </option>
-                            }
-                        })
-                        .collect_view()}
-                </select>
-            </label>
-            <label>
-                "Operation"
-                <select name="operation">
-                    <option value="">"All operations"</option>
-                    <option value="create_payment" selected=operation == "create_payment">
-                        "create_payment"
-                    </option>
-                </select>
-            </label>
+            <Choice
+                label="Range"
+                name="range"
+                options=DashboardRange::ALL
+                    .into_iter()
+                    .map(|range| (range.as_str().to_owned(), range.as_str().to_owned()))
+                    .collect()
+                selected=dashboard.range.as_str().to_owned()
+            />
+            <Choice
+                label="Tenant"
+                name="tenant"
+                any="All tenants"
+                options=dashboard
+                    .tenants
+                    .iter()
+                    .map(|option| (option.id.clone(), option.name.clone()))
+                    .collect()
+                selected=tenant
+            />
+            <Choice
+                label="Operation"
+                name="operation"
+                any="All operations"
+                options=named(Operation::VARIANTS.iter().map(|operation| operation.as_str()))
+                selected=operation
+            />
             <button type="submit" class="button">
                 "Apply"
             </button>

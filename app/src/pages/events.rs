@@ -1,9 +1,8 @@
-use super::widgets::{ReasonAndApply, Time, age, load_error};
+use super::widgets::{Loading, Panel, ReasonAndApply, Time, age};
 use crate::api::{get_events, redrive_events, whoami};
 use crate::dto::DeadLetter;
 use domain::operator::OperatorRole;
 use leptos::prelude::*;
-use leptos_meta::Title;
 
 /// The outbox and its consumers: backlog, how far each consumer is behind, and dead letters,
 /// which an operator re-drives with the same preview, reason and audit as a reconciliation.
@@ -28,86 +27,82 @@ pub fn EventsPage() -> impl IntoView {
         }
     });
     view! {
-        <Title text="Events" />
-        <section class="panel">
-            <h1>"Events"</h1>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        let can_act = operator.await.is_ok_and(|operator| operator.role >= OperatorRole::Operator);
-                        overview.await.map(|overview| {
-                            let dead = overview.dead_letters.len();
-                            view! {
-                                <div class="gauges">
-                                    <div class="gauge" data-gauge="outbox_backlog">
-                                        <span class="gauge-label">"Unpublished"</span>
-                                        <strong class="num gauge-value">{overview.unpublished}</strong>
-                                        <span class="muted">{format!("oldest {}", age(overview.oldest_unpublished_secs))}</span>
-                                    </div>
-                                    <div class="gauge" class:alarm=(dead > 0) data-gauge="dead_letters">
-                                        <span class="gauge-label">"Dead letters"</span>
-                                        <strong class="num gauge-value">{dead}</strong>
-                                        <span class="muted">"need an operator"</span>
-                                    </div>
-                                    {overview.consumers.into_iter().map(|consumer| view! {
-                                        <div class="gauge" data-gauge=format!("lag_{}", consumer.consumer)>
-                                            <span class="gauge-label">{format!("{} lag", consumer.consumer)}</span>
-                                            <strong class="num gauge-value">{consumer.lag}</strong>
-                                            <span class="muted">"published, not processed (24 h)"</span>
-                                        </div>
-                                    }).collect_view()}
+        <Panel title="Events" heading="Events">
+            <Loading>
+                {move || Suspend::new(async move {
+                    let can_act = operator.await.is_ok_and(|operator| operator.role >= OperatorRole::Operator);
+                    overview.await.map(|overview| {
+                        let dead = overview.dead_letters.len();
+                        view! {
+                            <div class="gauges">
+                                <div class="gauge" data-gauge="outbox_backlog">
+                                    <span class="gauge-label">"Unpublished"</span>
+                                    <strong class="num gauge-value">{overview.unpublished}</strong>
+                                    <span class="muted">{format!("oldest {}", age(overview.oldest_unpublished_secs))}</span>
                                 </div>
-                                <h2>"Dead letters"</h2>
-                                {if dead == 0 {
-                                    view! { <p class="muted">"None."</p> }.into_any()
-                                } else {
-                                    view! {
-                                        <table class="records">
-                                            <thead><tr>
-                                                <th scope="col">{can_act.then_some("Select")}</th>
-                                                <th scope="col">"Event"</th><th scope="col">"Type"</th>
-                                                <th scope="col">"Payment"</th><th scope="col" class="num">"Attempts"</th>
-                                                <th scope="col">"Last error"</th><th scope="col">"Dead since"</th>
-                                            </tr></thead>
-                                            <tbody>
-                                                {overview.dead_letters.into_iter().map(|letter| {
-                                                    let label = format!("select {}", letter.event_id);
-                                                    let chosen = letter.clone();
-                                                    view! {
-                                                        <tr data-event=letter.event_id.clone()>
-                                                            <td>{can_act.then(|| view! {
-                                                                <input type="checkbox" aria-label=label on:change=move |event| {
-                                                                    let checked = event_target_checked(&event);
-                                                                    selected.update(|selected| {
-                                                                        selected.retain(|other| other.event_id != chosen.event_id);
-                                                                        if checked { selected.push(chosen.clone()); }
-                                                                    });
-                                                                } />
-                                                            })}</td>
-                                                            <th scope="row"><code>{letter.event_id.clone()}</code></th>
-                                                            <td>{letter.event_type}</td>
-                                                            <td>{letter.payment_id}</td>
-                                                            <td class="num">{letter.attempts}</td>
-                                                            <td>{letter.last_error.unwrap_or_default()}</td>
-                                                            <td><Time at=letter.dead_at /></td>
-                                                        </tr>
-                                                    }
-                                                }).collect_view()}
-                                            </tbody>
-                                        </table>
-                                        {can_act.then(|| view! {
-                                            <button type="button" class="button" disabled=move || selected.get().is_empty()
-                                                on:click=move |_| previewed.set(Some(selected.get_untracked()))>
-                                                {move || format!("Preview re-drive of {}", selected.get().len())}
-                                            </button>
-                                        })}
-                                    }.into_any()
-                                }}
-                            }
-                        })
-                    })}
-                </ErrorBoundary>
-            </Transition>
+                                <div class="gauge" class:alarm=(dead > 0) data-gauge="dead_letters">
+                                    <span class="gauge-label">"Dead letters"</span>
+                                    <strong class="num gauge-value">{dead}</strong>
+                                    <span class="muted">"need an operator"</span>
+                                </div>
+                                {overview.consumers.into_iter().map(|consumer| view! {
+                                    <div class="gauge" data-gauge=format!("lag_{}", consumer.consumer)>
+                                        <span class="gauge-label">{format!("{} lag", consumer.consumer)}</span>
+                                        <strong class="num gauge-value">{consumer.lag}</strong>
+                                        <span class="muted">"published, not processed (24 h)"</span>
+                                    </div>
+                                }).collect_view()}
+                            </div>
+                            <h2>"Dead letters"</h2>
+                            {if dead == 0 {
+                                view! { <p class="muted">"None."</p> }.into_any()
+                            } else {
+                                view! {
+                                    <table class="records">
+                                        <thead><tr>
+                                            <th scope="col">{can_act.then_some("Select")}</th>
+                                            <th scope="col">"Event"</th><th scope="col">"Type"</th>
+                                            <th scope="col">"Payment"</th><th scope="col" class="num">"Attempts"</th>
+                                            <th scope="col">"Last error"</th><th scope="col">"Dead since"</th>
+                                        </tr></thead>
+                                        <tbody>
+                                            {overview.dead_letters.into_iter().map(|letter| {
+                                                let label = format!("select {}", letter.event_id);
+                                                let chosen = letter.clone();
+                                                view! {
+                                                    <tr data-event=letter.event_id.clone()>
+                                                        <td>{can_act.then(|| view! {
+                                                            <input type="checkbox" aria-label=label on:change=move |event| {
+                                                                let checked = event_target_checked(&event);
+                                                                selected.update(|selected| {
+                                                                    selected.retain(|other| other.event_id != chosen.event_id);
+                                                                    if checked { selected.push(chosen.clone()); }
+                                                                });
+                                                            } />
+                                                        })}</td>
+                                                        <th scope="row"><code>{letter.event_id.clone()}</code></th>
+                                                        <td>{letter.event_type}</td>
+                                                        <td>{letter.payment_id}</td>
+                                                        <td class="num">{letter.attempts}</td>
+                                                        <td>{letter.last_error.unwrap_or_default()}</td>
+                                                        <td><Time at=letter.dead_at /></td>
+                                                    </tr>
+                                                }
+                                            }).collect_view()}
+                                        </tbody>
+                                    </table>
+                                    {can_act.then(|| view! {
+                                        <button type="button" class="button" disabled=move || selected.get().is_empty()
+                                            on:click=move |_| previewed.set(Some(selected.get_untracked()))>
+                                            {move || format!("Preview re-drive of {}", selected.get().len())}
+                                        </button>
+                                    })}
+                                }.into_any()
+                            }}
+                        }
+                    })
+                })}
+            </Loading>
             {move || previewed.get().map(|letters| {
                 let frozen = letters.clone();
                 view! {
@@ -134,6 +129,6 @@ pub fn EventsPage() -> impl IntoView {
                     }.into_any()
                 }
             })}
-        </section>
+        </Panel>
     }
 }

@@ -17,6 +17,7 @@ use leptos_router::{
     ParamSegment, SsrMode, StaticSegment,
     components::{A, Route, Router, Routes},
 };
+use widgets::Panel;
 
 pub use audit::AuditPage;
 pub use dashboard::DashboardPage;
@@ -172,11 +173,9 @@ fn SignedInAs() -> impl IntoView {
 #[component]
 fn NotFound() -> impl IntoView {
     view! {
-        <Title text="Not found" />
-        <section class="panel">
-            <h1>"Not found"</h1>
+        <Panel title="Not found" heading="Not found">
             <p>"There is no console page at this address."</p>
             <A href="/">"Back to the dashboard"</A>
-        </section>
+        </Panel>
     }
 }

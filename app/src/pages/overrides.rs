@@ -3,7 +3,7 @@
 //! approves (which applies it at once, if the record is still as it was) or rejects. The
 //! server enforces both roles, the second person, and the record's version.
 
-use super::widgets::{ReasonAndApply, ReasonField, TextField, Time, load_error, reason_given};
+use super::widgets::{ActionError, Loading, ReasonAndApply, ReasonField, TextField, Time, reason_given};
 use crate::api::{decide_override, list_overrides, request_override, whoami};
 use crate::dto::{OverrideRequestView, RecordRef};
 use domain::operator::OperatorRole;
@@ -120,34 +120,32 @@ pub fn OverridesPanel() -> impl IntoView {
     view! {
         <section class="panel" aria-labelledby="overrides-title">
             <h2 id="overrides-title">"Overrides awaiting a second admin"</h2>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        let me = operator.await.ok();
-                        requests
-                            .await
-                            .map(|requests| {
-                                if requests.is_empty() {
-                                    return view! { <p class="muted">"No override was requested."</p> }.into_any();
-                                }
-                                view! {
-                                    <ul class="overrides">
-                                        {requests
-                                            .into_iter()
-                                            .map(|request| {
-                                                let can_decide = me.as_ref().is_some_and(|me| {
-                                                    me.role >= OperatorRole::Admin && me.username != request.requested_by
-                                                }) && request.state == OverrideState::Pending;
-                                                view! { <OverrideItem request can_decide decided=set_decisions /> }
-                                            })
-                                            .collect_view()}
-                                    </ul>
-                                }
-                                    .into_any()
-                            })
-                    })}
-                </ErrorBoundary>
-            </Transition>
+            <Loading>
+                {move || Suspend::new(async move {
+                    let me = operator.await.ok();
+                    requests
+                        .await
+                        .map(|requests| {
+                            if requests.is_empty() {
+                                return view! { <p class="muted">"No override was requested."</p> }.into_any();
+                            }
+                            view! {
+                                <ul class="overrides">
+                                    {requests
+                                        .into_iter()
+                                        .map(|request| {
+                                            let can_decide = me.as_ref().is_some_and(|me| {
+                                                me.role >= OperatorRole::Admin && me.username != request.requested_by
+                                            }) && request.state == OverrideState::Pending;
+                                            view! { <OverrideItem request can_decide decided=set_decisions /> }
+                                        })
+                                        .collect_view()}
+                                </ul>
+                            }
+                                .into_any()
+                        })
+                })}
+            </Loading>
         </section>
     }
 }
@@ -215,13 +213,7 @@ fn OverrideItem(request: OverrideRequestView, can_decide: bool, decided: WriteSi
                         </button>
                     }
                 })}
-            {move || {
-                decide
-                    .value()
-                    .get()
-                    .and_then(Result::err)
-                    .map(|error| view! { <p class="error" role="alert">{error.to_string()}</p> })
-            }}
+            <ActionError action=decide />
         </li>
     }
 }

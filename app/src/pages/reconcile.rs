@@ -3,7 +3,7 @@
 //! reason; then apply, which the server re-checks (record version, provider answer) and
 //! audits in the same transaction.
 
-use super::widgets::{ReasonAndApply, take_focus};
+use super::widgets::{ActionError, ReasonAndApply, take_focus};
 use crate::api::{apply_reconcile, preview_reconcile};
 use crate::dto::{ReconcilePreview, ReconcileResult, RecordRef};
 use domain::recovery::ProviderEvidence;
@@ -119,13 +119,7 @@ pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileRe
                         }
                     })
             }}
-            {move || {
-                apply
-                    .value()
-                    .get()
-                    .and_then(Result::err)
-                    .map(|error| view! { <p class="error" role="alert">{error.to_string()}</p> })
-            }}
+            <ActionError action=apply />
         </section>
     }
 }

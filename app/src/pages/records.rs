@@ -1,6 +1,6 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
-use super::widgets::{NameSelect, StatusBadge, TextField, Time, load_error, reason_given};
+use super::widgets::{Choice, Loading, Panel, StatusBadge, TextField, Time, load_error, named, reason_given};
 use crate::api::{find_records, get_record, list_records, resolve_late_charge, reveal_response, whoami};
 use crate::dto::{
     ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordSummary, ReleasedPaymentView,
@@ -33,9 +33,7 @@ pub fn RecordsPage() -> impl IntoView {
     let found = Resource::new(needle, find_records);
 
     view! {
-        <Title text="Records" />
-        <section class="panel">
-            <h1>"Idempotency records"</h1>
+        <Panel title="Records" heading="Idempotency records">
             <form method="get" action="/records" class="search" role="search">
                 <label>
                     "Look up "
@@ -62,8 +60,8 @@ pub fn RecordsPage() -> impl IntoView {
                 </Transition>
             </Show>
             <form method="get" action="/records" class="filters" aria-label="Filter records">
-                <NameSelect label="Status" name="status" names=RecordStatus::VARIANTS.iter().map(|status| status.as_str()).collect() selected=Signal::derive(move || param("status")) />
-                <NameSelect label="Step" name="step" names=ProgressStep::VARIANTS.iter().map(|step| step.as_str()).collect() selected=Signal::derive(move || param("step")) />
+                <Choice label="Status" name="status" any="any" options=named(RecordStatus::VARIANTS.iter().map(|status| status.as_str())) selected=Signal::derive(move || param("status")) />
+                <Choice label="Step" name="step" any="any" options=named(ProgressStep::VARIANTS.iter().map(|step| step.as_str())) selected=Signal::derive(move || param("step")) />
                 <label>"Operation " <input name="operation" value=move || param("operation") size="14" /></label>
                 <label>"Tenant id " <input name="tenant" value=move || param("tenant") size="14" /></label>
                 <label>"Key prefix " <input name="key_prefix" value=move || param("key_prefix") size="14" /></label>
@@ -73,25 +71,23 @@ pub fn RecordsPage() -> impl IntoView {
                     "Filter"
                 </button>
             </form>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        page.await
-                            .map(|page| {
-                                let next = page.next.map(|cursor| {
-                                    let mut link = query.read_untracked().clone();
-                                    link.replace("after", cursor);
-                                    format!("/records{}", link.to_query_string())
-                                });
-                                view! {
-                                    <RecordTable rows=page.rows caption="Newest first" />
-                                    {next.map(|href| view! { <a class="button" href=href rel="next">"Next page"</a> })}
-                                }
-                            })
-                    })}
-                </ErrorBoundary>
-            </Transition>
-        </section>
+            <Loading>
+                {move || Suspend::new(async move {
+                    page.await
+                        .map(|page| {
+                            let next = page.next.map(|cursor| {
+                                let mut link = query.read_untracked().clone();
+                                link.replace("after", cursor);
+                                format!("/records{}", link.to_query_string())
+                            });
+                            view! {
+                                <RecordTable rows=page.rows caption="Newest first" />
+                                {next.map(|href| view! { <a class="button" href=href rel="next">"Next page"</a> })}
+                            }
+                        })
+                })}
+            </Loading>
+        </Panel>
     }
 }
 
@@ -174,32 +170,30 @@ pub fn RecordPage() -> impl IntoView {
                     }
                 })
         }}
-        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            <ErrorBoundary fallback=load_error>
-                {move || Suspend::new(async move {
-                    let role = operator.await.map_or(OperatorRole::Viewer, |operator| operator.role);
-                    detail
-                        .await
-                        .map(|detail| match detail {
-                            Some(detail) => {
-                                view! {
-                                    <RecordView detail role applied=set_applied />
-                                }
-                                    .into_any()
+        <Loading>
+            {move || Suspend::new(async move {
+                let role = operator.await.map_or(OperatorRole::Viewer, |operator| operator.role);
+                detail
+                    .await
+                    .map(|detail| match detail {
+                        Some(detail) => {
+                            view! {
+                                <RecordView detail role applied=set_applied />
                             }
-                            None => {
-                                view! {
-                                    <section class="panel">
-                                        <h1>"No such record"</h1>
-                                        <p>"It may have expired and been deleted after its retention period."</p>
-                                    </section>
-                                }
-                                    .into_any()
+                                .into_any()
+                        }
+                        None => {
+                            view! {
+                                <section class="panel">
+                                    <h1>"No such record"</h1>
+                                    <p>"It may have expired and been deleted after its retention period."</p>
+                                </section>
                             }
-                        })
-                })}
-            </ErrorBoundary>
-        </Transition>
+                                .into_any()
+                        }
+                    })
+            })}
+        </Loading>
     }
 }
 

@@ -1,11 +1,10 @@
 use super::overrides::OverridesPanel;
 use super::reconcile::{action_title, evidence_text};
-use super::widgets::{ReasonAndApply, StatusBadge, Time, load_error};
+use super::widgets::{ActionError, Loading, Panel, ReasonAndApply, StatusBadge, Time};
 use crate::api::{bulk_preview, get_bulk_job, get_recovery_queue, start_bulk_reconcile, whoami};
 use crate::dto::{BulkJobView, ReconcilePreview, RecordRef};
 use domain::operator::OperatorRole;
 use leptos::prelude::*;
-use leptos_meta::Title;
 
 /// Records needing attention: unknown outcomes (those the worker gave up on marked) and
 /// in-progress records whose owner died. Operators select records, preview them (the set is
@@ -59,68 +58,64 @@ pub fn RecoveryPage() -> impl IntoView {
         }
     });
     view! {
-        <Title text="Recovery" />
-        <section class="panel">
-            <h1>"Needs attention"</h1>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                <ErrorBoundary fallback=load_error>
-                    {move || Suspend::new(async move {
-                        let can_act = operator.await.map(|operator| operator.role >= OperatorRole::Operator).unwrap_or(false);
-                        queue.await.map(|rows| {
-                            if rows.is_empty() {
-                                return view! { <p class="muted">"Nothing needs attention."</p> }.into_any();
-                            }
-                            view! {
-                                <table class="records">
-                                    <thead>
-                                        <tr>
-                                            <th scope="col">{can_act.then_some("Select")}</th>
-                                            <th scope="col">"Key"</th>
-                                            <th scope="col">"Status"</th>
-                                            <th scope="col">"Created"</th>
-                                            <th scope="col" class="num">"Recovery tries"</th>
-                                        </tr>
-                                    </thead>
-                                    <tbody>
-                                        {rows.into_iter().map(|row| {
-                                            let record = row.record.clone();
-                                            let label = format!("select {}", row.record.key);
-                                            view! {
-                                                <tr data-key=row.record.key.clone()>
-                                                    <td>
-                                                        {can_act.then(|| {
-                                                            let record = record.clone();
-                                                            view! {
-                                                                <input type="checkbox" aria-label=label on:change=move |event| {
-                                                                    let checked = event_target_checked(&event);
-                                                                    selected.update(|selected| {
-                                                                        selected.retain(|other| *other != record);
-                                                                        if checked { selected.push(record.clone()); }
-                                                                    });
-                                                                } />
-                                                            }
-                                                        })}
-                                                    </td>
-                                                    <th scope="row"><a href=row.record.href()>{row.record.key.clone()}</a></th>
-                                                    <td><StatusBadge status=row.status /></td>
-                                                    <td><Time at=row.created_at /></td>
-                                                    <td class="num">{row.recovery_attempts}</td>
-                                                </tr>
-                                            }
-                                        }).collect_view()}
-                                    </tbody>
-                                </table>
-                                {can_act.then(|| view! {
-                                    <button type="button" class="button" disabled=move || selected.get().is_empty()
-                                        on:click=move |_| { preview.dispatch(selected.get_untracked()); }>
-                                        {move || format!("Preview {} selected", selected.get().len())}
-                                    </button>
-                                })}
-                            }.into_any()
-                        })
-                    })}
-                </ErrorBoundary>
-            </Transition>
+        <Panel title="Recovery" heading="Needs attention">
+            <Loading>
+                {move || Suspend::new(async move {
+                    let can_act = operator.await.map(|operator| operator.role >= OperatorRole::Operator).unwrap_or(false);
+                    queue.await.map(|rows| {
+                        if rows.is_empty() {
+                            return view! { <p class="muted">"Nothing needs attention."</p> }.into_any();
+                        }
+                        view! {
+                            <table class="records">
+                                <thead>
+                                    <tr>
+                                        <th scope="col">{can_act.then_some("Select")}</th>
+                                        <th scope="col">"Key"</th>
+                                        <th scope="col">"Status"</th>
+                                        <th scope="col">"Created"</th>
+                                        <th scope="col" class="num">"Recovery tries"</th>
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {rows.into_iter().map(|row| {
+                                        let record = row.record.clone();
+                                        let label = format!("select {}", row.record.key);
+                                        view! {
+                                            <tr data-key=row.record.key.clone()>
+                                                <td>
+                                                    {can_act.then(|| {
+                                                        let record = record.clone();
+                                                        view! {
+                                                            <input type="checkbox" aria-label=label on:change=move |event| {
+                                                                let checked = event_target_checked(&event);
+                                                                selected.update(|selected| {
+                                                                    selected.retain(|other| *other != record);
+                                                                    if checked { selected.push(record.clone()); }
+                                                                });
+                                                            } />
+                                                        }
+                                                    })}
+                                                </td>
+                                                <th scope="row"><a href=row.record.href()>{row.record.key.clone()}</a></th>
+                                                <td><StatusBadge status=row.status /></td>
+                                                <td><Time at=row.created_at /></td>
+                                                <td class="num">{row.recovery_attempts}</td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                            {can_act.then(|| view! {
+                                <button type="button" class="button" disabled=move || selected.get().is_empty()
+                                    on:click=move |_| { preview.dispatch(selected.get_untracked()); }>
+                                    {move || format!("Preview {} selected", selected.get().len())}
+                                </button>
+                            })}
+                        }.into_any()
+                    })
+                })}
+            </Loading>
             {move || preview.value().get().map(|result| match result {
                 Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
                 Ok(previews) => {
@@ -147,11 +142,9 @@ pub fn RecoveryPage() -> impl IntoView {
                     }.into_any()
                 }
             })}
-            {move || apply.value().get().and_then(Result::err).map(|error| view! {
-                <p class="error" role="alert">{error.to_string()}</p>
-            })}
+            <ActionError action=apply />
             {move || job.get().map(|job| view! { <BulkProgress job /> })}
-        </section>
+        </Panel>
         <OverridesPanel />
     }
 }

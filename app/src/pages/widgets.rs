@@ -2,6 +2,7 @@
 
 use domain::record::RecordStatus;
 use leptos::prelude::*;
+use leptos_meta::Title;
 
 #[component]
 pub fn StatusBadge(status: RecordStatus) -> impl IntoView {
@@ -9,32 +10,58 @@ pub fn StatusBadge(status: RecordStatus) -> impl IntoView {
     view! { <span class=format!("badge badge-{}", name.to_lowercase())>{name}</span> }
 }
 
-/// A filter's choice among stored names: "any", then each name; the one the URL names is
-/// selected.
+/// A filter's choice: `any` first when the filter may be left open (its value is empty),
+/// then each `(value, label)`; the one equal to `selected` is selected.
 #[component]
-pub fn NameSelect(
+pub fn Choice(
     label: &'static str,
     name: &'static str,
-    names: Vec<&'static str>,
-    selected: Signal<String>,
+    #[prop(optional)] any: Option<&'static str>,
+    options: Vec<(String, String)>,
+    #[prop(into)] selected: Signal<String>,
 ) -> impl IntoView {
     view! {
         <label>
             {label}
             <select name=name>
-                <option value="">"any"</option>
-                {names
+                {any.map(|any| view! { <option value="">{any}</option> })}
+                {options
                     .into_iter()
-                    .map(|option| {
+                    .map(|(value, text)| {
+                        let chosen = value.clone();
                         view! {
-                            <option value=option selected=move || selected.get() == option>
-                                {option}
+                            <option value=value selected=move || selected.get() == chosen>
+                                {text}
                             </option>
                         }
                     })
                     .collect_view()}
             </select>
         </label>
+    }
+}
+
+/// Stored names as a [`Choice`]'s options, each its own label.
+pub fn named(names: impl IntoIterator<Item = &'static str>) -> Vec<(String, String)> {
+    names
+        .into_iter()
+        .map(|name| (name.to_owned(), name.to_owned()))
+        .collect()
+}
+
+/// Why an action failed, once it has (nothing before, or when it succeeded).
+#[component]
+pub fn ActionError<I, O>(action: Action<I, Result<O, ServerFnError>>) -> impl IntoView
+where
+    I: Send + Sync + 'static,
+    O: Clone + Send + Sync + 'static,
+{
+    move || {
+        action
+            .value()
+            .get()
+            .and_then(Result::err)
+            .map(|error| view! { <p class="error" role="alert">{error.to_string()}</p> })
     }
 }
 
@@ -47,6 +74,33 @@ pub fn Time(#[prop(into)] at: String) -> impl IntoView {
         <time datetime=datetime class="ts" title=title>
             {move || super::prefs::shown_time(&at, prefs.local_times.get())}
         </time>
+    }
+}
+
+/// A page of the console: its title in the browser's tab and its heading.
+#[component]
+pub fn Panel(title: &'static str, heading: &'static str, children: Children) -> impl IntoView {
+    view! {
+        <Title text=title />
+        <section class="panel">
+            <h1>{heading}</h1>
+            {children()}
+        </section>
+    }
+}
+
+/// What a page shows while its data loads ("Loading…", the last answer kept during a
+/// reload) and when reading it failed (`load_error`).
+#[component]
+pub fn Loading<Chil>(children: TypedChildren<Chil>) -> impl IntoView
+where
+    Chil: IntoView + Send + 'static,
+{
+    let children = children.into_inner();
+    view! {
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            <ErrorBoundary fallback=load_error>{children()}</ErrorBoundary>
+        </Transition>
     }
 }
 

@@ -68,7 +68,7 @@ impl fmt::Display for OperatorUsername {
 
 /// One line of the audit log, as written: who did what to which target, why, and how it
 /// ended. It is committed in the same transaction as the change it describes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
     pub actor: String,
     pub action: String,
@@ -76,6 +76,49 @@ pub struct AuditEntry {
     pub reason: Option<String>,
     pub result: String,
     pub details: Option<String>,
+}
+
+impl AuditEntry {
+    /// `actor` did `action`, and it went through ("ok"); the rest is added as it is known.
+    pub fn new(actor: impl Into<String>, action: impl Into<String>) -> AuditEntry {
+        AuditEntry {
+            actor: actor.into(),
+            action: action.into(),
+            target: None,
+            reason: None,
+            result: "ok".to_owned(),
+            details: None,
+        }
+    }
+
+    pub fn on(self, target: impl Into<String>) -> AuditEntry {
+        AuditEntry {
+            target: Some(target.into()),
+            ..self
+        }
+    }
+
+    pub fn because(self, reason: impl Into<String>) -> AuditEntry {
+        AuditEntry {
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
+    /// How it ended when not "ok": "refused", "failed".
+    pub fn ended(self, result: impl Into<String>) -> AuditEntry {
+        AuditEntry {
+            result: result.into(),
+            ..self
+        }
+    }
+
+    pub fn details(self, details: impl Into<String>) -> AuditEntry {
+        AuditEntry {
+            details: Some(details.into()),
+            ..self
+        }
+    }
 }
 
 #[cfg(test)]

@@ -187,14 +187,7 @@ pub async fn sign_in(
     Form(form): Form<SignInForm>,
 ) -> Response {
     let actor = audited_username(&form.username);
-    let audit = |result: &str| AuditEntry {
-        actor: actor.clone(),
-        action: "sign_in".to_owned(),
-        target: None,
-        reason: None,
-        result: result.to_owned(),
-        details: None,
-    };
+    let audit = |result: &str| AuditEntry::new(&actor, "sign_in").ended(result);
     if !access.limits.allow(&form.username.to_lowercase()) {
         record(&access, audit("rate_limited")).await;
         return Redirect::to("/sign-in?error=limited").into_response();
@@ -226,18 +219,7 @@ pub async fn sign_in(
 /// `POST /sign-out`.
 pub async fn sign_out(State(access): State<AccessState>, mut session: OperatorSession) -> Response {
     if let Ok(Some(operator)) = session.logout().await {
-        record(
-            &access,
-            AuditEntry {
-                actor: operator.username,
-                action: "sign_out".to_owned(),
-                target: None,
-                reason: None,
-                result: "ok".to_owned(),
-                details: None,
-            },
-        )
-        .await;
+        record(&access, AuditEntry::new(operator.username, "sign_out")).await;
     }
     Redirect::to("/sign-in").into_response()
 }

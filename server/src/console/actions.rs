@@ -69,13 +69,12 @@ impl ConsoleActions for StoreConsole {
     ) -> Result<ReconcileResult, ConsoleError> {
         let reason = checked_reason(&reason)?;
         let scope = scope_of(&record)?;
-        let audit = |result: &str, details: String| AuditEntry {
-            actor: operator.username.clone(),
-            action: format!("reconcile.{}", action.as_str()),
-            target: Some(scope.audit_target()),
-            reason: Some(reason.clone()),
-            result: result.to_owned(),
-            details: Some(details),
+        let audit = |result: &str, details: String| {
+            AuditEntry::new(&operator.username, format!("reconcile.{}", action.as_str()))
+                .on(scope.audit_target())
+                .because(&reason)
+                .ended(result)
+                .details(details)
         };
         let applied = audit("ok", format!("previewed version {version}"));
         let (ok, message) = match self.engine.reconcile(&scope, version, action, &applied).await {
@@ -143,17 +142,13 @@ impl ConsoleActions for StoreConsole {
             reason: reason.clone(),
             scope,
         };
-        let audit = AuditEntry {
-            actor: admin.username.clone(),
-            action: "override.request".to_owned(),
-            target: Some(request.scope.audit_target()),
-            reason: Some(reason),
-            result: "ok".to_owned(),
-            details: Some(format!(
+        let audit = AuditEntry::new(&admin.username, "override.request")
+            .on(request.scope.audit_target())
+            .because(reason)
+            .details(format!(
                 "{}: {} at version {version}; waits for a second admin",
                 request.id, request.outcome
-            )),
-        };
+            ));
         match self
             .store
             .request_override(&request, &audit, OVERRIDE_DECISION_WINDOW)
@@ -182,16 +177,15 @@ impl ConsoleActions for StoreConsole {
         } else {
             "override.reject"
         };
-        let audit = |result: &str, details: String| AuditEntry {
-            actor: admin.username.clone(),
-            action: action.to_owned(),
-            target: Some(target.clone()),
-            reason: Some(reason.clone()),
-            result: result.to_owned(),
-            details: Some(format!(
-                "{id}, requested by {}: {}; {details}",
-                request.requested_by, request.outcome
-            )),
+        let audit = |result: &str, details: String| {
+            AuditEntry::new(&admin.username, action)
+                .on(&target)
+                .because(&reason)
+                .ended(result)
+                .details(format!(
+                    "{id}, requested by {}: {}; {details}",
+                    request.requested_by, request.outcome
+                ))
         };
         let refuse = |why: &'static str| {
             let entry = audit("refused", why.to_owned());
@@ -287,24 +281,15 @@ impl ConsoleActions for StoreConsole {
         let reason = checked_reason(&reason)?;
         let mut results = Vec::with_capacity(dead_letters.len());
         for (event_id, dead_at) in dead_letters {
-            let audit = AuditEntry {
-                actor: operator.username.clone(),
-                action: "redrive_event".to_owned(),
-                target: Some(event_id.clone()),
-                reason: Some(reason.clone()),
-                result: "ok".to_owned(),
-                details: Some(format!("dead since {dead_at}")),
-            };
+            let audit = AuditEntry::new(&operator.username, "redrive_event")
+                .on(&event_id)
+                .because(&reason)
+                .details(format!("dead since {dead_at}"));
             let (ok, message) = match self.store.redrive_event(&event_id, &dead_at, &audit).await {
                 Ok(true) => (true, "back to the publisher".to_owned()),
                 Ok(false) => {
                     let message = "not re-driven: it changed since the preview".to_owned();
-                    self.write_audit(AuditEntry {
-                        result: "refused".to_owned(),
-                        details: Some(message.clone()),
-                        ..audit
-                    })
-                    .await;
+                    self.write_audit(audit.ended("refused").details(&message)).await;
                     (false, message)
                 }
                 Err(error) => return Err(unavailable("redrive")(error)),
@@ -327,13 +312,12 @@ impl ConsoleActions for StoreConsole {
     ) -> Result<ReconcileResult, ConsoleError> {
         let reference = checked_reason(&reference)?;
         let scope = scope_of(&record)?;
-        let audit = |result: &str, details: String| AuditEntry {
-            actor: operator.username.clone(),
-            action: "late_charge.resolve".to_owned(),
-            target: Some(scope.audit_target()),
-            reason: Some(reference.clone()),
-            result: result.to_owned(),
-            details: Some(details),
+        let audit = |result: &str, details: String| {
+            AuditEntry::new(&operator.username, "late_charge.resolve")
+                .on(scope.audit_target())
+                .because(&reference)
+                .ended(result)
+                .details(details)
         };
         let resolved = self
             .store

@@ -142,15 +142,13 @@ impl StoreConsole {
             Ok(operator) => operator,
             Err(refusal) => {
                 let message = format!("not applied: {} {refusal}", job.requested_by);
-                self.write_audit(AuditEntry {
-                    actor: job.requested_by.clone(),
-                    action: format!("reconcile.{}", item.action.as_str()),
-                    target: Some(item.record.audit_target()),
-                    reason: Some(job.reason.clone()),
-                    result: "refused".to_owned(),
-                    details: Some(message.clone()),
-                })
-                .await;
+                let action = format!("reconcile.{}", item.action.as_str());
+                let refused = AuditEntry::new(&job.requested_by, action)
+                    .on(item.record.audit_target())
+                    .because(&job.reason)
+                    .ended("refused")
+                    .details(&message);
+                self.write_audit(refused).await;
                 return Ok(BulkItemResult {
                     ok: false,
                     message,

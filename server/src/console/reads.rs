@@ -75,27 +75,15 @@ impl ConsoleReads for StoreConsole {
                 }
             })
             .collect();
-        let gauges = self
-            .store
-            .record_gauges(self.recovery_max_attempts)
-            .await
-            .map_err(unavailable("dashboard gauges"))?;
-        let outbox = self
-            .store
-            .outbox_backlog()
-            .await
-            .map_err(unavailable("outbox backlog"))?;
-        let cleanup = self
-            .store
-            .retention_backlog(self.engine.settings().expiry.retention)
-            .await
-            .map_err(unavailable("cleanup backlog"))?;
-        let charged_after_release = self
-            .store
-            .late_charges()
-            .await
-            .map_err(unavailable("late charges"))?;
-        let tenants = self.store.tenants().await.map_err(unavailable("tenants"))?;
+        let (gauges, outbox, cleanup, charged_after_release, tenants) = tokio::try_join!(
+            self.store.record_gauges(self.recovery_max_attempts),
+            self.store.outbox_backlog(),
+            self.store
+                .retention_backlog(self.engine.settings().expiry.retention),
+            self.store.late_charges(),
+            self.store.tenants(),
+        )
+        .map_err(unavailable("dashboard gauges"))?;
         Ok(Dashboard {
             range,
             from: DateTime::from_timestamp(from, 0)

@@ -195,12 +195,7 @@ pub fn audit_entry(logged: LoggedAudit) -> dto::AuditEntryView {
     dto::AuditEntryView {
         id: logged.id,
         at: at(logged.at),
-        actor: logged.entry.actor,
-        action: logged.entry.action,
-        target: logged.entry.target,
-        reason: logged.entry.reason,
-        result: logged.entry.result,
-        details: logged.entry.details,
+        entry: logged.entry,
     }
 }
 
@@ -282,27 +277,17 @@ mod tests {
         assert_eq!(query.status, Some(RecordStatus::Completed));
         assert_eq!(query.step, Some(ProgressStep::ProviderRequestSent));
         assert_eq!(query.from, Utc.with_ymd_and_hms(2026, 11, 29, 0, 0, 0).single());
+        let with = |set: fn(&mut dto::RecordFilter)| {
+            let mut filter = dto::RecordFilter::default();
+            set(&mut filter);
+            filter
+        };
         for bad in [
-            dto::RecordFilter {
-                from: "yesterday".into(),
-                ..dto::RecordFilter::default()
-            },
-            dto::RecordFilter {
-                after: "[1]".into(),
-                ..dto::RecordFilter::default()
-            },
-            dto::RecordFilter {
-                after: r#"["not a time", "ten_1", "create_payment", "k"]"#.into(),
-                ..dto::RecordFilter::default()
-            },
-            dto::RecordFilter {
-                status: "DONE".into(),
-                ..dto::RecordFilter::default()
-            },
-            dto::RecordFilter {
-                step: "halfway".into(),
-                ..dto::RecordFilter::default()
-            },
+            with(|filter| filter.from = "yesterday".into()),
+            with(|filter| filter.after = "[1]".into()),
+            with(|filter| filter.after = r#"["not a time", "ten_1", "create_payment", "k"]"#.into()),
+            with(|filter| filter.status = "DONE".into()),
+            with(|filter| filter.step = "halfway".into()),
         ] {
             assert!(record_query(&bad).is_err(), "{bad:?}");
         }

@@ -6,6 +6,7 @@
 use super::PaymentsEngine;
 use super::answer::Answer;
 use super::owner::{Charging, Owned, Owner};
+use crate::store::StoreError;
 use domain::api_error::ApiError;
 use domain::decision::{Decision, decide};
 use domain::payment::new_event_id;
@@ -65,12 +66,9 @@ impl PaymentsEngine {
     /// at the provider; those it reports settled become SETTLED with their PaymentSettled
     /// event (once: the update is conditional on PENDING). Returns how many settled.
     pub async fn settle_pending(&self, recheck_after: Duration, limit: i64) -> usize {
-        let ids = match self.payments.take_payments_to_settle(recheck_after, limit).await {
-            Ok(ids) => ids,
-            Err(error) => {
-                tracing::warn!(%error, "settlement: cannot list payments");
-                return 0;
-            }
+        let listed = self.payments.take_payments_to_settle(recheck_after, limit).await;
+        let Some(ids) = payments_listed(listed, "settlement") else {
+            return 0;
         };
         let mut settled = 0;
         for payment_id in ids {
@@ -111,16 +109,12 @@ impl PaymentsEngine {
     /// provider took the request after Idem's call gave up). It is kept on the payment,
     /// counted and logged as an error, for an operator to refund. Returns how many were found.
     pub async fn watch_released(&self, watch: Duration, recheck_after: Duration, limit: i64) -> usize {
-        let ids = match self
+        let listed = self
             .payments
             .take_released_payments_to_watch(watch, recheck_after, limit)
-            .await
-        {
-            Ok(ids) => ids,
-            Err(error) => {
-                tracing::warn!(%error, "release watch: cannot list payments");
-                return 0;
-            }
+            .await;
+        let Some(ids) = payments_listed(listed, "release watch") else {
+            return 0;
         };
         let mut charged = 0;
         for payment_id in ids {
@@ -154,4 +148,12 @@ impl PaymentsEngine {
     pub fn lease(&self) -> Duration {
         self.settings.lease
     }
+}
+
+/// The payments a pass takes, or `None` (logged) when the store cannot list them: the pass
+/// ends, and the next one tries again.
+fn payments_listed(listed: Result<Vec<String>, StoreError>, pass: &str) -> Option<Vec<String>> {
+    listed
+        .inspect_err(|error| tracing::warn!(%error, pass, "cannot list payments"))
+        .ok()
 }

@@ -180,14 +180,9 @@ async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
         .fetch_all(&mut **tx)
         .await?;
     for (id, tenant_id, operation, key) in &expired {
-        let entry = AuditEntry {
-            actor: OVERRIDE_EXPIRY_ACTOR.to_owned(),
-            action: "override.expire".to_owned(),
-            target: Some(domain::scope::audit_target(tenant_id, operation, key)),
-            reason: None,
-            result: "ok".to_owned(),
-            details: Some(format!("{id}: {why}")),
-        };
+        let entry = AuditEntry::new(OVERRIDE_EXPIRY_ACTOR, "override.expire")
+            .on(domain::scope::audit_target(tenant_id, operation, key))
+            .details(format!("{id}: {why}"));
         insert_audit(tx, &entry).await?;
     }
     Ok(u64::try_from(expired.len()).unwrap_or(u64::MAX))

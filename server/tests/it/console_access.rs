@@ -9,14 +9,7 @@ use idem::store::operators::OperatorChange;
 
 /// An audit entry as the command line writes one for `action` on an operator.
 fn command_line_audit(action: &str, username: &str) -> AuditEntry {
-    AuditEntry {
-        actor: "cli:test".to_owned(),
-        action: format!("operator.{action}"),
-        target: Some(format!("operator {username}")),
-        reason: None,
-        result: "ok".to_owned(),
-        details: None,
-    }
+    AuditEntry::new("cli:test", format!("operator.{action}")).on(format!("operator {username}"))
 }
 
 async fn without_a_session_nothing_but_the_sign_in_page_is_served(db: TestDatabase) {

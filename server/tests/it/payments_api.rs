@@ -324,7 +324,7 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
     let path = "/accounts/acc_1/settings/default-currency";
     for _ in 0..2 {
         let response = api
-            .as_tenant(Method::PUT, &path, "acme")
+            .as_tenant(Method::PUT, path, "acme")
             .json(&json!({ "currency": "usd" }))
             .send()
             .await
@@ -360,7 +360,7 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
         json!({}),
     ] {
         expect_error(
-            api.as_tenant(Method::PUT, &path, "acme")
+            api.as_tenant(Method::PUT, path, "acme")
                 .json(&bad)
                 .send()
                 .await

@@ -395,14 +395,7 @@ mod console_jobs {
     }
 
     fn audit(actor: &str, action: &str) -> AuditEntry {
-        AuditEntry {
-            actor: actor.into(),
-            action: action.into(),
-            target: None,
-            reason: Some("because".into()),
-            result: "ok".into(),
-            details: None,
-        }
+        AuditEntry::new(actor, action).because("because")
     }
 
     async fn a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease(db: TestDatabase) {

@@ -25,14 +25,7 @@ pub async fn create_operator(
         role,
         disabled: false,
     };
-    let audit = AuditEntry {
-        actor: "test".to_owned(),
-        action: "operator.create".to_owned(),
-        target: Some(format!("operator {username}")),
-        reason: None,
-        result: "ok".to_owned(),
-        details: None,
-    };
+    let audit = AuditEntry::new("test", "operator.create").on(format!("operator {username}"));
     store.create_operator(&operator, &audit).await
 }
 

@@ -36,6 +36,8 @@ pub enum ApiError {
     PaymentDeclined { payment_id: String },
     #[error("The account's balance does not cover the amount.")]
     InsufficientFunds,
+    #[error("The request body is larger than the {limit_bytes} bytes allowed.")]
+    PayloadTooLarge { limit_bytes: usize },
     #[error("Too many requests; retry after the indicated time.")]
     RateLimited { retry_after_secs: u64 },
     #[error("The service is temporarily unavailable; retry with the same key.")]
@@ -59,6 +61,7 @@ impl ApiError {
             | ApiError::RequestInProgress { .. } => 409,
             ApiError::PaymentDeclined { .. } => 402,
             ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => 422,
+            ApiError::PayloadTooLarge { .. } => 413,
             ApiError::RateLimited { .. } => 429,
             ApiError::Unavailable => 503,
             ApiError::Internal => 500,
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
             ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
             ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Unavailable => "UNAVAILABLE",
             ApiError::Internal => "INTERNAL_ERROR",
@@ -103,6 +107,7 @@ impl ApiError {
             ApiError::DuplicateMerchantReference { payment_id }
             | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
             ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
+            ApiError::PayloadTooLarge { limit_bytes } => Some(json!({ "limitBytes": limit_bytes })),
             _ => None,
         }
     }

@@ -77,9 +77,13 @@ pub enum ClaimOutcome {
     /// Another request made the record first; `decide` says what this one gets.
     Existing(RecordAt),
     /// The account cannot cover the amount: the key is bound to the stored 422 answer.
-    InsufficientFunds { expires_at: DateTime<Utc> },
-    /// The command cannot be executed: nothing was written.
-    Refused(Refusal),
+    InsufficientFunds {
+        expires_at: DateTime<Utc>,
+        claimed_as: ClaimedAs,
+    },
+    /// The command cannot be executed: nothing was written for it. A retry after the window
+    /// (`claimed_as` is `AfterExpiry`) is still noted on the record it found.
+    Refused { refusal: Refusal, claimed_as: ClaimedAs },
 }
 
 /// Why a create_payment was not executed (nothing was written for it).

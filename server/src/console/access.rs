@@ -168,10 +168,51 @@ pub struct SignInForm {
     next: String,
 }
 
-/// Where to go after signing in: a console path, never another site (`//host`, `/\host`).
+/// Where to go after signing in: a page of this console, parsed as one (its route, then only
+/// characters that cannot make a browser leave the site), or the dashboard. Filtering out
+/// known bad prefixes is not enough: browsers drop tabs and newlines from URLs and read `\`
+/// as `/`, so `/\t/evil.example` would be followed to `//evil.example`.
 fn safe_next(next: &str) -> &str {
-    let local = next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\");
-    if local { next } else { "/" }
+    if is_console_page(next) { next } else { "/" }
+}
+
+fn is_console_page(target: &str) -> bool {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let Some(path) = path.strip_prefix('/') else {
+        return false;
+    };
+    let segments: Vec<&str> = path.split('/').collect();
+    let known_route = match segments.as_slice() {
+        [""] | ["records" | "recovery" | "events" | "audit"] => true,
+        ["records", tenant, operation, key] => !tenant.is_empty() && !operation.is_empty() && !key.is_empty(),
+        _ => false,
+    };
+    known_route && segments.iter().all(|segment| url_text(segment, b"")) && url_text(query, b"=&+")
+}
+
+/// Only unreserved characters, `extra`, and percent escapes of printable characters other
+/// than `/` and `\` (which would change the path a browser follows).
+fn url_text(text: &str, extra: &[u8]) -> bool {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' {
+            let escaped = text
+                .get(at + 1..at + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+            match escaped {
+                Some(byte) if (0x20..0x7f).contains(&byte) && byte != b'/' && byte != b'\\' => at += 3,
+                _ => return false,
+            }
+            continue;
+        }
+        let byte = bytes[at];
+        if !(byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) || extra.contains(&byte)) {
+            return false;
+        }
+        at += 1;
+    }
+    true
 }
 
 /// What the audit log may say about a typed username: a valid one, or nothing (a password
@@ -291,10 +332,39 @@ mod tests {
     use axum::http::HeaderValue;
 
     #[test]
-    fn only_local_paths_are_followed_after_sign_in() {
-        assert_eq!(safe_next("/records?status=UNKNOWN"), "/records?status=UNKNOWN");
-        for outside in ["https://evil.example/", "//evil.example", "/\\evil.example", ""] {
-            assert_eq!(safe_next(outside), "/", "{outside}");
+    fn only_the_consoles_own_pages_are_followed_after_sign_in() {
+        for page in [
+            "/",
+            "/records?status=UNKNOWN_REQUIRES_RECOVERY&after=%5B%222026%22%5D",
+            "/records/ten_1/create_payment/abc-123",
+            "/records/ten_1/create_payment/k%20with%20space",
+            "/recovery",
+            "/events",
+            "/audit?before=x",
+        ] {
+            assert_eq!(safe_next(page), page);
+        }
+        for outside in [
+            "",
+            "https://evil.example/",
+            "javascript:alert(1)",
+            "//evil.example",
+            "/\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/%09/evil.example",
+            "/%2F/evil.example",
+            "/%2f%2fevil.example",
+            "/%5C/evil.example",
+            "/records/%2F/x/y",
+            "/records//evil.example",
+            "///evil.example",
+            "/evil.example",
+            "/records?next=//evil.example",
+            "/records?x=%0a",
+            "/records/a/b",
+        ] {
+            assert_eq!(safe_next(outside), "/", "{outside:?}");
         }
     }
 

@@ -31,6 +31,18 @@ fn settled(reconciled: &Reconciled) -> Result<Option<u16>, u16> {
     }
 }
 
+/// Runs an operator's action on a task of its own, so that a browser that goes away cannot cut
+/// it between two of its writes (a takeover and its completion, a decision and its outcome):
+/// it runs to its end, as a payment does.
+async fn to_the_end<T: Send + 'static>(
+    action: impl Future<Output = Result<T, ConsoleError>> + Send + 'static,
+) -> Result<T, ConsoleError> {
+    match tokio::spawn(action).await {
+        Ok(done) => done,
+        Err(stopped) => std::panic::resume_unwind(stopped.into_panic()),
+    }
+}
+
 impl StoreConsole {
     async fn override_view(&self, id: &str) -> Result<OverrideRequestView, ConsoleError> {
         self.store
@@ -67,45 +79,50 @@ impl ConsoleActions for StoreConsole {
         action: ReconcileAction,
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError> {
-        let reason = checked_reason(&reason)?;
-        let scope = scope_of(&record)?;
-        let audit = |result: &str, details: String| {
-            AuditEntry::new(&operator.username, format!("reconcile.{}", action.as_str()))
-                .on(scope.audit_target())
-                .because(&reason)
-                .ended(result)
-                .details(details)
-        };
-        let applied = audit("ok", format!("previewed version {version}"));
-        let (ok, message) = match self.engine.reconcile(&scope, version, action, &applied).await {
-            // The completion (or the release) committed with its audit entry.
-            Ok(reconciled) => match settled(&reconciled) {
-                Ok(None) => (true, "applied: payment declined, key released".to_owned()),
-                Ok(Some(_)) => (true, "applied".to_owned()),
-                Err(status) => {
-                    let message = format!("not settled: the provider call answered {status}");
-                    self.write_audit(audit("failed", message.clone())).await;
-                    (false, message)
+        let operator = operator.clone();
+        let console = self.clone();
+        to_the_end(async move {
+            let reason = checked_reason(&reason)?;
+            let scope = scope_of(&record)?;
+            let audit = |result: &str, details: String| {
+                AuditEntry::new(&operator.username, format!("reconcile.{}", action.as_str()))
+                    .on(scope.audit_target())
+                    .because(&reason)
+                    .ended(result)
+                    .details(details)
+            };
+            let applied = audit("ok", format!("previewed version {version}"));
+            let (ok, message) = match console.engine.reconcile(&scope, version, action, &applied).await {
+                // The completion (or the release) committed with its audit entry.
+                Ok(reconciled) => match settled(&reconciled) {
+                    Ok(None) => (true, "applied: payment declined, key released".to_owned()),
+                    Ok(Some(_)) => (true, "applied".to_owned()),
+                    Err(status) => {
+                        let message = format!("not settled: the provider call answered {status}");
+                        console.write_audit(audit("failed", message.clone())).await;
+                        (false, message)
+                    }
+                },
+                Err(refusal) => {
+                    console.write_audit(audit("refused", refusal.to_string())).await;
+                    (false, refusal.to_string())
                 }
-            },
-            Err(refusal) => {
-                self.write_audit(audit("refused", refusal.to_string())).await;
-                (false, refusal.to_string())
-            }
-        };
-        let status = self
-            .store
-            .load_record(&scope)
-            .await
-            .ok()
-            .flatten()
-            .map(|found| found.record.status);
-        Ok(ReconcileResult {
-            record,
-            ok,
-            status,
-            message,
+            };
+            let status = console
+                .store
+                .load_record(&scope)
+                .await
+                .ok()
+                .flatten()
+                .map(|found| found.record.status);
+            Ok(ReconcileResult {
+                record,
+                ok,
+                status,
+                message,
+            })
         })
+        .await
     }
 
     async fn start_bulk_reconcile(
@@ -169,107 +186,115 @@ impl ConsoleActions for StoreConsole {
         approve: bool,
         reason: String,
     ) -> Result<OverrideRequestView, ConsoleError> {
-        let reason = checked_reason(&reason)?;
-        let request = self.override_view(&id).await?;
-        let target = views::record_name(&request.record).audit_target();
-        let action = if approve {
-            "override.approve"
-        } else {
-            "override.reject"
-        };
-        let audit = |result: &str, details: String| {
-            AuditEntry::new(&admin.username, action)
-                .on(&target)
-                .because(&reason)
-                .ended(result)
-                .details(format!(
-                    "{id}, requested by {}: {}; {details}",
-                    request.requested_by, request.outcome
-                ))
-        };
-        let refuse = |why: &'static str| {
-            let entry = audit("refused", why.to_owned());
-            async move {
-                self.write_audit(entry).await;
-                Err(ConsoleError::Invalid(why.to_owned()))
-            }
-        };
-        if request.requested_by == admin.username {
-            return refuse("an override needs a second admin: its requester cannot decide it").await;
-        }
-        // Both admins must stand behind an applied override when it is applied: a requester
-        // since disabled or demoted (left, or not trusted any more) vouches for nothing.
-        if approve {
-            let requester = self
-                .store
-                .operator_by_username(&request.requested_by)
-                .await
-                .map_err(unavailable("override requester"))?;
-            if !requester
-                .is_some_and(|requester| !requester.disabled && requester.role == OperatorRole::Admin)
-            {
-                return refuse("its requester is no longer an enabled admin: it can only be rejected").await;
-            }
-        }
-        let decision = if approve {
-            OverrideState::Approved
-        } else {
-            OverrideState::Rejected
-        };
-        let rejected = audit("ok", "nothing applied".to_owned());
-        let decided = self
-            .store
-            .decide_override(
-                &id,
-                decision,
-                &admin.username,
-                &reason,
-                (!approve).then_some(&rejected),
-                OVERRIDE_DECISION_WINDOW,
-            )
-            .await
-            .map_err(unavailable("override decision"))?;
-        if !decided {
-            return refuse(
-                "the request is no longer pending: decided already, or expired unanswered \
-                 (ask again with today's evidence)",
-            )
-            .await;
-        }
-        if approve {
-            let scope = scope_of(&request.record)?;
-            let applied = audit("ok", format!("applied at version {}", request.record_version));
-            let (state, result) = match self
-                .engine
-                .override_outcome(&scope, request.record_version, &request.outcome, &applied)
-                .await
-            {
-                Ok(reconciled) => match settled(&reconciled) {
-                    Ok(None) => (
-                        OverrideState::Applied,
-                        "payment declined, key released".to_owned(),
-                    ),
-                    Ok(Some(status)) => (
-                        OverrideState::Applied,
-                        format!("record settled with answer {status}"),
-                    ),
-                    Err(status) => {
-                        let message = format!("not settled: answered {status}");
-                        self.write_audit(audit("failed", message.clone())).await;
-                        (OverrideState::Failed, message)
-                    }
-                },
-                Err(refusal) => {
-                    self.write_audit(audit("refused", refusal.to_string())).await;
-                    (OverrideState::Failed, refusal.to_string())
+        let admin = admin.clone();
+        let console = self.clone();
+        to_the_end(async move {
+            let reason = checked_reason(&reason)?;
+            let request = console.override_view(&id).await?;
+            let target = views::record_name(&request.record).audit_target();
+            let action = if approve {
+                "override.approve"
+            } else {
+                "override.reject"
+            };
+            let audit = |result: &str, details: String| {
+                AuditEntry::new(&admin.username, action)
+                    .on(&target)
+                    .because(&reason)
+                    .ended(result)
+                    .details(format!(
+                        "{id}, requested by {}: {}; {details}",
+                        request.requested_by, request.outcome
+                    ))
+            };
+            let console = &console;
+            let refuse = |why: &'static str| {
+                let entry = audit("refused", why.to_owned());
+                async move {
+                    console.write_audit(entry).await;
+                    Err(ConsoleError::Invalid(why.to_owned()))
                 }
             };
-            self.store
-                .finish_override(&id, state, &result)
+            if request.requested_by == admin.username {
+                return refuse("an override needs a second admin: its requester cannot decide it").await;
+            }
+            // Both admins must stand behind an applied override when it is applied: a requester
+            // since disabled or demoted (left, or not trusted any more) vouches for nothing.
+            if approve {
+                let requester = console
+                    .store
+                    .operator_by_username(&request.requested_by)
+                    .await
+                    .map_err(unavailable("override requester"))?;
+                if !requester
+                    .is_some_and(|requester| !requester.disabled && requester.role == OperatorRole::Admin)
+                {
+                    return refuse("its requester is no longer an enabled admin: it can only be rejected")
+                        .await;
+                }
+            }
+            let decision = if approve {
+                OverrideState::Approved
+            } else {
+                OverrideState::Rejected
+            };
+            let rejected = audit("ok", "nothing applied".to_owned());
+            let decided = console
+                .store
+                .decide_override(
+                    &id,
+                    decision,
+                    &admin.username,
+                    &reason,
+                    (!approve).then_some(&rejected),
+                    OVERRIDE_DECISION_WINDOW,
+                )
                 .await
-                .map_err(unavailable("override result"))?;
-        }
-        self.override_view(&id).await
+                .map_err(unavailable("override decision"))?;
+            if !decided {
+                return refuse(
+                    "the request is no longer pending: decided already, or expired unanswered \
+                     (ask again with today's evidence)",
+                )
+                .await;
+            }
+            if approve {
+                let scope = scope_of(&request.record)?;
+                let applied = audit("ok", format!("applied at version {}", request.record_version));
+                let (state, result) = match console
+                    .engine
+                    .override_outcome(&scope, request.record_version, &request.outcome, &applied)
+                    .await
+                {
+                    Ok(reconciled) => match settled(&reconciled) {
+                        Ok(None) => (
+                            OverrideState::Applied,
+                            "payment declined, key released".to_owned(),
+                        ),
+                        Ok(Some(status)) => (
+                            OverrideState::Applied,
+                            format!("record settled with answer {status}"),
+                        ),
+                        Err(status) => {
+                            let message = format!("not settled: answered {status}");
+                            console.write_audit(audit("failed", message.clone())).await;
+                            (OverrideState::Failed, message)
+                        }
+                    },
+                    Err(refusal) => {
+                        console.write_audit(audit("refused", refusal.to_string())).await;
+                        (OverrideState::Failed, refusal.to_string())
+                    }
+                };
+                console
+                    .store
+                    .finish_override(&id, state, &result)
+                    .await
+                    .map_err(unavailable("override result"))?;
+            }
+            console.override_view(&id).await
+        })
+        .await
     }
 
     async fn redrive(
@@ -278,29 +303,36 @@ impl ConsoleActions for StoreConsole {
         dead_letters: Vec<(String, String)>,
         reason: String,
     ) -> Result<Vec<RedriveResult>, ConsoleError> {
-        let reason = checked_reason(&reason)?;
-        let mut results = Vec::with_capacity(dead_letters.len());
-        for (event_id, dead_at) in dead_letters {
-            let audit = AuditEntry::new(&operator.username, "redrive_event")
-                .on(&event_id)
-                .because(&reason)
-                .details(format!("dead since {dead_at}"));
-            let (ok, message) = match self.store.redrive_event(&event_id, &dead_at, &audit).await {
-                Ok(true) => (true, "back to the publisher".to_owned()),
-                Ok(false) => {
-                    let message = "not re-driven: it changed since the preview".to_owned();
-                    self.write_audit(audit.ended("refused").details(&message)).await;
-                    (false, message)
-                }
-                Err(error) => return Err(unavailable("redrive")(error)),
-            };
-            results.push(RedriveResult {
-                event_id,
-                ok,
-                message,
-            });
-        }
-        Ok(results)
+        let operator = operator.clone();
+        let console = self.clone();
+        to_the_end(async move {
+            let reason = checked_reason(&reason)?;
+            let mut results = Vec::with_capacity(dead_letters.len());
+            for (event_id, dead_at) in dead_letters {
+                let audit = AuditEntry::new(&operator.username, "redrive_event")
+                    .on(&event_id)
+                    .because(&reason)
+                    .details(format!("dead since {dead_at}"));
+                let (ok, message) = match console.store.redrive_event(&event_id, &dead_at, &audit).await {
+                    Ok(true) => (true, "back to the publisher".to_owned()),
+                    Ok(false) => {
+                        let message = "not re-driven: it changed since the preview".to_owned();
+                        console
+                            .write_audit(audit.ended("refused").details(&message))
+                            .await;
+                        (false, message)
+                    }
+                    Err(error) => return Err(unavailable("redrive")(error)),
+                };
+                results.push(RedriveResult {
+                    event_id,
+                    ok,
+                    message,
+                });
+            }
+            Ok(results)
+        })
+        .await
     }
 
     async fn resolve_late_charge(

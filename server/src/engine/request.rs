@@ -101,20 +101,26 @@ impl PaymentsEngine {
     ) -> Answer {
         let scope = &claim.scope;
         let insufficient_funds = self.sealed(scope, &bound_error(&ApiError::InsufficientFunds));
-        match self
+        let claimed = self
             .records
             .claim_create_payment(claim, payment, &insufficient_funds)
-            .await
+            .await;
+        if let Ok(
+            ClaimOutcome::Claimed { claimed_as, .. }
+            | ClaimOutcome::InsufficientFunds { claimed_as, .. }
+            | ClaimOutcome::Refused { claimed_as, .. },
+        ) = &claimed
+            && *claimed_as == ClaimedAs::AfterExpiry
         {
+            self.count(&scope.tenant_id, Outcome::ExpiredRetry);
+        }
+        match claimed {
             Ok(ClaimOutcome::Claimed {
                 lease_version,
                 expires_at,
                 payment_created_at,
-                claimed_as,
+                ..
             }) => {
-                if claimed_as == ClaimedAs::AfterExpiry {
-                    self.count(&scope.tenant_id, Outcome::ExpiredRetry);
-                }
                 self.count(&scope.tenant_id, Outcome::NewExecution);
                 let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
                 let owner = Owner::Keyed {
@@ -139,10 +145,10 @@ impl PaymentsEngine {
                 let retry = fingerprint(request, FingerprintVersion(found.record.fingerprint_version));
                 self.answer_record(scope, found, &retry.sha256_hex).await
             }
-            Ok(ClaimOutcome::InsufficientFunds { expires_at }) => {
+            Ok(ClaimOutcome::InsufficientFunds { expires_at, .. }) => {
                 Answer::error(ApiError::InsufficientFunds, Some(expires_at))
             }
-            Ok(ClaimOutcome::Refused(refusal)) => Answer::refused(refusal),
+            Ok(ClaimOutcome::Refused { refusal, .. }) => Answer::refused(refusal),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
             Err(error) => Answer::error(error.as_api_error("claim"), None),
         }

@@ -9,6 +9,7 @@ use crate::console;
 use crate::console::StoreConsole;
 use crate::console::access::{AccessState, SignInLimits};
 use crate::engine::PaymentsEngine;
+use crate::http::error::ErrorResponse;
 use crate::metrics::prometheus::Exposition;
 use crate::store::Store;
 use app::backend::Backend;
@@ -17,6 +18,7 @@ use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::routing::{get, post, put};
+use domain::api_error::ApiError;
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use std::net::SocketAddr;
@@ -73,14 +75,24 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
             put(payments::set_default_currency),
         )
         .with_state(state)
-        .layer(axum::middleware::from_fn(record_latency));
-
-    api.merge(console_router(console_backend, access, settings))
+        .layer(axum::middleware::from_fn(record_latency))
         .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             settings.request_timeout,
         ))
+        .layer(axum::middleware::map_response_with_state(
+            settings.body_limit_bytes,
+            in_the_contracts_shape,
+        ));
+    let console = console_router(console_backend, access, settings)
+        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ));
+
+    api.merge(console)
         .layer(CompressionLayer::new())
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
@@ -141,6 +153,28 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
 fn console_routes() -> Vec<AxumRouteListing> {
     static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
     ROUTES.get_or_init(|| generate_route_list(app::App)).clone()
+}
+
+/// The API's answers from the layers around its handlers (an oversized body, a request that
+/// ran out of time) in the contract's JSON shape, like every other error of the API.
+async fn in_the_contracts_shape(
+    State(body_limit_bytes): State<usize>,
+    response: axum::response::Response,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let contract_shaped = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    match response.status() {
+        _ if contract_shaped => response,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorResponse(ApiError::PayloadTooLarge {
+            limit_bytes: body_limit_bytes,
+        })
+        .into_response(),
+        StatusCode::SERVICE_UNAVAILABLE => ErrorResponse(ApiError::Unavailable).into_response(),
+        _ => response,
+    }
 }
 
 /// `GET /metrics`: Prometheus text exposition.

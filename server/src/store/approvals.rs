@@ -197,7 +197,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
         window: Duration,
     ) -> Result<(), StoreError> {
         let (outcome, charge_id) = stored_outcome(&request.outcome);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         expire_overrides_in(&mut tx, window).await?;
         sqlx::query(
             "insert into override_requests (id, tenant_id, operation_name, idempotency_key, record_version, \
@@ -253,7 +253,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
         audit: Option<&AuditEntry>,
         window: Duration,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let decided = sqlx::query(D::DECIDE_OVERRIDE)
             .bind(id)
             .bind(decision.as_str())
@@ -276,7 +276,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
     }
 
     async fn expire_override_requests(&self, window: Duration) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let expired = expire_overrides_in(&mut tx, window).await?;
         tx.commit().await?;
         Ok(expired)

@@ -108,7 +108,7 @@ fn item_of((position, tenant_id, operation, key, version, action): ItemRow) -> R
 #[async_trait::async_trait]
 impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     async fn create_bulk_job(&self, job: &ClaimedBulkJob, items: &[BulkItem]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("insert into bulk_jobs (id, requested_by, reason) values ($1, $2, $3)")
             .bind(job.id.as_str())
             .bind(job.requested_by.as_str())
@@ -139,7 +139,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         only: Option<&str>,
         lease: Duration,
     ) -> Result<Option<ClaimedBulkJob>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let claimed: Option<(String, String, String)> = sqlx::query_as(D::CLAIM_JOB)
             .bind(lease.as_secs_f64())
             .bind(only.unwrap_or_default())
@@ -171,7 +171,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         result: &BulkItemResult,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query(D::FINISH_ITEM)
             .bind(job_id)
             .bind(position)

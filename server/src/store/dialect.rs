@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::query::Query;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type};
 
 /// A SQL database the store runs on.
 pub trait Dialect:
@@ -87,12 +87,39 @@ impl<D: Dialect> SqlStore<D> {
         SqlStore { pool }
     }
 
+    /// A transaction, begun on a task of its own. sqlx 0.8 leaves a pooled connection inside
+    /// a transaction when `begin` is cancelled between sending `BEGIN` and reading its answer
+    /// (sqlx#4385, fixed upstream by #4394, in no release): the next borrower's statements
+    /// would then run in that transaction and hold its locks. On its own task `begin` always
+    /// finishes; a caller cancelled meanwhile drops the transaction it did not receive, and
+    /// dropping rolls it back.
+    pub(super) async fn begin(&self) -> Result<Transaction<'static, D>, StoreError> {
+        self.begin_with(None).await
+    }
+
+    /// [`begin`](Self::begin) with this dialect's own `BEGIN` statement.
+    pub(super) async fn begin_with(
+        &self,
+        statement: Option<&'static str>,
+    ) -> Result<Transaction<'static, D>, StoreError> {
+        let pool = self.pool.clone();
+        let begun = tokio::spawn(async move {
+            match statement {
+                Some(statement) => pool.begin_with(statement).await,
+                None => pool.begin().await,
+            }
+        })
+        .await
+        .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?;
+        Ok(begun?)
+    }
+
     /// One write statement in its own transaction; the rows it affected.
     pub(super) async fn write_one<'q>(
         &self,
         statement: Query<'q, D, <D as Database>::Arguments<'q>>,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let affected = statement.execute(&mut *tx).await?.rows_affected();
         tx.commit().await?;
         Ok(affected)

@@ -132,7 +132,7 @@ impl<D: Dialect> SqlStore<D> {
         consumer: &str,
         message_id: &str,
     ) -> Result<Option<Transaction<'static, D>>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let fresh = sqlx::query(
             "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing",
         )
@@ -225,7 +225,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         dead_at: &str,
         audit: &AuditEntry,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let redriven = sqlx::query(D::REDRIVE_EVENT)
             .bind(event_id)
             .bind(dead_at)
@@ -241,7 +241,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     }
 
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let rows: Vec<(String, String, String, String)> = sqlx::query_as(D::CLAIM_EVENTS)
             .bind(claim.as_secs_f64())
             .bind(limit)

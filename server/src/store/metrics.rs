@@ -70,7 +70,7 @@ pub trait MetricsStatements {
 #[async_trait::async_trait]
 impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         for count in counts {
             sqlx::query(D::ADD_OUTCOME_COUNT)
                 .bind(rfc3339_millis(count.bucket_start))
@@ -86,7 +86,7 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     }
 
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         for entry in entries {
             sqlx::query(D::INSERT_JOURNAL)
                 .bind(format!("req_{}", domain::random::random_hex(12)))

@@ -210,7 +210,7 @@ impl<D: Dialect> SqlStore<D> {
 #[async_trait::async_trait]
 impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     async fn create_operator(&self, operator: &StoredOperator, audit: &AuditEntry) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("insert into operators (id, username, password_hash, role) values ($1, $2, $3, $4)")
             .bind(operator.id.as_str())
             .bind(operator.username.as_str())
@@ -242,7 +242,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
                     .bind(hash.as_str())
             }
         };
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         if statement.bind(username).execute(&mut *tx).await?.rows_affected() != 1 {
             return Ok(false);
         }
@@ -340,7 +340,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         insert_audit(&mut tx, entry).await?;
         tx.commit().await?;
         Ok(())

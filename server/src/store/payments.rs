@@ -335,7 +335,7 @@ impl<D: Dialect> SqlStore<D> {
         &self,
         statement: sqlx::query::QueryScalar<'q, D, String, <D as sqlx::Database>::Arguments<'q>>,
     ) -> Result<Vec<String>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let ids = statement.fetch_all(&mut *tx).await?;
         tx.commit().await?;
         Ok(ids)
@@ -358,7 +358,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
     }
 
     async fn create_payment_without_key(&self, payment: &NewPayment) -> Result<UnkeyedOutcome, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         match create_payment_in(&mut tx, payment, None).await? {
             LocalStep::Created(payment_created_at) => {
                 tx.commit().await?;
@@ -378,7 +378,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
     }
 
     async fn settle_payment_without_key(&self, completion: &PaymentCompletion) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         settle_payment_in(&mut tx, completion).await?;
         tx.commit().await?;
         Ok(())
@@ -389,7 +389,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         stale_after: Duration,
         limit: i64,
     ) -> Result<Vec<(TenantId, PaymentView)>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let rows: Vec<(String, String, String, i64, String, String, String, DateTime<Utc>)> =
             sqlx::query_as(D::TAKE_STALE_UNKEYED_PAYMENTS)
                 .bind(stale_after.as_secs_f64())
@@ -427,7 +427,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         event_id: &str,
         payload: &str,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let settled = sqlx::query(D::SETTLE_PAYMENT)
             .bind(payment_id)
             .execute(&mut *tx)
@@ -478,7 +478,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         reference: &str,
         audit: &AuditEntry,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let resolved = sqlx::query(D::RESOLVE_LATE_CHARGE)
             .bind(payment_id)
             .bind(by)
@@ -503,7 +503,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         currency: Currency,
         changed_by: &ApiKeyId,
     ) -> Result<Option<bool>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         // The write comes first: it takes the row (or SQLite's) lock, so two equal requests
         // at once cannot both see "changed".
         let changed = sqlx::query(D::SET_DEFAULT_CURRENCY)

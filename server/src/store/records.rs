@@ -234,7 +234,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         insufficient_funds: &StoredResponse,
     ) -> Result<ClaimOutcome, StoreError> {
         let scope = &claim.scope;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
 
         // Insert first: exactly one request wins the scoped key; the others wait for its
         // transaction and then find its row.
@@ -290,13 +290,19 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
                     .await?;
                 insert_response_in(&mut tx, scope, insufficient_funds).await?;
                 tx.commit().await?;
-                return Ok(ClaimOutcome::InsufficientFunds { expires_at });
+                return Ok(ClaimOutcome::InsufficientFunds {
+                    expires_at,
+                    claimed_as,
+                });
             }
             refused => {
                 tx.rollback().await?;
-                return refusal(&self.pool, refused, payment)
-                    .await
-                    .map(ClaimOutcome::Refused);
+                // The rollback took the renewal's note of an expired retry with it.
+                if claimed_as == ClaimedAs::AfterExpiry {
+                    self.note_expired_retry(scope).await?;
+                }
+                let refusal = refusal(&self.pool, refused, payment).await?;
+                return Ok(ClaimOutcome::Refused { refusal, claimed_as });
             }
         };
         tx.commit().await?;
@@ -318,7 +324,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             ProviderVerdict::Authorized => "COMPLETED",
             ProviderVerdict::Declined => "FAILED_REPLAYABLE",
         };
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         // The fence first: an owner that lost its lease writes nothing at all.
         let settled = sqlx::query(D::SETTLE_RECORD)
             .bind(record_status)
@@ -364,7 +370,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         owner: &str,
         lease: Duration,
     ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let taken: Option<(i64, DateTime<Utc>)> = sqlx::query_as(D::TAKE_OVER)
             .bind(owner)
             .bind(lease.as_secs_f64())
@@ -384,7 +390,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         previewed_version: i64,
         release: &KeyRelease,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let released: Option<Option<String>> = sqlx::query_scalar(D::RELEASE_RECORD)
             .bind(scope.tenant_id.as_str())
             .bind(scope.operation.as_str())

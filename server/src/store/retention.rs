@@ -89,7 +89,7 @@ impl<D: Dialect + RetentionStatements> SqlStore<D> {
         bound: Duration,
         statement: Query<'q, D, <D as Database>::Arguments<'q>>,
     ) -> Result<BatchOutcome, StoreError> {
-        let mut tx = self.pool.begin_with(D::BEGIN_CLEANUP).await?;
+        let mut tx = self.begin_with(Some(D::BEGIN_CLEANUP)).await?;
         let holding_since = Instant::now();
         let bound = format!("{}ms", bound.as_millis().max(1));
         for setting in D::BOUND_CLEANUP {

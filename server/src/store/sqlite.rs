@@ -1,5 +1,8 @@
-//! SQLite, the embedded default: one file, WAL so that readers never wait for the writer, a
-//! busy timeout so that writers queue instead of failing, foreign keys enforced. What this
+//! SQLite, the embedded default: one file, WAL so that readers never wait for the writer,
+//! every commit synced to disk before it returns (`synchronous=FULL`: a claim or a completion
+//! that answered must survive a power loss, or the retry would make a second payment and a
+//! second charge), a busy timeout so that writers queue instead of failing, foreign keys
+//! enforced. What this
 //! file holds is what only SQLite says this way: its connection settings, its migrations, and
 //! the text of the statements that differ from PostgreSQL's. Timestamps are stored as RFC 3339
 //! text with milliseconds, which compares correctly as text; `strftime('%Y-%m-%dT%H:%M:%fZ',
@@ -49,7 +52,7 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlitePool, StoreError
     let options = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(5))
         .foreign_keys(true);
     Ok(SqlitePoolOptions::new()
@@ -310,4 +313,28 @@ impl RetentionStatements for Sqlite {
          <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds'))";
     const NOTE_SEALING_KEY: &'static str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
          update set last_sealed_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn every_commit_reaches_the_disk_before_it_returns() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let pool = super::open_file(&dir.path().join("idem.db")).await.expect("open");
+        let (journal, synchronous): (String, i64) = (
+            sqlx::query_scalar("pragma journal_mode")
+                .fetch_one(&pool)
+                .await
+                .expect("journal mode"),
+            sqlx::query_scalar("pragma synchronous")
+                .fetch_one(&pool)
+                .await
+                .expect("synchronous"),
+        );
+        assert_eq!(
+            (journal.as_str(), synchronous),
+            ("wal", 2),
+            "WAL with synchronous=FULL"
+        );
+    }
 }

@@ -1,11 +1,15 @@
 //! Clients that hang up mid-request: thousands of requests aborted at random points. Every
 //! acknowledged payment must exist, every operation must run to its end anyway (its retry is
-//! a replay), and no database connection may be left inside a transaction.
+//! a replay), and no database connection may be left inside a transaction, on the payment
+//! path, on the console's and in the store itself.
 
-use crate::support::{DialectName, TestApp};
+use crate::support::{DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase};
+use domain::operator::{AuditEntry, OperatorRole};
 use futures_util::StreamExt;
 use futures_util::stream;
 use std::time::Duration;
+
+const BODY: &str = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-1"}"#;
 
 const REQUESTS: usize = 2_000;
 const CONCURRENCY: usize = 32;
@@ -187,4 +191,149 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
         100_000_000 - 100 * (payments + warm_up_payments),
         "the held amounts match the payments"
     );
+}
+
+/// Connections of this database sitting inside a transaction, however briefly.
+const IDLE_IN_TRANSACTION: &str = "select count(*) from pg_stat_activity \
+     where datname = current_database() and state like 'idle in transaction%'";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_write_cancelled_at_any_point_leaves_no_connection_in_a_transaction() {
+    let db = TestDatabase::create(DialectName::Postgres).await;
+    let store = db.migrated_store().await;
+    let mut completed = 0;
+    // Cut off after 0 to 2 ms, in steps of 10 µs: before, while and after `BEGIN` is on the
+    // wire, and at every later step of the write.
+    for round in 0..200_u64 {
+        let entry = AuditEntry::new("test", format!("cancelled.{round}"));
+        let write = store.append_audit(&entry);
+        if let Ok(written) = tokio::time::timeout(Duration::from_micros(round * 10), write).await {
+            written.expect("an audit entry");
+            completed += 1;
+        }
+        // Checked each time, before the next write (which would end a leaked transaction): a
+        // transaction being rolled back is fine, one left behind stays.
+        db.eventually_i64(
+            IDLE_IN_TRANSACTION,
+            |count| count == 0,
+            &format!(
+                "a write cut off after {} µs left its connection inside a transaction",
+                round * 10
+            ),
+        )
+        .await;
+    }
+    // Every connection is back in the pool, outside any transaction.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(db.query_i64(IDLE_IN_TRANSACTION).await, 0);
+    let written = db
+        .query_i64("select count(*) from audit_log where action like 'cancelled.%'")
+        .await;
+    assert!(
+        written >= completed,
+        "{written} written, {completed} acknowledged"
+    );
+    assert!(completed < 200, "some writes were really cancelled");
+    // The pool still works: nothing leaked a transaction to the next borrower.
+    store
+        .append_audit(&AuditEntry::new("test", "after"))
+        .await
+        .expect("a write after the cancellations");
+    assert_eq!(db.query_i64(IDLE_IN_TRANSACTION).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_writes_cut_off_at_any_point_leave_nothing_half_done() {
+    let app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .in_process()
+        .await;
+    let admin = app.console("ada", OperatorRole::Admin).await;
+    let cookie = admin.cookie.clone().expect("signed in");
+    assert_eq!(app.pay("k-revealed", BODY).await.status(), 201);
+    let tenant = admin.tenant_of("k-revealed").await;
+    let record = [
+        ("record[tenant_id]", tenant.as_str()),
+        ("record[operation]", "create_payment"),
+        ("record[key]", "k-revealed"),
+    ];
+
+    // Sign-ins (a session saved and audited), reveals (audited), default-currency changes
+    // (the account and its audit), each abandoned at a spread of points.
+    let request = |index: usize| match index % 3 {
+        0 => app
+            .http
+            .post(app.url("/sign-in"))
+            .header("origin", admin.origin())
+            .form(&[
+                ("username", "ada"),
+                ("password", OPERATOR_PASSWORD),
+                ("next", "/"),
+            ]),
+        1 => app
+            .http
+            .post(app.url("/api/console/reveal"))
+            .header("origin", admin.origin())
+            .header("cookie", &cookie)
+            .form(&record),
+        _ => app
+            .as_tenant(
+                reqwest::Method::PUT,
+                "/accounts/acc_1/settings/default-currency",
+                "acme",
+            )
+            .json(&serde_json::json!({ "currency": if index.is_multiple_of(2) { "USD" } else { "EUR" } })),
+    };
+    let outcomes: Vec<(usize, Option<u16>)> = stream::iter(0..600)
+        .map(|index| {
+            let request = request(index);
+            async move {
+                let cut_after = Duration::from_micros((index as u64 * 7_919) % 60_000);
+                let status = tokio::time::timeout(cut_after, request.send())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|response| response.status().as_u16());
+                (index, status)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let cut = outcomes.iter().filter(|(_, status)| status.is_none()).count();
+    assert!(cut > 60, "requests must really be cut off: {cut}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, status)| matches!(status, None | Some(200 | 303))),
+        "only answers or cut-offs: {outcomes:?}"
+    );
+
+    app.db
+        .eventually_i64(
+            IDLE_IN_TRANSACTION,
+            |count| count == 0,
+            "no connection left inside a transaction",
+        )
+        .await;
+    // Nothing half done: every change of the default currency has its audit row, every
+    // reveal answered was audited.
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from accounts where default_currency is not null")
+            .await,
+        1
+    );
+    let revealed = outcomes
+        .iter()
+        .filter(|(index, status)| index % 3 == 1 && *status == Some(200))
+        .count() as i64;
+    let audited = app
+        .db
+        .query_i64("select count(*) from audit_log where action = 'reveal_response'")
+        .await;
+    assert!(audited >= revealed, "{audited} audited, {revealed} answered");
+    // The console still works for everyone.
+    assert_eq!(admin.call("whoami", &[]).await.status(), 200);
+    app.console("vera", OperatorRole::Viewer).await;
 }

@@ -9,7 +9,7 @@ use domain::key::IdempotencyKey;
 use domain::money::{Balance, Currency};
 use domain::payment::NewAccount;
 use domain::payment::{NewPayment, PaymentId};
-use domain::record::{ProgressStep, RecordStatus, StoredRecord};
+use domain::record::{ClaimedAs, ProgressStep, RecordStatus, StoredRecord};
 use domain::scope::Scope;
 use domain::tenant::{TenantId, TenantName};
 use idem::auth::api_key::NewApiKey;
@@ -234,14 +234,20 @@ async fn a_refused_command_leaves_no_record(db: TestDatabase) {
     let unknown_account = r#"{"accountId":"acc_9","amount":"1.00","currency":"EUR","merchantReference":"r"}"#;
     assert_eq!(
         fixture.claim("k1", unknown_account).await,
-        ClaimOutcome::Refused(Refusal::AccountNotFound)
+        ClaimOutcome::Refused {
+            refusal: Refusal::AccountNotFound,
+            claimed_as: ClaimedAs::New
+        }
     );
     let wrong_currency = r#"{"accountId":"acc_1","amount":"1.00","currency":"USD","merchantReference":"r"}"#;
     assert_eq!(
         fixture.claim("k2", wrong_currency).await,
-        ClaimOutcome::Refused(Refusal::CurrencyMismatch {
-            account_currency: Currency::Eur
-        })
+        ClaimOutcome::Refused {
+            refusal: Refusal::CurrencyMismatch {
+                account_currency: Currency::Eur
+            },
+            claimed_as: ClaimedAs::New
+        }
     );
     assert_eq!(db.query_i64("select count(*) from idempotency_records").await, 0);
     assert_eq!(balance(&db, &fixture).await, 10_000);
@@ -259,9 +265,12 @@ async fn the_merchant_reference_stops_a_second_payment_under_another_key(db: Tes
         fixture
             .claim("k2-new-random-key", &request_body("10.00", "inv-7781"))
             .await,
-        ClaimOutcome::Refused(Refusal::DuplicateMerchantReference {
-            payment_id: first_payment.id.clone()
-        })
+        ClaimOutcome::Refused {
+            refusal: Refusal::DuplicateMerchantReference {
+                payment_id: first_payment.id.clone()
+            },
+            claimed_as: ClaimedAs::New
+        }
     );
     assert_eq!(
         db.query_i64("select count(*) from idempotency_records").await,
@@ -273,7 +282,10 @@ async fn the_merchant_reference_stops_a_second_payment_under_another_key(db: Tes
 
 async fn the_same_key_in_another_tenant_is_another_operation(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
-    fixture.claim("shared-key", &request_body("10.00", "inv-1")).await;
+    assert!(matches!(
+        fixture.claim("shared-key", &request_body("10.00", "inv-1")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
     let other = TenantId::generate();
     fixture
         .store
@@ -298,6 +310,20 @@ async fn the_same_key_in_another_tenant_is_another_operation(db: TestDatabase) {
         globex.claim("shared-key", &request_body("10.00", "inv-1")).await,
         ClaimOutcome::Claimed { .. }
     ));
+    assert_eq!(
+        db.query_i64(
+            "select count(distinct tenant_id) from idempotency_records where idempotency_key = 'shared-key'"
+        )
+        .await,
+        2,
+        "one record per tenant"
+    );
+    assert_eq!(
+        db.query_i64("select count(distinct tenant_id) from payments")
+            .await,
+        2,
+        "one payment each"
+    );
 }
 
 conformance!(
@@ -431,11 +457,52 @@ async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db: TestDatabas
     );
 }
 
+async fn a_refused_retry_after_the_window_is_still_noted_on_its_record(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let body = request_body("10.00", "inv-1");
+    let (mut claim, payment) = fixture.attempt("k1", &body);
+    claim.window = Duration::from_millis(200);
+    fixture
+        .store
+        .claim_create_payment(&claim, &payment, &insufficient_funds())
+        .await
+        .expect("claim");
+    let done = completion(&payment, ProviderVerdict::Authorized);
+    assert!(
+        fixture
+            .store
+            .complete_create_payment(&claim.scope, 1, &done)
+            .await
+            .expect("complete")
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // The same command after the window: renewed, then stopped by its own merchant reference.
+    assert_eq!(
+        fixture.claim("k1", &body).await,
+        ClaimOutcome::Refused {
+            refusal: Refusal::DuplicateMerchantReference {
+                payment_id: payment.id.clone()
+            },
+            claimed_as: ClaimedAs::AfterExpiry
+        }
+    );
+    let record = fixture.record(&claim.scope).await;
+    assert_eq!(record.status, RecordStatus::Completed, "the renewal rolled back");
+    assert_eq!(
+        db.query_i64("select cast(expired_retries as bigint) from idempotency_records")
+            .await,
+        1,
+        "the expired retry is noted all the same"
+    );
+}
+
 conformance!(
     an_authorisation_completes_the_record_with_its_response,
     a_decline_is_replayable_and_releases_the_hold,
     an_owner_without_the_lease_writes_nothing,
-    a_lost_answer_leaves_the_outcome_unknown_until_recovery
+    a_lost_answer_leaves_the_outcome_unknown_until_recovery,
+    a_refused_retry_after_the_window_is_still_noted_on_its_record
 );
 
 async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {

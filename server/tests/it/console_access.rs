@@ -263,6 +263,47 @@ async fn a_session_started_on_one_instance_is_honoured_by_another(db: TestDataba
     assert_eq!(on_second.call("whoami", &[]).await.status(), 200);
 }
 
+async fn a_crafted_page_cursor_is_a_clear_bad_request(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    let filter = |after: &'static str| {
+        [
+            "status",
+            "step",
+            "tenant",
+            "operation",
+            "key_prefix",
+            "from",
+            "to",
+        ]
+        .map(|field| (field, ""))
+        .into_iter()
+        .chain([("after", after)])
+        .map(|(field, value)| (format!("filter[{field}]"), value))
+        .collect::<Vec<_>>()
+    };
+    let call = async |after| {
+        let form = filter(after);
+        let form: Vec<(&str, &str)> = form
+            .iter()
+            .map(|(field, value)| (field.as_str(), *value))
+            .collect();
+        viewer.call("records", &form).await
+    };
+    assert_eq!(call("").await.status(), 200, "the first page");
+    for crafted in [
+        r#"["not a time", "ten_1", "create_payment", "k"]"#,
+        r#"["2026-11-30T00:00:00Z'; drop table payments; --", "t", "o", "k"]"#,
+        "[1]",
+        "not json",
+    ] {
+        let refused = call(crafted).await;
+        assert_eq!(refused.status(), 400, "{crafted}");
+        let text = refused.text().await.expect("text");
+        assert!(text.contains("not a page cursor"), "{crafted}: {text}");
+    }
+}
+
 conformance!(
     without_a_session_nothing_but_the_sign_in_page_is_served,
     signing_in_starts_a_strict_http_only_session_and_is_audited,
@@ -270,7 +311,8 @@ conformance!(
     signing_out_or_a_new_password_ends_the_session,
     a_new_role_or_a_disabled_account_applies_from_the_next_request,
     sign_in_is_rate_limited_per_username,
-    a_session_started_on_one_instance_is_honoured_by_another
+    a_session_started_on_one_instance_is_honoured_by_another,
+    a_crafted_page_cursor_is_a_clear_bad_request
 );
 
 async fn expired_sessions_are_refused_and_then_deleted(db: TestDatabase) {

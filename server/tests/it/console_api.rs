@@ -874,3 +874,209 @@ async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refu
 }
 
 conformance!(a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund);
+
+/// Polls a bulk job until it finished; the job.
+async fn finished_job(console: &Console, id: &str) -> Value {
+    for _ in 0..100 {
+        let job = console.json("reconcile/bulk-job", &[("id", id)]).await;
+        if !job["finished_at"].is_null() {
+            return job;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("bulk job {id} never finished");
+}
+
+#[tokio::test]
+async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .process()
+        .await;
+    // Two unknown outcomes the provider did charge, and one it will charge only later.
+    app.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 2 }))
+        .await;
+    for key in ["k-single", "k-bulk"] {
+        assert_eq!(app.pay(key, BODY.replace("inv-1", key)).await.status(), 202);
+    }
+    app.sim
+        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 1500 }))
+        .await;
+    assert_eq!(
+        app.pay("k-late", BODY.replace("inv-1", "k-late")).await.status(),
+        202
+    );
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let tenant_id = operator.tenant_of("k-single").await;
+    let record = |key: &str| json!({ "tenant_id": tenant_id, "operation": "create_payment", "key": key });
+
+    // Bulk reconciliation and override decisions are for their roles only.
+    let refused = viewer
+        .post_json(
+            "reconcile/bulk-preview",
+            &json!({ "records": [record("k-bulk")] }),
+        )
+        .await
+        .expect_err("a viewer");
+    assert!(refused.contains("needs the operator role"), "{refused}");
+    let previews = operator
+        .post_json(
+            "reconcile/bulk-preview",
+            &json!({ "records": [record("k-bulk")] }),
+        )
+        .await
+        .expect("previews");
+    let version = previews[0]["version"].clone();
+    let start = json!({
+        "previews": [[record("k-bulk"), version, "ApplyProviderResult"]],
+        "reason": "provider shows the charge (OPS-50)",
+    });
+    let refused = viewer
+        .post_json("reconcile/bulk", &start)
+        .await
+        .expect_err("a viewer");
+    assert!(refused.contains("needs the operator role"), "{refused}");
+    let form = [
+        ("id", "ovr_none"),
+        ("approve", "true"),
+        ("reason", "not mine to decide"),
+    ];
+    let refused = operator
+        .call("overrides/decide", &form)
+        .await
+        .text()
+        .await
+        .expect("text");
+    assert!(refused.contains("needs the admin role"), "{refused}");
+
+    // A bulk item whose record changed after the preview is not applied.
+    let single = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-bulk"))
+        .await;
+    let mut apply = record_form(&tenant_id, "k-bulk");
+    let single_version = single["version"].as_i64().expect("version").to_string();
+    apply.extend([
+        ("version", single_version.as_str()),
+        ("action", "ApplyProviderResult"),
+        ("reason", "provider shows the charge (OPS-51)"),
+    ]);
+    assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
+    let job = operator
+        .post_json("reconcile/bulk", &start)
+        .await
+        .expect("started");
+    let job = finished_job(&operator, job["id"].as_str().expect("id")).await;
+    let item = &job["items"][0]["result"];
+    assert_eq!(item["ok"], false, "{job}");
+    assert!(
+        item["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("changed since the preview")),
+        "{job}"
+    );
+
+    // The provider's answer changed between the preview and the apply: nothing is applied.
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-late"))
+        .await;
+    assert_eq!(preview["evidence"], "NoCharge", "{preview}");
+    for _ in 0..50 {
+        if app.sim.charges().await.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(app.sim.charges().await.len(), 3, "the late charge arrived");
+    let mut release = record_form(&tenant_id, "k-late");
+    let late_version = preview["version"].as_i64().expect("version").to_string();
+    release.extend([
+        ("version", late_version.as_str()),
+        ("action", "MarkFailedAndReleaseKey"),
+        ("reason", "the provider had no charge (OPS-52)"),
+    ]);
+    let refused = operator.json("reconcile/apply", &release).await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("provider's answer changed")),
+        "{refused}"
+    );
+    assert_eq!(
+        app.db
+            .query_i64(
+                "select count(*) from idempotency_records where idempotency_key = 'k-late' \
+                 and status = 'UNKNOWN_REQUIRES_RECOVERY'"
+            )
+            .await,
+        1,
+        "the key was not released"
+    );
+    assert_eq!(
+        app.db
+            .query_i64(
+                "select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'"
+            )
+            .await,
+        2,
+        "the stale bulk item and the stale release"
+    );
+}
+
+#[tokio::test]
+async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
+    // No recovery worker: only the reconciliation itself can finish the record.
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .serve("--recovery-interval-ms", "3600000")
+        .process()
+        .await;
+    app.sim
+        .fault(&json!({ "mode": "fail_before_accept", "count": 1 }))
+        .await;
+    assert_eq!(app.pay("k-cut", BODY).await.status(), 202);
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let tenant_id = operator.tenant_of("k-cut").await;
+    let preview = operator
+        .json("reconcile/preview", &record_form(&tenant_id, "k-cut"))
+        .await;
+    let version = preview["version"].as_i64().expect("version").to_string();
+    let mut apply = record_form(&tenant_id, "k-cut");
+    apply.extend([
+        ("version", version.as_str()),
+        ("action", "RetryCharge"),
+        ("reason", "the provider has no charge; send it again (OPS-60)"),
+    ]);
+    // The provider takes 0.6 s (its timeout here is 0.8 s); the browser gives up after 0.2 s,
+    // between the takeover and the completion.
+    app.sim
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 600 }))
+        .await;
+    let cut = reqwest::Client::new()
+        .post(operator.url("/api/console/reconcile/apply"))
+        .header("origin", operator.origin())
+        .header("cookie", operator.cookie.clone().expect("signed in"))
+        .form(&apply)
+        .timeout(std::time::Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(cut.is_err(), "the browser went away: {cut:?}");
+    app.db
+        .eventually_i64(
+            "select count(*) from idempotency_records where idempotency_key = 'k-cut' \
+             and status = 'COMPLETED'",
+            |count| count == 1,
+            "the reconciliation completed the record",
+        )
+        .await;
+    assert_eq!(
+        app.db
+            .query_i64(
+                "select count(*) from audit_log where action = 'reconcile.retry_charge' \
+                 and result = 'ok' and actor = 'otto'"
+            )
+            .await,
+        1
+    );
+    assert_eq!(app.sim.charges().await.len(), 1, "charged once");
+}

@@ -7,7 +7,7 @@
 use crate::support::{DialectName, TestApp, TestDatabase, conformance};
 use domain::event::EventMessage;
 use futures_util::future::join_all;
-use idem::events::consumers::{Consumer, Ledger, Receipts};
+use idem::events::consumers::{Consumer, ConsumerError, Handled, Ledger, Receipts};
 use idem::events::nats::{NatsJetStream, NatsSettings};
 use idem::events::publisher::{PublishReport, Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
@@ -338,19 +338,43 @@ impl NatsStream {
 /// that the broker's de-duplication cannot help: only the consumers' inboxes can.
 struct DuplicatingNats {
     nats: NatsJetStream,
-    copies: AtomicU64,
+    messages: AtomicU64,
+    /// Copies the broker accepted.
+    published: AtomicU64,
 }
 
 #[async_trait::async_trait]
 impl Transport for DuplicatingNats {
     async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
-        let copies = 2 + self.copies.fetch_add(1, Ordering::Relaxed) % 4;
+        let copies = 2 + self.messages.fetch_add(1, Ordering::Relaxed) % 4;
         for copy in 0..copies {
             self.nats
                 .publish_as(message, &format!("{}~{copy}", message.event_id))
                 .await?;
+            self.published.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+/// A consumer that counts every delivery it handled (applied, duplicate or ignored).
+struct Counting {
+    inner: Arc<dyn Consumer>,
+    handled: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl Consumer for Counting {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    async fn handle(&self, message: &EventMessage) -> Result<Handled, ConsumerError> {
+        let handled = self.inner.handle(message).await;
+        if handled.is_ok() {
+            self.handled.fetch_add(1, Ordering::Relaxed);
+        }
+        handled
     }
 }
 
@@ -365,15 +389,24 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         .expect("NATS JetStream (scripts/test starts one)");
     let store = db.store().await;
     let mut consumers = Supervisor::default();
-    for consumer in [
+    let handled = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    for (consumer, handled) in [
         Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
         Arc::new(Receipts::new(store.clone())),
-    ] {
-        consumers.spawn(Arc::new(nats.consumer(consumer).await.expect("consumer")));
+    ]
+    .into_iter()
+    .zip(&handled)
+    {
+        let counting = Arc::new(Counting {
+            inner: consumer,
+            handled: handled.clone(),
+        });
+        consumers.spawn(Arc::new(nats.consumer(counting).await.expect("consumer")));
     }
     let transport = Arc::new(DuplicatingNats {
         nats,
-        copies: AtomicU64::new(0),
+        messages: AtomicU64::new(0),
+        published: AtomicU64::new(0),
     });
     let (a, b) = publish_twice_at_once(&store, transport.clone()).await;
     assert_eq!(
@@ -387,8 +420,20 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         "both consumers processed every authorisation",
     )
     .await;
-    // Let any copy still in flight arrive: it must change nothing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every copy reaches both consumers, and changes nothing.
+    let published = transport.published.load(Ordering::Relaxed);
+    assert!(published >= 2 * 2 * (AUTHORISED + DECLINED) as u64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while handled
+        .iter()
+        .any(|count| count.load(Ordering::Relaxed) < published)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "copies handled: {handled:?} of {published}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_once(db).await;
     stream.delete().await;
 }

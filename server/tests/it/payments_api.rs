@@ -589,14 +589,15 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
     assert_eq!(discovery["operations"][0]["windowSeconds"], 1);
     assert_eq!(discovery["operations"][0]["afterExpiry"], "new_operation");
 
+    // Both retries after the window count: the refused one and the renewal.
     api.db
-        .eventually_i64(EXPIRED_RETRIES, |count| count >= 1, "expired retries are counted")
+        .eventually_i64(EXPIRED_RETRIES, |count| count == 2, "expired retries are counted")
         .await;
     assert_eq!(
         api.db
             .query_i64("select cast(expired_retries as bigint) from idempotency_records where idempotency_key = 'k-window'")
             .await,
-        1,
+        2,
         "and noted on the record"
     );
 }
@@ -820,12 +821,65 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     let replay = api.pay("k-settle", BODY).await;
     expect_replay(replay, &first_body, "a replay is the original answer").await;
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The worker keeps running (it settles a second payment meanwhile) and never settles or
+    // announces the first again.
+    let second = BODY.replace("invoice-7781", "inv-second");
+    assert_eq!(api.pay("k-settle-2", &second).await.status(), 201);
+    api.sim.settle().await;
+    api.db
+        .eventually_i64(
+            "select count(*) from payments where status = 'SETTLED'",
+            |count| count == 2,
+            "the second settles too",
+        )
+        .await;
     assert_eq!(
         api.db
             .query_i64("select count(*) from outbox_events where event_type = 'PaymentSettled'")
             .await,
-        1,
-        "settled once, announced once"
+        2,
+        "each settled once, announced once"
     );
+}
+
+#[tokio::test]
+async fn an_oversized_body_and_a_timeout_are_answered_in_the_contracts_shape() {
+    let api = api(
+        5_000,
+        &[("--request-timeout-secs", "1"), ("--body-limit-bytes", "1024")],
+    )
+    .await;
+    let oversized = BODY.replace("invoice-7781", &"x".repeat(2_000));
+    let refused = expect_error(api.pay("k-big", &oversized).await, 413, "PAYLOAD_TOO_LARGE").await;
+    assert_eq!(refused["details"]["limitBytes"], 1024);
+    assert_eq!(refused["retryable"], false);
+    assert_eq!(
+        api.db
+            .query_i64("select count(*) from idempotency_records where idempotency_key = 'k-big'")
+            .await,
+        0,
+        "nothing recorded"
+    );
+
+    // The provider takes longer than the request may: the client is told to come back...
+    api.sim
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 2500 }))
+        .await;
+    let late = api.pay("k-late", BODY).await;
+    assert_eq!(late.headers()["retry-after"], "1");
+    let late = expect_error(late, 503, "UNAVAILABLE").await;
+    assert_eq!(late["retryable"], true);
+    // ...and the payment, which went on without it, is what its retry gets.
+    let mut status = 0;
+    for _ in 0..50 {
+        let retry = api.pay("k-late", BODY).await;
+        status = retry.status().as_u16();
+        if status == 201 {
+            assert_eq!(retry.headers()["idempotent-replayed"], "true");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 201, "the operation finished on its own");
+    assert_eq!(api.sim.charges().await.len(), 1);
 }

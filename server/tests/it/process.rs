@@ -314,7 +314,13 @@ async fn logs_never_carry_api_keys_bodies_or_credentials() {
         .expect("collect output");
     let logs = String::from_utf8(output.stderr).expect("UTF-8 logs");
     assert!(logs.lines().count() > 20, "trace logging was on: {logs}");
-    let secret = api_key.rsplit('_').next().expect("key secret");
+    // `idem_key_<hex id>_<secret>`: the secret is all after the id (base64url may hold `_`).
+    let secret = api_key
+        .strip_prefix("idem_key_")
+        .and_then(|rest| rest.split_once('_'))
+        .map(|(_, secret)| secret)
+        .expect("key secret");
+    assert_eq!(secret.len(), 43, "the whole secret: {secret}");
     for (leak, what) in [
         (api_key.as_str(), "an API key"),
         (secret, "an API key's secret"),

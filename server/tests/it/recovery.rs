@@ -42,11 +42,13 @@ enum Recoverer {
     WorkerOnly,
 }
 
-async fn crash_then_retry(crash_point: &str) {
-    crash_then_recover(crash_point, Recoverer::Retry).await;
+/// Whether the first answer after the restart was a replay.
+async fn crash_then_retry(crash_point: &str) -> bool {
+    crash_then_recover(crash_point, Recoverer::Retry).await
 }
 
-async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
+/// Whether the first answer after the restart was a replay.
+async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) -> bool {
     let mut app = acme().seeded().await;
     crash_at(&mut app, crash_point, "crash-key").await;
 
@@ -73,6 +75,7 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
     }
     let answer = answer.unwrap_or_else(|| panic!("{crash_point}: never recovered"));
     assert_eq!(answer.status(), 201, "{crash_point}");
+    let first_was_replay = answer.headers().contains_key("idempotent-replayed");
     let final_body = answer.bytes().await.expect("body");
     let payment: Value = serde_json::from_slice(&final_body).expect("json");
     assert_eq!(payment["status"], "PENDING");
@@ -106,6 +109,7 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) {
         9_000,
         "{crash_point}: held once"
     );
+    first_was_replay
 }
 
 #[tokio::test]
@@ -125,7 +129,10 @@ async fn a_crash_after_the_provider_answered_is_resumed_by_asking_the_provider()
 
 #[tokio::test]
 async fn a_crash_after_completion_is_answered_by_the_replay() {
-    crash_then_retry("after_completion").await;
+    assert!(
+        crash_then_retry("after_completion").await,
+        "the completion committed before the crash: the first answer after it is the replay"
+    );
 }
 
 #[tokio::test]

@@ -56,8 +56,9 @@ pub struct TestApp {
     pub sim: Sim,
     /// The instances' data directory (receipts, keys).
     pub dir: TempDir,
-    /// The console build stand-in (`pkg/idem.css`) of instances in this process.
-    pub site_root: TempDir,
+    /// The console build stand-in (`pkg/idem.css`) of instances in this process, kept for as
+    /// long as they run.
+    _site_root: Option<TempDir>,
     /// Each tenant's API key, in the order the setup named them.
     keys: Vec<(String, String)>,
     flags: BTreeMap<String, String>,
@@ -162,7 +163,7 @@ impl Setup {
             http: client(),
             sim,
             dir,
-            site_root,
+            _site_root: Some(site_root),
             keys,
             flags,
             server: None,
@@ -190,7 +191,7 @@ impl Setup {
             http: client(),
             sim,
             dir,
-            site_root: site_root(),
+            _site_root: None,
             keys,
             flags,
             server: None,

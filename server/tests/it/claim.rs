@@ -95,6 +95,14 @@ impl Fixture {
         (claim, payment)
     }
 
+    /// Whether the completion by the owner at `lease_version` was written.
+    async fn completes(&self, claim: &NewClaim, lease_version: i64, completion: &PaymentCompletion) -> bool {
+        self.store
+            .complete_create_payment(&claim.scope, lease_version, completion)
+            .await
+            .expect("complete")
+    }
+
     /// The record under `scope`, which must exist.
     async fn record(&self, scope: &Scope) -> StoredRecord {
         self.store
@@ -340,13 +348,7 @@ async fn an_authorisation_completes_the_record_with_its_response(db: TestDatabas
     let fixture = fixture(&db, "100.00").await;
     let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     let done = completion(&payment, ProviderVerdict::Authorized);
-    assert!(
-        fixture
-            .store
-            .complete_create_payment(&claim.scope, 1, &done)
-            .await
-            .expect("complete")
-    );
+    assert!(fixture.completes(&claim, 1, &done).await);
 
     let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::Completed);
@@ -374,13 +376,7 @@ async fn a_decline_is_replayable_and_releases_the_hold(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
     let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     let declined = completion(&payment, ProviderVerdict::Declined);
-    assert!(
-        fixture
-            .store
-            .complete_create_payment(&claim.scope, 1, &declined)
-            .await
-            .expect("complete")
-    );
+    assert!(fixture.completes(&claim, 1, &declined).await);
     let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::FailedReplayable);
     assert_eq!(
@@ -468,13 +464,7 @@ async fn a_refused_retry_after_the_window_is_still_noted_on_its_record(db: TestD
         .await
         .expect("claim");
     let done = completion(&payment, ProviderVerdict::Authorized);
-    assert!(
-        fixture
-            .store
-            .complete_create_payment(&claim.scope, 1, &done)
-            .await
-            .expect("complete")
-    );
+    assert!(fixture.completes(&claim, 1, &done).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // The same command after the window: renewed, then stopped by its own merchant reference.

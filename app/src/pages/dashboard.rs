@@ -79,10 +79,7 @@ fn Filters(dashboard: Dashboard) -> impl IntoView {
             <Choice
                 label="Range"
                 name="range"
-                options=DashboardRange::ALL
-                    .into_iter()
-                    .map(|range| (range.as_str().to_owned(), range.as_str().to_owned()))
-                    .collect()
+                options=named(DashboardRange::ALL.into_iter().map(DashboardRange::as_str))
                 selected=dashboard.range.as_str().to_owned()
             />
             <Choice

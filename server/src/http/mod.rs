@@ -75,22 +75,12 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
             put(payments::set_default_currency),
         )
         .with_state(state)
-        .layer(axum::middleware::from_fn(record_latency))
-        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings.request_timeout,
-        ))
-        .layer(axum::middleware::map_response_with_state(
-            settings.body_limit_bytes,
-            in_the_contracts_shape,
-        ));
-    let console = console_router(console_backend, access, settings)
-        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings.request_timeout,
-        ));
+        .layer(axum::middleware::from_fn(record_latency));
+    let api = bounded(api, settings).layer(axum::middleware::map_response_with_state(
+        settings.body_limit_bytes,
+        in_the_contracts_shape,
+    ));
+    let console = bounded(console_router(console_backend, access, settings), settings);
 
     api.merge(console)
         .layer(CompressionLayer::new())
@@ -101,6 +91,17 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// `router` with the body limit and the request timeout (each part answers their refusals
+/// in its own way).
+fn bounded(router: Router, settings: &HttpSettings) -> Router {
+    router
+        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ))
 }
 
 /// The console: server-rendered pages, their server functions, and the built assets.

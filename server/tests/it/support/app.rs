@@ -302,9 +302,7 @@ impl TestApp {
     /// `POST /payments` as `api_key`, with `idempotency_key` when given.
     pub fn post(&self, api_key: &str, idempotency_key: Option<&str>, body: &str) -> RequestBuilder {
         let mut request = self
-            .http
-            .post(self.url("/payments"))
-            .bearer_auth(api_key)
+            .request(Method::POST, "/payments", api_key)
             .header("content-type", "application/json")
             .body(body.to_owned());
         if let Some(key) = idempotency_key {

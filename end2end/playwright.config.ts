@@ -52,7 +52,7 @@ export default defineConfig({
     },
     {
       command:
-        `${binary} serve --listen 127.0.0.1:${port} --data-dir ${dataDir} --site-root ../target/site ` +
+        `${binary} serve --listen 127.0.0.1:${port} --metrics-listen 127.0.0.1:0 --data-dir ${dataDir} --site-root ../target/site ` +
         `--provider-url http://127.0.0.1:${simPort} --provider-timeout-ms 1000 --lease-secs 5 ` +
         `--metrics-flush-ms 200 --recovery-max-attempts 0 --settlement-interval-ms 500`,
       url: `http://127.0.0.1:${port}/readyz`,

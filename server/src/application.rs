@@ -58,11 +58,21 @@ const JOB_BATCH: i64 = 100;
 /// How long workers get to finish their pass at shutdown.
 const WORKERS_GRACE: Duration = Duration::from_secs(10);
 
-/// The built application: it serves on its listener until told to stop.
+/// Where the application serves.
+pub struct Listeners {
+    /// The payments API and the console.
+    pub api: TcpListener,
+    /// `GET /metrics` (`--metrics-listen`).
+    pub metrics: TcpListener,
+}
+
+/// The built application: it serves on its listeners until told to stop.
 pub struct Application {
-    listener: TcpListener,
+    listeners: Listeners,
     address: SocketAddr,
+    metrics_address: SocketAddr,
     router: Router,
+    metrics_router: Router,
     workers: Supervisor,
     store: Arc<dyn Store>,
     /// Written once more after the workers stopped, so that nothing counted is lost.
@@ -70,9 +80,9 @@ pub struct Application {
 }
 
 impl Application {
-    /// Builds everything over `store` (opened and migrated), serving on `listener`.
+    /// Builds everything over `store` (opened and migrated), serving on `listeners`.
     pub async fn build(
-        listener: TcpListener,
+        listeners: Listeners,
         store: Arc<dyn Store>,
         data_dir: &Path,
         args: ServeArgs,
@@ -84,7 +94,8 @@ impl Application {
                 args.lease_secs, args.provider_timeout_ms
             )));
         }
-        let address = listener.local_addr().map_err(ServeError::Server)?;
+        let address = listeners.api.local_addr().map_err(ServeError::Server)?;
+        let metrics_address = listeners.metrics.local_addr().map_err(ServeError::Server)?;
         let mut workers = Supervisor::default();
         let provider_url = match &args.provider_url {
             Some(url) => url.clone(),
@@ -149,13 +160,18 @@ impl Application {
             store: store.clone(),
             engine,
             rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
-            metrics: Arc::new(Exposition::new(metrics::prometheus::install(), expiry.retention)),
         };
         let router = http::router(state, StoreConsole::clone(&console), &settings);
+        let exposition = Exposition::new(metrics::prometheus::install(), store.clone(), expiry.retention);
+        crate::provider::client::register_metrics();
+        crate::workers::recovery::register_metrics();
+        let metrics_router = http::metrics_router(Arc::new(exposition), &settings);
         Ok(Application {
-            listener,
+            listeners,
             address,
+            metrics_address,
             router,
+            metrics_router,
             workers,
             store,
             buffers,
@@ -166,6 +182,10 @@ impl Application {
         self.address
     }
 
+    pub fn metrics_address(&self) -> SocketAddr {
+        self.metrics_address
+    }
+
     /// Serves until `shutdown` resolves: then stops accepting, lets requests in flight
     /// finish, stops the workers (waiting for each pass under way), writes what is buffered
     /// once more and closes the database pool.
@@ -173,10 +193,15 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let served = axum::serve(self.listener, self.router)
+        // Scrapes are reads: the metrics listener simply stops with the API.
+        let metrics = tokio::spawn(
+            axum::serve(self.listeners.metrics, self.metrics_router).into_future(),
+        );
+        let served = axum::serve(self.listeners.api, self.router)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(ServeError::Server);
+        metrics.abort();
         tracing::info!("in-flight requests finished; stopping the workers");
         self.workers.shutdown(WORKERS_GRACE).await;
         for buffer in &self.buffers {

@@ -169,6 +169,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
 
+    /// Address of the Prometheus metrics listener (`GET /metrics`), apart from the API's so
+    /// that API callers cannot read other tenants' figures; keep it on loopback or a private
+    /// network.
+    #[arg(long, env = "IDEM_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: SocketAddr,
+
     /// Directory with the console's built assets (pkg/ with the wasm, JS and CSS).
     #[arg(long, env = "IDEM_SITE_ROOT", default_value = "target/site")]
     pub site_root: PathBuf,
@@ -323,6 +329,7 @@ mod tests {
             panic!("expected serve");
         };
         assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(args.metrics_listen.to_string(), "127.0.0.1:9464");
         assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
 
         let cli = Cli::try_parse_from(["idem", "provider-sim"]).expect("provider-sim parses with no flags");

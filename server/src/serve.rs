@@ -1,7 +1,7 @@
 //! The long-running commands: `idem serve` (open the store, migrate, build the application,
 //! serve) and `idem provider-sim`; both stop gracefully on SIGINT or SIGTERM.
 
-use crate::application::{Application, ServeError};
+use crate::application::{Application, Listeners, ServeError};
 use crate::cli::{ProviderSimArgs, ServeArgs};
 use crate::provider;
 use crate::store::{self, DatabaseTarget};
@@ -13,11 +13,14 @@ pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> 
     let store = store::open(&target).await?;
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
-    let (listener, address) = bind(args.listen).await?;
-    // Connections queue on the bound socket until the router serves them, so the address can
-    // be announced now, before the workers start (a test may crash one of them at once).
+    let (api, address) = bind(args.listen).await?;
+    let (metrics, metrics_address) = bind(args.metrics_listen).await?;
+    // Connections queue on the bound sockets until the routers serve them, so the addresses
+    // can be announced now, before the workers start (a test may crash one of them at once).
     announce("Idem console", address);
-    Application::build(listener, store, data_dir, args)
+    tracing::info!(address = %metrics_address, "metrics listening");
+    println!("Idem metrics: http://{metrics_address}/metrics");
+    Application::build(Listeners { api, metrics }, store, data_dir, args)
         .await?
         .run_until_stopped(shutdown_signal())
         .await

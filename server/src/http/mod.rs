@@ -52,7 +52,6 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub engine: Arc<PaymentsEngine>,
     pub rate_limit: Arc<rate_limit::ApiRateLimit>,
-    pub metrics: Arc<Exposition>,
 }
 
 /// The payments API and the console, behind the middleware every request goes through.
@@ -69,7 +68,6 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         .route("/payments", post(payments::create_payment))
         .route("/payments/{id}", get(payments::get_payment))
         .route("/idempotency", get(payments::discovery))
-        .route("/metrics", get(metrics_text))
         .route(
             "/accounts/{account_id}/settings/default-currency",
             put(payments::set_default_currency),
@@ -91,6 +89,19 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// The metrics listener's router: `GET /metrics` only. It is served on an address of its own
+/// (`--metrics-listen`), never on the API's: the figures name every tenant, and each scrape
+/// runs database reads.
+pub fn metrics_router(exposition: Arc<Exposition>, settings: &HttpSettings) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .with_state(exposition)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings.request_timeout,
+        ))
 }
 
 /// `router` with the body limit and the request timeout (each part answers their refusals
@@ -179,9 +190,9 @@ async fn in_the_contracts_shape(
 }
 
 /// `GET /metrics`: Prometheus text exposition.
-async fn metrics_text(State(state): State<AppState>) -> axum::response::Response {
+async fn metrics_text(State(exposition): State<Arc<Exposition>>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match state.metrics.render(state.store.as_ref()).await {
+    match exposition.render().await {
         Some(text) => (
             [(
                 header::CONTENT_TYPE,

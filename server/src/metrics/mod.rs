@@ -13,6 +13,7 @@ use domain::scope::Operation;
 use domain::tenant::TenantId;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use strum::VariantArray;
 
 type BucketKey = (DateTime<Utc>, String, Operation, Outcome);
 
@@ -30,12 +31,7 @@ impl OutcomeCounter {
     }
 
     pub fn record(&self, tenant_id: &TenantId, operation: Operation, outcome: Outcome) {
-        metrics::counter!(
-            format!("idempotency_{}_total", outcome.as_str()),
-            "tenant" => tenant_id.as_str().to_owned(),
-            "operation" => operation.as_str(),
-        )
-        .increment(1);
+        outcome_counter(tenant_id.as_str(), operation, outcome).increment(1);
         let minute = Utc::now()
             .duration_trunc(TimeDelta::minutes(1))
             .unwrap_or_else(|_| Utc::now());
@@ -43,6 +39,23 @@ impl OutcomeCounter {
             .pending()
             .entry((minute, tenant_id.as_str().to_owned(), operation, outcome))
             .or_default() += 1;
+    }
+}
+
+/// `idempotency_<outcome>_total{tenant, operation}`.
+fn outcome_counter(tenant_id: &str, operation: Operation, outcome: Outcome) -> metrics::Counter {
+    metrics::counter!(
+        format!("idempotency_{}_total", outcome.as_str()),
+        "tenant" => tenant_id.to_owned(),
+        "operation" => operation.as_str(),
+    )
+}
+
+/// Makes every outcome counter of `tenant_id` and `operation` exist (at 0 until counted), so
+/// that dashboards and `absent()` alerts see a series from the first scrape.
+pub fn register_outcomes(tenant_id: &str, operation: Operation) {
+    for outcome in Outcome::VARIANTS {
+        outcome_counter(tenant_id, operation, *outcome).increment(0);
     }
 }
 

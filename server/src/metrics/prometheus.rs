@@ -1,13 +1,14 @@
 //! `/metrics` in the Prometheus text format. Counters and histograms are recorded where things
-//! happen (the `metrics` facade); gauges of live state (unknown outcomes, the oldest
-//! in-progress request, cleanup and outbox backlogs) are read from the database at scrape
-//! time, so every instance reports the same truth.
+//! happen (the `metrics` facade); gauges of live state (unknown outcomes, stale and oldest
+//! in-progress requests, cleanup and outbox backlogs) are read from the database at scrape
+//! time, so every instance reports the same truth. Every series exists from the first scrape
+//! (at 0), as the Prometheus client guidelines ask: a missing series reads as "no data" on a
+//! dashboard and misfires `absent()` alerts.
 
 use crate::store::Store;
 use crate::store::metrics::LiveGauges;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use std::collections::BTreeSet;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Seconds; from a fast replay to a provider call near its timeout.
@@ -39,26 +40,26 @@ pub fn install() -> Option<PrometheusHandle> {
 /// What `/metrics` renders.
 pub struct Exposition {
     handle: Option<PrometheusHandle>,
+    store: Arc<dyn Store>,
     /// Tombstone retention, to count the tombstones due for deletion.
     retention: Duration,
-    /// Label sets reported last time: one that disappears is reported as 0, not left stale.
-    reported: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl Exposition {
-    pub fn new(handle: Option<PrometheusHandle>, retention: Duration) -> Exposition {
+    pub fn new(handle: Option<PrometheusHandle>, store: Arc<dyn Store>, retention: Duration) -> Exposition {
         Exposition {
             handle,
+            store,
             retention,
-            reported: Mutex::new(BTreeSet::new()),
         }
     }
 
     /// The exposition text, gauges refreshed from the store; `None` without a recorder.
-    pub async fn render(&self, store: &dyn Store) -> Option<String> {
+    pub async fn render(&self) -> Option<String> {
         let handle = self.handle.as_ref()?;
+        let store = self.store.as_ref();
         match store.live_gauges().await {
-            Ok(rows) => self.set_gauges(rows),
+            Ok(rows) => set_gauges(rows),
             Err(error) => tracing::warn!(%error, "metrics: live gauges not refreshed"),
         }
         match store.retention_backlog(self.retention).await {
@@ -80,27 +81,20 @@ impl Exposition {
         }
         Some(handle.render())
     }
+}
 
-    fn set_gauges(&self, rows: Vec<LiveGauges>) {
-        let mut reported = self
-            .reported
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now: BTreeSet<(String, String)> = rows
-            .iter()
-            .map(|row| (row.tenant_id.clone(), row.operation.clone()))
-            .collect();
-        for (tenant, operation) in reported.difference(&now) {
-            let labels = [("tenant", tenant.clone()), ("operation", operation.clone())];
-            metrics::gauge!("idempotency_unknown_state_count", &labels).set(0.0);
-            metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels).set(0.0);
-        }
-        for row in rows {
-            let labels = [("tenant", row.tenant_id), ("operation", row.operation)];
-            metrics::gauge!("idempotency_unknown_state_count", &labels).set(row.unknown_count as f64);
-            metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels)
-                .set(row.in_progress_age_max_seconds);
-        }
-        *reported = now;
+/// Every tenant and operation's gauges, and its outcome counters made to exist.
+fn set_gauges(rows: Vec<LiveGauges>) {
+    for row in rows {
+        super::register_outcomes(&row.tenant_id, row.operation);
+        let labels = [
+            ("tenant", row.tenant_id),
+            ("operation", row.operation.as_str().to_owned()),
+        ];
+        metrics::gauge!("idempotency_unknown_state_count", &labels).set(row.unknown_count as f64);
+        metrics::gauge!("idempotency_stale_in_progress_count", &labels)
+            .set(row.stale_in_progress_count as f64);
+        metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels)
+            .set(row.in_progress_age_max_seconds);
     }
 }

@@ -46,7 +46,7 @@ impl ProviderClient {
     /// Charges for a payment with the payment's provider key: repeating it with the same
     /// payment id can never charge twice.
     pub async fn create_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
-        counted("create", self.send_charge(payment_id, amount).await)
+        counted(CALLS[0], self.send_charge(payment_id, amount).await)
     }
 
     async fn send_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
@@ -71,7 +71,7 @@ impl ProviderClient {
 
     /// What the provider knows of a payment's charge: `None` when it never accepted the key.
     pub async fn find_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
-        counted("find", self.look_up_charge(payment_id).await)
+        counted(CALLS[1], self.look_up_charge(payment_id).await)
     }
 
     async fn look_up_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
@@ -90,13 +90,27 @@ impl ProviderClient {
     }
 }
 
+/// The provider calls, by their `call` label.
+const CALLS: [&str; 2] = ["create", "find"];
+/// What a call's result proves, by its `result` label.
+const RESULTS: [&str; 4] = ["answered", "not_sent", "rejected", "outcome_unknown"];
+
+/// Makes every `provider_calls_total` series exist (at 0 until counted).
+pub fn register_metrics() {
+    for call in CALLS {
+        for result in RESULTS {
+            metrics::counter!("provider_calls_total", "call" => call, "result" => result).increment(0);
+        }
+    }
+}
+
 /// Counts provider calls by kind and by what their result proves.
 fn counted<T>(call: &'static str, result: Result<T, ProviderError>) -> Result<T, ProviderError> {
     let outcome = match &result {
-        Ok(_) => "answered",
-        Err(ProviderError::NotSent(_)) => "not_sent",
-        Err(ProviderError::Rejected { .. }) => "rejected",
-        Err(ProviderError::OutcomeUnknown(_)) => "outcome_unknown",
+        Ok(_) => RESULTS[0],
+        Err(ProviderError::NotSent(_)) => RESULTS[1],
+        Err(ProviderError::Rejected { .. }) => RESULTS[2],
+        Err(ProviderError::OutcomeUnknown(_)) => RESULTS[3],
     };
     metrics::counter!("provider_calls_total", "call" => call, "result" => outcome).increment(1);
     result

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use domain::outcome::Outcome;
 use domain::scope::{Operation, Scope};
 use std::collections::BTreeMap;
+use strum::VariantArray;
 
 /// One per-minute bucket's increment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +37,10 @@ pub struct JournalEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LiveGauges {
     pub tenant_id: String,
-    pub operation: String,
+    pub operation: Operation,
     pub unknown_count: i64,
+    /// Requests in progress whose lease ran out: their owner is gone or stuck.
+    pub stale_in_progress_count: i64,
     pub in_progress_age_max_seconds: f64,
 }
 
@@ -49,16 +52,16 @@ pub trait MetricsStore: Send + Sync {
     /// Appends journal entries, all or nothing.
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError>;
 
-    /// Unknown outcomes and the oldest in-progress request, per tenant and operation (only
-    /// those with either).
+    /// Unknown outcomes, stale in-progress requests and the oldest in-progress request, for
+    /// every tenant and operation (zero where there are none, so that every series exists).
     async fn live_gauges(&self) -> Result<Vec<LiveGauges>, StoreError>;
 }
 
 /// Metrics statements that differ by dialect.
 pub trait MetricsStatements {
-    /// Per tenant and operation: IN_PROGRESS records and the age in seconds (float) of the
-    /// oldest.
-    const IN_PROGRESS_AGES: &'static str;
+    /// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
+    /// oldest, and how many have an expired lease.
+    const IN_PROGRESS_GAUGES: &'static str;
     /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome, `$5`
     /// count to add.
     const ADD_OUTCOME_COUNT: &'static str;
@@ -107,29 +110,46 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     }
 
     async fn live_gauges(&self) -> Result<Vec<LiveGauges>, StoreError> {
+        let tenants: Vec<(String,)> = sqlx::query_as("select id from tenants")
+            .fetch_all(&self.pool)
+            .await?;
         let unknown: Vec<(String, String, i64)> = sqlx::query_as(
             "select tenant_id, operation_name, count(*) from idempotency_records \
              where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name",
         )
         .fetch_all(&self.pool)
         .await?;
-        let ages: Vec<(String, String, f64)> =
-            sqlx::query_as(D::IN_PROGRESS_AGES).fetch_all(&self.pool).await?;
-        let mut gauges: BTreeMap<(String, String), (i64, f64)> = BTreeMap::new();
-        for (tenant, operation, count) in unknown {
-            gauges.entry((tenant, operation)).or_default().0 = count;
+        let in_progress: Vec<(String, String, f64, i64)> =
+            sqlx::query_as(D::IN_PROGRESS_GAUGES).fetch_all(&self.pool).await?;
+        let mut gauges: BTreeMap<(String, Operation), LiveGauges> = BTreeMap::new();
+        for (tenant_id,) in tenants {
+            for operation in Operation::VARIANTS {
+                gauges.insert(
+                    (tenant_id.clone(), *operation),
+                    LiveGauges {
+                        tenant_id: tenant_id.clone(),
+                        operation: *operation,
+                        unknown_count: 0,
+                        stale_in_progress_count: 0,
+                        in_progress_age_max_seconds: 0.0,
+                    },
+                );
+            }
         }
-        for (tenant, operation, age) in ages {
-            gauges.entry((tenant, operation)).or_default().1 = age.max(0.0);
+        let key = |tenant_id: String, operation: &str| {
+            Ok::<_, StoreError>((tenant_id, StoreError::parse_stored("operation", operation)?))
+        };
+        for (tenant_id, operation, count) in unknown {
+            if let Some(gauge) = gauges.get_mut(&key(tenant_id, &operation)?) {
+                gauge.unknown_count = count;
+            }
         }
-        Ok(gauges
-            .into_iter()
-            .map(|((tenant_id, operation), (unknown_count, age))| LiveGauges {
-                tenant_id,
-                operation,
-                unknown_count,
-                in_progress_age_max_seconds: age,
-            })
-            .collect())
+        for (tenant_id, operation, age, stale) in in_progress {
+            if let Some(gauge) = gauges.get_mut(&key(tenant_id, &operation)?) {
+                gauge.in_progress_age_max_seconds = age.max(0.0);
+                gauge.stale_in_progress_count = stale;
+            }
+        }
+        Ok(gauges.into_values().collect())
     }
 }

@@ -209,9 +209,9 @@ impl ConsoleStatements for Postgres {
 }
 
 impl MetricsStatements for Postgres {
-    const IN_PROGRESS_AGES: &'static str = "select tenant_id, operation_name, cast(extract(epoch from now() - min(created_at)) as \
-         double precision) from idempotency_records where status = 'IN_PROGRESS' group by \
-         tenant_id, operation_name";
+    const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, cast(extract(epoch from now() - min(created_at)) as \
+         double precision), count(case when locked_until <= now() then 1 end) from \
+         idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
     const ADD_OUTCOME_COUNT: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          values ($1::timestamptz, $2, $3, $4, $5) on conflict (bucket_start, tenant_id, \
          operation_name, outcome) do update set count = outcome_buckets.count + excluded.count";

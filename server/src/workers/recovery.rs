@@ -16,6 +16,16 @@ pub struct RecoverySettings {
     pub batch: i64,
 }
 
+/// What a recovery attempt came to, by its `recovery_attempts_total` `result` label.
+const RESULTS: [&str; 2] = ["resolved", "still_unknown"];
+
+/// Makes every `recovery_attempts_total` series exist (at 0 until counted).
+pub fn register_metrics() {
+    for result in RESULTS {
+        metrics::counter!("recovery_attempts_total", "result" => result).increment(0);
+    }
+}
+
 pub struct Recovery {
     pub engine: Arc<PaymentsEngine>,
     pub records: Arc<dyn RecordStore>,
@@ -58,9 +68,9 @@ impl Recovery {
             if let Some(answer) = self.engine.recover(scope).await {
                 attempted += 1;
                 let result = if matches!(answer.reply, Reply::OutcomeUnknown { .. }) {
-                    "still_unknown"
+                    RESULTS[1]
                 } else {
-                    "resolved"
+                    RESULTS[0]
                 };
                 metrics::counter!("recovery_attempts_total", "result" => result).increment(1);
                 tracing::info!(tenant_id = %scope.tenant_id, status = answer.status(), "recovery: record resolved or retried");

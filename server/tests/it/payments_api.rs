@@ -2,7 +2,7 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{DialectName, TestApp, expect_error, expect_replay};
+use crate::support::{DialectName, TestApp, expect_error, expect_replay, metric};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -600,6 +600,12 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
         2,
         "and noted on the record"
     );
+    let text = api.metrics().await;
+    assert_eq!(
+        metric(&text, "idempotency_expired_retry_total", &[]),
+        2.0,
+        "and exported: {text}"
+    );
 }
 
 const EXPIRED_RETRIES: &str =
@@ -708,26 +714,8 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         202
     );
 
-    let response = api
-        .http
-        .get(format!("http://{}/metrics", api.address))
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .expect("ascii")
-            .starts_with("text/plain")
-    );
-    let text = response.text().await.expect("text");
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .filter(|line| line.starts_with(name) && line.contains("operation=\"create_payment\""))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let text = api.metrics().await;
+    let value = |name: &str| metric(&text, name, &["operation=\"create_payment\""]);
     assert_eq!(value("idempotency_replay_total"), 1.0, "{text}");
     assert_eq!(
         value("idempotency_conflict_different_request_total"),
@@ -736,10 +724,17 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     );
     assert_eq!(value("idempotency_new_execution_total"), 2.0, "{text}");
     assert_eq!(value("idempotency_unknown_state_count"), 1.0, "{text}");
-    assert!(text.contains("idempotency_in_progress_age_max_seconds"), "{text}");
+    assert_eq!(value("idempotency_stale_in_progress_count"), 0.0, "{text}");
+    assert_eq!(value("idempotency_in_progress_age_max_seconds"), 0.0, "{text}");
     assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
-    assert!(
-        text.contains("provider_calls_total{call=\"create\",result=\"outcome_unknown\"} 1"),
+    assert_eq!(
+        metric(&text, "provider_calls_total", &["call=\"create\"", "result=\"outcome_unknown\""]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "provider_calls_total", &["call=\"create\"", "result=\"answered\""]),
+        1.0,
         "{text}"
     );
     // The publisher runs on its own schedule: the backlog is whatever it has not delivered yet.
@@ -759,6 +754,122 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         "{text}"
     );
     assert!(!text.contains(api.key("acme")), "no secret in the metrics");
+
+    // Not on the API's listener: callers of the API never read other tenants' figures.
+    let on_the_api = api.get("/metrics").await;
+    assert!(
+        on_the_api.status().is_redirection() || on_the_api.status() == 404,
+        "{}",
+        on_the_api.status()
+    );
+    let body = on_the_api.text().await.expect("body");
+    assert!(!body.contains("idempotency_"), "{body}");
+}
+
+#[tokio::test]
+async fn every_metric_exists_from_the_first_scrape_at_zero() {
+    let api = api(5_000, &[]).await;
+    let text = api.metrics().await;
+    let outcomes = [
+        "new_execution",
+        "replay",
+        "conflict_different_request",
+        "in_progress",
+        "expired_retry",
+        "outcome_unknown",
+        "provider_error",
+        "takeover",
+    ];
+    let gauges = [
+        "idempotency_unknown_state_count",
+        "idempotency_stale_in_progress_count",
+        "idempotency_in_progress_age_max_seconds",
+    ];
+    let per_tenant = outcomes
+        .iter()
+        .map(|outcome| format!("idempotency_{outcome}_total"))
+        .chain(gauges.iter().map(|gauge| (*gauge).to_owned()));
+    for name in per_tenant {
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|line| {
+                line.starts_with(&format!("{name}{{"))
+                    && line.contains("operation=\"create_payment\"")
+            })
+            .collect();
+        assert_eq!(samples.len(), 2, "{name} for acme and globex: {text}");
+        assert!(samples.iter().all(|line| line.ends_with(" 0")), "{samples:?}");
+    }
+    for call in ["create", "find"] {
+        for result in ["answered", "not_sent", "rejected", "outcome_unknown"] {
+            let sample = format!("provider_calls_total{{call=\"{call}\",result=\"{result}\"}} 0");
+            assert!(text.contains(&sample), "{sample} in {text}");
+        }
+    }
+    for result in ["resolved", "still_unknown"] {
+        let sample = format!("recovery_attempts_total{{result=\"{result}\"}} 0");
+        assert!(text.contains(&sample), "{sample} in {text}");
+    }
+    for sample in ["outbox_backlog 0", "idempotency_cleanup_backlog{phase=\"purge\"} 0"] {
+        assert!(text.contains(sample), "{sample} in {text}");
+    }
+}
+
+#[tokio::test]
+async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
+    let mut api = api(
+        3_000,
+        &[("--lease-secs", "4"), ("--recovery-interval-ms", "86400000")],
+    )
+    .await;
+    let gauge = |text: &str, name: &str| metric(text, name, &["operation=\"create_payment\""]);
+
+    // A request held at the provider: the oldest in-progress age rises while it waits.
+    api.sim
+        .fault(&json!({ "mode": "latency", "delayMs": 2_500, "count": 1 }))
+        .await;
+    let held = tokio::spawn({
+        let request = api.post(api.key("acme"), Some("k-held"), BODY);
+        async move { request.send().await.expect("POST").status() }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let early = api.metrics().await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let later = api.metrics().await;
+    let (early_age, later_age) = (
+        gauge(&early, "idempotency_in_progress_age_max_seconds"),
+        gauge(&later, "idempotency_in_progress_age_max_seconds"),
+    );
+    assert!(early_age > 0.2, "{early}");
+    assert!(later_age >= early_age + 0.8, "{early_age} then {later_age}");
+    assert_eq!(gauge(&later, "idempotency_stale_in_progress_count"), 0.0, "a live lease");
+    assert_eq!(held.await.expect("request"), 201);
+    let after = api.metrics().await;
+    assert_eq!(gauge(&after, "idempotency_in_progress_age_max_seconds"), 0.0, "{after}");
+
+    // An owner that died before the provider call: stale once its lease has run out.
+    api.restart(&[("IDEM_CRASH_POINT", "before_provider_call")]).await;
+    let body = BODY.replace("invoice-7781", "inv-dead-owner");
+    let lost = api.post(api.key("acme"), Some("k-dead"), &body).send().await;
+    assert!(lost.is_err(), "the owner died mid-request");
+    api.restart(&[]).await;
+    let live = api.metrics().await;
+    assert_eq!(gauge(&live, "idempotency_stale_in_progress_count"), 0.0, "{live}");
+    tokio::time::sleep(Duration::from_millis(4_200)).await;
+    let stale = api.metrics().await;
+    assert_eq!(gauge(&stale, "idempotency_stale_in_progress_count"), 1.0, "{stale}");
+    assert!(gauge(&stale, "idempotency_in_progress_age_max_seconds") >= 4.0, "{stale}");
+
+    // A retry takes the record over and finishes it: the gauges fall back to 0, still there.
+    assert_eq!(api.pay("k-dead", &body).await.status(), 201);
+    let resolved = api.metrics().await;
+    assert_eq!(gauge(&resolved, "idempotency_stale_in_progress_count"), 0.0, "{resolved}");
+    assert_eq!(gauge(&resolved, "idempotency_in_progress_age_max_seconds"), 0.0, "{resolved}");
+    assert_eq!(
+        gauge(&resolved, "idempotency_takeover_total"),
+        1.0,
+        "{resolved}"
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use super::{DialectName, TestDatabase};
 use clap::Parser;
 use domain::operator::OperatorRole;
 use idem::admin::AdminError;
-use idem::application::Application;
+use idem::application::{Application, Listeners};
 use idem::cli::{AccountCommand, ApiKeyCommand, Cli, ServeArgs, TenantCommand};
 use idem::store::{Store, StoreError};
 use reqwest::{Method, RequestBuilder};
@@ -28,6 +28,26 @@ use std::process::Stdio;
 use std::sync::Arc;
 use tempfile::TempDir;
 use tokio::process::Command;
+
+/// The sum of the samples of metric `name` in exposition `text` whose labels contain every
+/// one of `labels` (`name="value"` each).
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels_text, value) = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            let wanted = labels.iter().all(|label| {
+                labels_text
+                    .split(',')
+                    .any(|pair| pair == *label)
+            });
+            wanted.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
 
 /// Where `idem serve` processes log: nowhere, since many tests provoke warnings on purpose,
 /// unless `IDEM_TEST_SERVER_LOGS` is set.
@@ -51,6 +71,8 @@ pub struct Setup {
 pub struct TestApp {
     /// The first instance's address.
     pub address: SocketAddr,
+    /// The first instance's metrics listener.
+    pub metrics_address: SocketAddr,
     /// A client that follows no redirects.
     pub http: reqwest::Client,
     pub sim: Sim,
@@ -157,9 +179,10 @@ impl Setup {
             .map(|(flag, value)| (flag.to_owned(), value)),
         );
         flags.extend(setup.flags);
-        let address = build_in_process(store, dir.path(), &flags).await;
+        let (address, metrics_address) = build_in_process(store, dir.path(), &flags).await;
         TestApp {
             address,
+            metrics_address,
             http: client(),
             sim,
             dir,
@@ -188,6 +211,7 @@ impl Setup {
         flags.extend(setup.flags);
         TestApp {
             address: "127.0.0.1:0".parse().expect("an address"),
+            metrics_address: "127.0.0.1:0".parse().expect("an address"),
             http: client(),
             sim,
             dir,
@@ -249,7 +273,7 @@ async fn seed(store: &dyn Store, name: &str, balance: &str, keyless: bool) -> St
 
 /// `idem serve`'s settings as its command line makes them from `flags`.
 fn serve_args(flags: &BTreeMap<String, String>) -> ServeArgs {
-    let command_line = ["idem", "serve", "--listen", "127.0.0.1:0"]
+    let command_line = ["idem", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
         .into_iter()
         .map(str::to_owned)
         .chain(
@@ -270,19 +294,41 @@ async fn build_in_process(
     store: Arc<dyn Store>,
     data_dir: &std::path::Path,
     flags: &BTreeMap<String, String>,
-) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let application = Application::build(listener, store, data_dir, serve_args(flags))
+) -> (SocketAddr, SocketAddr) {
+    let bind = async || tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listeners = Listeners {
+        api: bind().await,
+        metrics: bind().await,
+    };
+    let application = Application::build(listeners, store, data_dir, serve_args(flags))
         .await
         .expect("the application builds");
-    let address = application.address();
+    let addresses = (application.address(), application.metrics_address());
     tokio::spawn(application.run_until_stopped(std::future::pending()));
-    address
+    addresses
 }
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
+    }
+
+    /// The first instance's Prometheus exposition text.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("http://{}/metrics", self.metrics_address))
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .expect("ascii")
+                .starts_with("text/plain")
+        );
+        response.text().await.expect("text")
     }
 
     /// The API key of a tenant the setup named.
@@ -365,7 +411,9 @@ impl TestApp {
         for (name, value) in env {
             command.env(name, value);
         }
-        command.args(["serve", "--listen", "127.0.0.1:0"]).args(
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(
             self.flags
                 .iter()
                 .flat_map(|(flag, value)| [flag.as_str(), value.as_str()]),
@@ -394,6 +442,7 @@ impl TestApp {
         self.server = None;
         let server = self.spawn_server(env).await;
         self.address = server.address;
+        self.metrics_address = server.metrics_address.expect("idem serve's metrics listener");
         self.server = Some(server);
     }
 
@@ -404,7 +453,7 @@ impl TestApp {
 
     /// Another instance built in this process on this database (in-process mode).
     pub async fn another_instance(&self) -> SocketAddr {
-        build_in_process(self.db.migrated_store().await, self.dir.path(), &self.flags).await
+        build_in_process(self.db.migrated_store().await, self.dir.path(), &self.flags).await.0
     }
 }
 

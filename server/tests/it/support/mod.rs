@@ -8,7 +8,7 @@ mod database;
 mod process;
 mod sim;
 
-pub use app::{Setup, TestApp, expect_error, expect_replay};
+pub use app::{Setup, TestApp, expect_error, expect_replay, metric};
 pub use console::{Console, OPERATOR_PASSWORD, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;

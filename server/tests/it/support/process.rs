@@ -10,6 +10,8 @@ use tokio::process::{Child, Command};
 pub struct IdemProcess {
     pub child: Child,
     pub address: SocketAddr,
+    /// `idem serve`'s metrics listener.
+    pub metrics_address: Option<SocketAddr>,
 }
 
 /// The response sealing key every test instance shares, as instances of one deployment do.
@@ -44,7 +46,7 @@ impl IdemProcess {
 
     /// Starts `idem serve` from a prepared command on a random port.
     pub async fn serve_with(mut command: Command) -> IdemProcess {
-        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
         Self::start(command).await
     }
 
@@ -57,25 +59,38 @@ impl IdemProcess {
         Self::start(command).await
     }
 
-    /// Spawns the command and waits for its first line, which names its address (its stdout is
-    /// taken over here).
+    /// Spawns the command and waits for the line naming its address, and for `idem serve`
+    /// the next one naming its metrics listener (its stdout is taken over here).
     pub async fn start(mut command: Command) -> IdemProcess {
         command.stdout(Stdio::piped());
         let mut child = command.spawn().expect("start idem");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("idem printed its address in time")
-            .expect("read stdout")
-            .expect("a line on stdout");
-        let address = line
-            .split_once("http://")
-            .and_then(|(_, rest)| rest.strip_suffix('/'))
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .parse()
-            .expect("a socket address");
-        IdemProcess { child, address }
+        let mut next_address = async || {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("idem printed its address in time")
+                .expect("read stdout")
+                .expect("a line on stdout");
+            let address: SocketAddr = line
+                .split_once("http://")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .unwrap_or_else(|| panic!("unexpected line: {line:?}"))
+                .0
+                .parse()
+                .expect("a socket address");
+            (line, address)
+        };
+        let (first, address) = next_address().await;
+        let metrics_address = match first.starts_with("Idem console") {
+            true => Some(next_address().await.1),
+            false => None,
+        };
+        IdemProcess {
+            child,
+            address,
+            metrics_address,
+        }
     }
 
     pub fn signal(&self, signal: &str) {

@@ -91,6 +91,15 @@ ensure_chromium() {
   apt_install chromium
 }
 
+# A real Prometheus scrapes `idem serve` in the metrics tests (Debian's package; its service is
+# not started).
+ensure_prometheus() {
+  if command -v prometheus >/dev/null; then
+    return
+  fi
+  apt_install prometheus
+}
+
 # Node.js and npm run the browser tests (and npm installs wasm-opt); Debian's packages are a
 # fallback for machines without them.
 ensure_node() {

@@ -194,9 +194,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         // Scrapes are reads: the metrics listener simply stops with the API.
-        let metrics = tokio::spawn(
-            axum::serve(self.listeners.metrics, self.metrics_router).into_future(),
-        );
+        let metrics = tokio::spawn(axum::serve(self.listeners.metrics, self.metrics_router).into_future());
         let served = axum::serve(self.listeners.api, self.router)
             .with_graceful_shutdown(shutdown)
             .await

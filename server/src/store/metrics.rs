@@ -119,8 +119,9 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         )
         .fetch_all(&self.pool)
         .await?;
-        let in_progress: Vec<(String, String, f64, i64)> =
-            sqlx::query_as(D::IN_PROGRESS_GAUGES).fetch_all(&self.pool).await?;
+        let in_progress: Vec<(String, String, f64, i64)> = sqlx::query_as(D::IN_PROGRESS_GAUGES)
+            .fetch_all(&self.pool)
+            .await?;
         let mut gauges: BTreeMap<(String, Operation), LiveGauges> = BTreeMap::new();
         for (tenant_id,) in tenants {
             for operation in Operation::VARIANTS {

@@ -2,7 +2,7 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{DialectName, TestApp, expect_error, expect_replay, metric};
+use crate::support::{DialectName, Prometheus, TestApp, expect_error, expect_replay, metric};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -728,12 +728,20 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     assert_eq!(value("idempotency_in_progress_age_max_seconds"), 0.0, "{text}");
     assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
     assert_eq!(
-        metric(&text, "provider_calls_total", &["call=\"create\"", "result=\"outcome_unknown\""]),
+        metric(
+            &text,
+            "provider_calls_total",
+            &["call=\"create\"", "result=\"outcome_unknown\""]
+        ),
         1.0,
         "{text}"
     );
     assert_eq!(
-        metric(&text, "provider_calls_total", &["call=\"create\"", "result=\"answered\""]),
+        metric(
+            &text,
+            "provider_calls_total",
+            &["call=\"create\"", "result=\"answered\""]
+        ),
         1.0,
         "{text}"
     );
@@ -766,6 +774,89 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     assert!(!body.contains("idempotency_"), "{body}");
 }
 
+/// The README's scrape configuration with `targets` in place of its example addresses.
+fn readme_scrape_config(targets: &[std::net::SocketAddr]) -> String {
+    let readme = include_str!("../../../README.md");
+    let config = readme
+        .split_once("A scrape configuration for two instances:\n\n```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("the README's scrape configuration")
+        .0;
+    let targets = targets
+        .iter()
+        .map(|target| format!("\"{target}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    config
+        .lines()
+        .map(|line| match line.split_once("- targets: ") {
+            Some((indent, _)) => format!("{indent}- targets: [{targets}]"),
+            None => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_two_instances_with_the_readme_configuration() {
+    let api = api(5_000, &[]).await;
+    let second = api.spawn_server(&[]).await;
+    let prometheus = Prometheus::with_config(&readme_scrape_config(&[
+        api.metrics_address,
+        second.metrics_address.expect("a metrics listener"),
+    ]))
+    .await;
+    let both_up = |samples: &[(Value, f64)]| samples.len() == 2 && samples.iter().all(|(_, up)| *up == 1.0);
+    prometheus
+        .eventually("up{job=\"idem\"}", both_up, "both instances scraped")
+        .await;
+    // Every series is there before any traffic: `absent()` alerts stay silent.
+    for series in [
+        "idempotency_unknown_state_count",
+        "idempotency_stale_in_progress_count",
+        "idempotency_expired_retry_total",
+    ] {
+        let absent = prometheus.query(&format!("absent({series})")).await;
+        assert!(absent.is_empty(), "{series} is absent");
+    }
+
+    assert_eq!(api.pay("k-prom-1", BODY).await.status(), 201);
+    let on_second = reqwest::Client::new()
+        .post(format!("http://{}/payments", second.address))
+        .bearer_auth(api.key("acme"))
+        .header("idempotency-key", "k-prom-2")
+        .header("content-type", "application/json")
+        .body(BODY.replace("invoice-7781", "inv-prom-2"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(on_second.status(), 201);
+    assert_eq!(api.pay("k-prom-1", BODY).await.status(), 201, "a replay");
+
+    let counted = |total: f64| {
+        move |samples: &[(Value, f64)]| samples.first().is_some_and(|(_, value)| *value == total)
+    };
+    prometheus
+        .eventually(
+            "sum(idempotency_new_execution_total{job=\"idem\",operation=\"create_payment\"})",
+            counted(2.0),
+            "one new execution on each instance",
+        )
+        .await;
+    prometheus
+        .eventually(
+            "sum(idempotency_replay_total{job=\"idem\"})",
+            counted(1.0),
+            "the replay",
+        )
+        .await;
+    let unknown = prometheus
+        .query("sum(idempotency_unknown_state_count{job=\"idem\"}) by (instance)")
+        .await;
+    assert_eq!(unknown.len(), 2, "{unknown:?}");
+    assert!(unknown.iter().all(|(_, value)| *value == 0.0), "{unknown:?}");
+}
+
 #[tokio::test]
 async fn every_metric_exists_from_the_first_scrape_at_zero() {
     let api = api(5_000, &[]).await;
@@ -793,8 +884,7 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
         let samples: Vec<&str> = text
             .lines()
             .filter(|line| {
-                line.starts_with(&format!("{name}{{"))
-                    && line.contains("operation=\"create_payment\"")
+                line.starts_with(&format!("{name}{{")) && line.contains("operation=\"create_payment\"")
             })
             .collect();
         assert_eq!(samples.len(), 2, "{name} for acme and globex: {text}");
@@ -810,7 +900,10 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
         let sample = format!("recovery_attempts_total{{result=\"{result}\"}} 0");
         assert!(text.contains(&sample), "{sample} in {text}");
     }
-    for sample in ["outbox_backlog 0", "idempotency_cleanup_backlog{phase=\"purge\"} 0"] {
+    for sample in [
+        "outbox_backlog 0",
+        "idempotency_cleanup_backlog{phase=\"purge\"} 0",
+    ] {
         assert!(text.contains(sample), "{sample} in {text}");
     }
 }
@@ -842,10 +935,18 @@ async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
     );
     assert!(early_age > 0.2, "{early}");
     assert!(later_age >= early_age + 0.8, "{early_age} then {later_age}");
-    assert_eq!(gauge(&later, "idempotency_stale_in_progress_count"), 0.0, "a live lease");
+    assert_eq!(
+        gauge(&later, "idempotency_stale_in_progress_count"),
+        0.0,
+        "a live lease"
+    );
     assert_eq!(held.await.expect("request"), 201);
     let after = api.metrics().await;
-    assert_eq!(gauge(&after, "idempotency_in_progress_age_max_seconds"), 0.0, "{after}");
+    assert_eq!(
+        gauge(&after, "idempotency_in_progress_age_max_seconds"),
+        0.0,
+        "{after}"
+    );
 
     // An owner that died before the provider call: stale once its lease has run out.
     api.restart(&[("IDEM_CRASH_POINT", "before_provider_call")]).await;
@@ -857,19 +958,30 @@ async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
     assert_eq!(gauge(&live, "idempotency_stale_in_progress_count"), 0.0, "{live}");
     tokio::time::sleep(Duration::from_millis(4_200)).await;
     let stale = api.metrics().await;
-    assert_eq!(gauge(&stale, "idempotency_stale_in_progress_count"), 1.0, "{stale}");
-    assert!(gauge(&stale, "idempotency_in_progress_age_max_seconds") >= 4.0, "{stale}");
+    assert_eq!(
+        gauge(&stale, "idempotency_stale_in_progress_count"),
+        1.0,
+        "{stale}"
+    );
+    assert!(
+        gauge(&stale, "idempotency_in_progress_age_max_seconds") >= 4.0,
+        "{stale}"
+    );
 
     // A retry takes the record over and finishes it: the gauges fall back to 0, still there.
     assert_eq!(api.pay("k-dead", &body).await.status(), 201);
     let resolved = api.metrics().await;
-    assert_eq!(gauge(&resolved, "idempotency_stale_in_progress_count"), 0.0, "{resolved}");
-    assert_eq!(gauge(&resolved, "idempotency_in_progress_age_max_seconds"), 0.0, "{resolved}");
     assert_eq!(
-        gauge(&resolved, "idempotency_takeover_total"),
-        1.0,
+        gauge(&resolved, "idempotency_stale_in_progress_count"),
+        0.0,
         "{resolved}"
     );
+    assert_eq!(
+        gauge(&resolved, "idempotency_in_progress_age_max_seconds"),
+        0.0,
+        "{resolved}"
+    );
+    assert_eq!(gauge(&resolved, "idempotency_takeover_total"), 1.0, "{resolved}");
 }
 
 #[tokio::test]

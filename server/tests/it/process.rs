@@ -197,7 +197,13 @@ async fn a_lease_shorter_than_the_provider_timeout_is_refused_at_start() {
 /// returns the whole of stderr.
 async fn serve_refused(mut command: tokio::process::Command, reason: &str) -> String {
     let output = command
-        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .await
         .expect("run idem serve");

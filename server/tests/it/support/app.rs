@@ -39,11 +39,9 @@ pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
                 Some(labelled) => labelled.split_once("} ")?,
                 None => ("", rest.strip_prefix(' ')?),
             };
-            let wanted = labels.iter().all(|label| {
-                labels_text
-                    .split(',')
-                    .any(|pair| pair == *label)
-            });
+            let wanted = labels
+                .iter()
+                .all(|label| labels_text.split(',').any(|pair| pair == *label));
             wanted.then(|| value.parse::<f64>().ok()).flatten()
         })
         .sum()
@@ -273,14 +271,21 @@ async fn seed(store: &dyn Store, name: &str, balance: &str, keyless: bool) -> St
 
 /// `idem serve`'s settings as its command line makes them from `flags`.
 fn serve_args(flags: &BTreeMap<String, String>) -> ServeArgs {
-    let command_line = ["idem", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
-        .into_iter()
-        .map(str::to_owned)
-        .chain(
-            flags
-                .iter()
-                .flat_map(|(flag, value)| [flag.clone(), value.clone()]),
-        );
+    let command_line = [
+        "idem",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain(
+        flags
+            .iter()
+            .flat_map(|(flag, value)| [flag.clone(), value.clone()]),
+    );
     match Cli::try_parse_from(command_line)
         .expect("valid serve flags")
         .command
@@ -412,12 +417,18 @@ impl TestApp {
             command.env(name, value);
         }
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
             .args(
-            self.flags
-                .iter()
-                .flat_map(|(flag, value)| [flag.as_str(), value.as_str()]),
-        );
+                self.flags
+                    .iter()
+                    .flat_map(|(flag, value)| [flag.as_str(), value.as_str()]),
+            );
         command
     }
 
@@ -453,7 +464,9 @@ impl TestApp {
 
     /// Another instance built in this process on this database (in-process mode).
     pub async fn another_instance(&self) -> SocketAddr {
-        build_in_process(self.db.migrated_store().await, self.dir.path(), &self.flags).await.0
+        build_in_process(self.db.migrated_store().await, self.dir.path(), &self.flags)
+            .await
+            .0
     }
 }
 

@@ -1,11 +1,13 @@
 //! Test helpers: a fresh database of either dialect (`database.rs`); Idem itself with its
 //! tenants and provider simulator, in this process or as the real binary (`app.rs`,
-//! `sim.rs`, `process.rs`); a console browser (`console.rs`); the checks every suite shares.
+//! `sim.rs`, `process.rs`); a console browser (`console.rs`); a real Prometheus
+//! (`prometheus.rs`); the checks every suite shares.
 
 mod app;
 mod console;
 mod database;
 mod process;
+mod prometheus;
 mod sim;
 
 pub use app::{Setup, TestApp, expect_error, expect_replay, metric};
@@ -13,6 +15,7 @@ pub use console::{Console, OPERATOR_PASSWORD, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, TEST_RESPONSE_KEYS, idem_command};
+pub use prometheus::Prometheus;
 pub use sim::Sim;
 
 /// Runs each named test, an `async fn name(db: TestDatabase)`, against PostgreSQL (a fresh

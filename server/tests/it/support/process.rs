@@ -46,7 +46,13 @@ impl IdemProcess {
 
     /// Starts `idem serve` from a prepared command on a random port.
     pub async fn serve_with(mut command: Command) -> IdemProcess {
-        command.args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
+        command.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]);
         Self::start(command).await
     }
 

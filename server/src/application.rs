@@ -155,6 +155,7 @@ impl Application {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit_bytes: args.body_limit_bytes,
             secure_cookies: args.secure_cookies,
+            trust_forwarded_for: args.trust_forwarded_for,
         };
         let state = AppState {
             store: store.clone(),
@@ -195,10 +196,13 @@ impl Application {
     ) -> Result<(), ServeError> {
         // Scrapes are reads: the metrics listener simply stops with the API.
         let metrics = tokio::spawn(axum::serve(self.listeners.metrics, self.metrics_router).into_future());
-        let served = axum::serve(self.listeners.api, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(ServeError::Server);
+        let served = axum::serve(
+            self.listeners.api,
+            self.router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(ServeError::Server);
         metrics.abort();
         tracing::info!("in-flight requests finished; stopping the workers");
         self.workers.shutdown(WORKERS_GRACE).await;

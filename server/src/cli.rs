@@ -261,6 +261,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_SECURE_COOKIES")]
     pub secure_cookies: bool,
 
+    /// The console is behind one reverse proxy that appends the client's address to
+    /// X-Forwarded-For: sign-in limits count that address, not the proxy's.
+    #[arg(long, env = "IDEM_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+
     /// Requests per second allowed per API key on this instance (0: no limit).
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
     pub rate_limit_per_sec: u32,

@@ -4,11 +4,12 @@
 //! console's own origin; everything but the sign-in page and its assets needs a session (deny
 //! by default), and each server function checks the operator's role again on the server.
 
+use super::limits::{SignInLimits, Source};
 use super::sessions::StoreSessions;
 use crate::auth::operator::{decoy_hash, verify_password};
 use crate::store::Store;
 use app::dto::CurrentOperator;
-use axum::extract::{Form, Request, State};
+use axum::extract::{ConnectInfo, Form, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -16,8 +17,7 @@ use axum_login::{AuthManagerLayer, AuthManagerLayerBuilder, AuthSession, AuthUse
 use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
 use domain::operator::OperatorUsername;
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use std::num::NonZeroU32;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
@@ -131,33 +131,37 @@ pub fn session_layer(
     AuthManagerLayerBuilder::new(Operators { store }, sessions).build()
 }
 
-/// Sign-in attempts: per username, and for the whole instance (a spray over many names).
-pub struct SignInLimits {
-    per_username: DefaultKeyedRateLimiter<String>,
-    overall: governor::DefaultDirectRateLimiter,
-}
-
-impl Default for SignInLimits {
-    fn default() -> SignInLimits {
-        const FIVE: NonZeroU32 = NonZeroU32::new(5).expect("non-zero");
-        const TEN: NonZeroU32 = NonZeroU32::new(10).expect("non-zero");
-        SignInLimits {
-            per_username: RateLimiter::keyed(Quota::per_minute(FIVE)),
-            overall: RateLimiter::direct(Quota::per_second(TEN)),
-        }
-    }
-}
-
-impl SignInLimits {
-    fn allow(&self, username: &str) -> bool {
-        self.overall.check().is_ok() && self.per_username.check_key(&username.to_owned()).is_ok()
-    }
-}
-
 #[derive(Clone)]
 pub struct AccessState {
     pub store: Arc<dyn Store>,
     pub limits: Arc<SignInLimits>,
+    /// The console is behind one reverse proxy that appends the client's address to
+    /// `X-Forwarded-For` (`--trust-forwarded-for`); otherwise the peer is the client.
+    pub trust_forwarded_for: bool,
+}
+
+impl AccessState {
+    /// Who is signing in, as the limits count them.
+    fn source(&self, peer: SocketAddr, headers: &HeaderMap) -> Source {
+        let forwarded = || {
+            headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .last()?
+                .to_str()
+                .ok()?
+                .rsplit(',')
+                .next()?
+                .trim()
+                .parse::<IpAddr>()
+                .ok()
+        };
+        let address = match self.trust_forwarded_for {
+            true => forwarded().unwrap_or(peer.ip()),
+            false => peer.ip(),
+        };
+        Source::of(address)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -224,12 +228,14 @@ fn audited_username(typed: &str) -> String {
 /// `POST /sign-in` (an HTML form; works without JavaScript).
 pub async fn sign_in(
     State(access): State<AccessState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     mut session: OperatorSession,
     Form(form): Form<SignInForm>,
 ) -> Response {
     let actor = audited_username(&form.username);
     let audit = |result: &str| AuditEntry::new(&actor, "sign_in").ended(result);
-    if !access.limits.allow(&form.username.to_lowercase()) {
+    if !access.limits.allow(access.source(peer, &headers), &form.username) {
         record(&access, audit("rate_limited")).await;
         return Redirect::to("/sign-in?error=limited").into_response();
     }

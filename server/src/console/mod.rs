@@ -1,4 +1,5 @@
-//! The server's side of the console: access (operators, sessions, the gate), and the console
+//! The server's side of the console: access (operators, sessions, the gate, sign-in limits in
+//! `limits.rs`), and the console
 //! backend port (`app::backend::{ConsoleReads, ConsoleActions}`) implemented over the store and
 //! the engine, its reads in `reads.rs`, its actions in `actions.rs` and `bulk.rs`, the store's
 //! rows shaped into view models in `views.rs`.
@@ -7,6 +8,7 @@ pub mod access;
 mod actions;
 mod bulk;
 mod diff;
+pub mod limits;
 mod reads;
 pub mod sessions;
 mod upkeep;

@@ -7,7 +7,8 @@ pub mod rate_limit;
 
 use crate::console;
 use crate::console::StoreConsole;
-use crate::console::access::{AccessState, SignInLimits};
+use crate::console::access::AccessState;
+use crate::console::limits::SignInLimits;
 use crate::engine::PaymentsEngine;
 use crate::http::error::ErrorResponse;
 use crate::metrics::prometheus::Exposition;
@@ -44,6 +45,8 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// Mark the console's session cookie `Secure` (serve behind TLS).
     pub secure_cookies: bool,
+    /// Take the sign-in client's address from the last `X-Forwarded-For` entry.
+    pub trust_forwarded_for: bool,
 }
 
 /// Shared by every handler.
@@ -60,6 +63,7 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
     let access = AccessState {
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),
+        trust_forwarded_for: settings.trust_forwarded_for,
     };
 
     let api = Router::new()

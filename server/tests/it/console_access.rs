@@ -232,7 +232,7 @@ async fn a_new_role_or_a_disabled_account_applies_from_the_next_request(db: Test
     );
 }
 
-async fn sign_in_is_rate_limited_per_username(db: TestDatabase) {
+async fn sign_in_is_rate_limited_per_source_and_username(db: TestDatabase) {
     let app = TestApp::on_database(db).in_process().await;
     let console = app.console("rita", OperatorRole::Viewer).await;
     let mut limited = false;
@@ -253,6 +253,67 @@ async fn sign_in_is_rate_limited_per_username(db: TestDatabase) {
             .await
             >= 2
     );
+}
+
+/// Whether a sign-in attempt was refused by the limits.
+fn limited(attempt: &reqwest::Response) -> bool {
+    attempt.headers()["location"] == "/sign-in?error=limited"
+}
+
+async fn one_source_cannot_lock_others_out_of_sign_in(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    app.console("rita", OperatorRole::Viewer).await;
+    app.console("sam", OperatorRole::Viewer).await;
+    let attacker = Console::from_host(app.address, [127, 0, 0, 2].into());
+    let mut refused = std::collections::BTreeMap::<&str, usize>::new();
+    for attempt in 0..80 {
+        let (kind, typed) = match attempt % 4 {
+            0 => ("rita", "rita".to_owned()),
+            1 => ("sam", "sam".to_owned()),
+            2 => ("other names", format!("name{attempt}")),
+            _ => ("not a username", "x".repeat(4_000)),
+        };
+        let attempt = attacker.post_sign_in(&typed, "guess").await;
+        *refused.entry(kind).or_default() += usize::from(limited(&attempt));
+    }
+    // Of the source's first 60 tries (its budget for a minute), five of each operator's pass
+    // and every other name's; the last 20 are refused whatever they name.
+    assert_eq!(refused["rita"], 15, "{refused:?}");
+    assert_eq!(refused["sam"], 15, "{refused:?}");
+    assert_eq!(refused.values().sum::<usize>(), 80 - (5 + 5 + 30), "{refused:?}");
+
+    // rita and sam, from their own hosts, sign in at once.
+    for (username, host) in [("rita", 1), ("sam", 3)] {
+        let browser = Console::from_host(app.address, [127, 0, 0, host].into());
+        let attempt = browser.post_sign_in(username, OPERATOR_PASSWORD).await;
+        assert_eq!(attempt.headers()["location"], "/", "{username} signs in");
+    }
+    // A spoofed X-Forwarded-For buys nothing when no proxy is trusted.
+    let spoofed = attacker
+        .sign_in_via_proxy("rita", "guess", Some("198.51.100.77"))
+        .await;
+    assert!(limited(&spoofed));
+}
+
+async fn behind_a_trusted_proxy_sources_are_told_apart_by_x_forwarded_for(db: TestDatabase) {
+    let app = TestApp::on_database(db)
+        .serve("--trust-forwarded-for", "")
+        .in_process()
+        .await;
+    app.console("rita", OperatorRole::Viewer).await;
+    let proxy = app.browser();
+    let mut refused = 0;
+    for _ in 0..30 {
+        let attempt = proxy
+            .sign_in_via_proxy("rita", "guess", Some("203.0.113.9"))
+            .await;
+        refused += usize::from(limited(&attempt));
+    }
+    assert!(refused >= 10, "the attacking client is limited ({refused} of 30)");
+    let rita = proxy
+        .sign_in_via_proxy("rita", OPERATOR_PASSWORD, Some("198.51.100.1"))
+        .await;
+    assert_eq!(rita.headers()["location"], "/", "rita, behind the same proxy");
 }
 
 async fn a_session_started_on_one_instance_is_honoured_by_another(db: TestDatabase) {
@@ -310,7 +371,9 @@ conformance!(
     state_changing_requests_must_come_from_the_console_itself,
     signing_out_or_a_new_password_ends_the_session,
     a_new_role_or_a_disabled_account_applies_from_the_next_request,
-    sign_in_is_rate_limited_per_username,
+    sign_in_is_rate_limited_per_source_and_username,
+    one_source_cannot_lock_others_out_of_sign_in,
+    behind_a_trusted_proxy_sources_are_told_apart_by_x_forwarded_for,
     a_session_started_on_one_instance_is_honoured_by_another,
     a_crafted_page_cursor_is_a_clear_bad_request
 );

@@ -122,7 +122,7 @@ impl Setup {
         self
     }
 
-    /// An `idem serve` setting, as its command-line flag.
+    /// An `idem serve` setting, as its command-line flag (a switch with an empty value).
     pub fn serve(mut self, flag: &str, value: &str) -> Setup {
         self.flags.insert(flag.to_owned(), value.to_owned());
         self
@@ -284,7 +284,8 @@ fn serve_args(flags: &BTreeMap<String, String>) -> ServeArgs {
     .chain(
         flags
             .iter()
-            .flat_map(|(flag, value)| [flag.clone(), value.clone()]),
+            .flat_map(|(flag, value)| [flag.clone(), value.clone()])
+            .filter(|arg| !arg.is_empty()),
     );
     match Cli::try_parse_from(command_line)
         .expect("valid serve flags")
@@ -427,7 +428,8 @@ impl TestApp {
             .args(
                 self.flags
                     .iter()
-                    .flat_map(|(flag, value)| [flag.as_str(), value.as_str()]),
+                    .flat_map(|(flag, value)| [flag.as_str(), value.as_str()])
+                    .filter(|arg| !arg.is_empty()),
             );
         command
     }

@@ -51,9 +51,16 @@ pub struct Console {
 impl Console {
     /// A browser with no session yet.
     pub fn at(address: SocketAddr) -> Console {
+        Console::from_host(address, [127, 0, 0, 1].into())
+    }
+
+    /// A browser with no session yet on another host: it connects from `local`, a loopback
+    /// address other than 127.0.0.1.
+    pub fn from_host(address: SocketAddr, local: std::net::IpAddr) -> Console {
         Console {
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
+                .local_address(local)
                 .build()
                 .expect("HTTP client"),
             base: format!("http://{address}"),
@@ -96,13 +103,25 @@ impl Console {
 
     /// The sign-in form, posted as a browser posts it.
     pub async fn post_sign_in(&self, username: &str, password: &str) -> reqwest::Response {
-        self.http
+        self.sign_in_via_proxy(username, password, None).await
+    }
+
+    /// `POST /sign-in` as a reverse proxy forwards it for the client at `forwarded_for`.
+    pub async fn sign_in_via_proxy(
+        &self,
+        username: &str,
+        password: &str,
+        forwarded_for: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
             .post(self.url("/sign-in"))
             .header("origin", self.origin())
-            .form(&[("username", username), ("password", password), ("next", "/")])
-            .send()
-            .await
-            .expect("POST /sign-in")
+            .form(&[("username", username), ("password", password), ("next", "/")]);
+        if let Some(client) = forwarded_for {
+            request = request.header("x-forwarded-for", format!("192.0.2.250, {client}"));
+        }
+        request.send().await.expect("POST /sign-in")
     }
 
     /// Calls the server function at `/api/console/{endpoint}` the way the browser does (same

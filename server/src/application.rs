@@ -156,6 +156,7 @@ impl Application {
             body_limit_bytes: args.body_limit_bytes,
             secure_cookies: args.secure_cookies,
             trust_forwarded_for: args.trust_forwarded_for,
+            session_lifetime: Duration::from_secs(args.session_lifetime_secs),
         };
         let state = AppState {
             store: store.clone(),

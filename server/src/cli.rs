@@ -266,6 +266,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
+    /// How long a console session lasts after its sign-in however much it is used, in
+    /// seconds (it also ends after 8 hours unused).
+    #[arg(long, env = "IDEM_SESSION_LIFETIME_SECS", default_value_t = 12 * 3600)]
+    pub session_lifetime_secs: u64,
+
     /// Requests per second allowed per API key on this instance (0: no limit).
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
     pub rate_limit_per_sec: u32,

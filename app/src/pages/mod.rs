@@ -28,6 +28,8 @@ pub use sign_in::SignInPage;
 
 /// The HTML document the server renders around the app.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    set_content_security_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -43,6 +45,27 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <App />
             </body>
         </html>
+    }
+}
+
+/// Every page may run only the console's own scripts, and inline ones only with this response's
+/// nonce (Leptos puts it on its hydration and resource scripts); it loads nothing from
+/// elsewhere and may not be framed.
+#[cfg(feature = "ssr")]
+fn set_content_security_policy() {
+    let Some(nonce) = leptos::nonce::use_nonce() else {
+        return;
+    };
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+         base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    );
+    if let (Some(response), Ok(value)) = (
+        use_context::<leptos_axum::ResponseOptions>(),
+        http::HeaderValue::from_str(&policy),
+    ) {
+        response.insert_header(http::header::CONTENT_SECURITY_POLICY, value);
     }
 }
 

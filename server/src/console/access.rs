@@ -8,6 +8,7 @@ use super::limits::{SignInLimits, Source};
 use super::sessions::StoreSessions;
 use crate::auth::operator::{decoy_hash, verify_password};
 use crate::store::Store;
+use crate::store::operators::StoredOperator;
 use app::dto::CurrentOperator;
 use axum::extract::{ConnectInfo, Form, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -17,6 +18,7 @@ use axum_login::{AuthManagerLayer, AuthManagerLayerBuilder, AuthSession, AuthUse
 use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
 use domain::operator::OperatorUsername;
+use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tower_sessions::cookie::SameSite;
@@ -28,8 +30,20 @@ pub struct SignedIn {
     id: String,
     username: String,
     role: OperatorRole,
-    /// The session is bound to the password: changing it signs every session out.
-    password_hash: String,
+    /// SHA-256 of the operator's password hash: the session is bound to the password
+    /// (changing it signs every session out) without the session holding the hash itself.
+    password_binding: [u8; 32],
+}
+
+impl SignedIn {
+    fn of(operator: StoredOperator) -> SignedIn {
+        SignedIn {
+            password_binding: Sha256::digest(operator.password_hash.as_bytes()).into(),
+            id: operator.id,
+            username: operator.username,
+            role: operator.role,
+        }
+    }
 }
 
 impl std::fmt::Debug for SignedIn {
@@ -49,7 +63,7 @@ impl AuthUser for SignedIn {
     }
 
     fn session_auth_hash(&self) -> &[u8] {
-        self.password_hash.as_bytes()
+        &self.password_binding
     }
 }
 
@@ -90,12 +104,7 @@ impl AuthnBackend for Operators {
         // checked against a decoy, so both answers take as long.
         let matches =
             tokio::task::spawn_blocking(move || verify_password(&credentials.password, &hash)).await?;
-        Ok(operator.filter(|_| matches).map(|operator| SignedIn {
-            id: operator.id,
-            username: operator.username,
-            role: operator.role,
-            password_hash: operator.password_hash,
-        }))
+        Ok(operator.filter(|_| matches).map(SignedIn::of))
     }
 
     async fn get_user(&self, id: &UserId<Self>) -> Result<Option<SignedIn>, AccessError> {
@@ -104,12 +113,7 @@ impl AuthnBackend for Operators {
             .operator_by_id(id)
             .await?
             .filter(|operator| !operator.disabled)
-            .map(|operator| SignedIn {
-                id: operator.id,
-                username: operator.username,
-                role: operator.role,
-                password_hash: operator.password_hash,
-            }))
+            .map(SignedIn::of))
     }
 }
 
@@ -117,6 +121,8 @@ pub type OperatorSession = AuthSession<Operators>;
 
 /// How long a session lasts without use.
 const SESSION_IDLE: time::Duration = time::Duration::hours(8);
+/// Where a session keeps when its operator signed in (Unix seconds), for its absolute lifetime.
+const SIGNED_IN_AT: &str = "idem.signed_in_at";
 
 pub fn session_layer(
     store: Arc<dyn Store>,
@@ -138,6 +144,8 @@ pub struct AccessState {
     /// The console is behind one reverse proxy that appends the client's address to
     /// `X-Forwarded-For` (`--trust-forwarded-for`); otherwise the peer is the client.
     pub trust_forwarded_for: bool,
+    /// How long a session lasts after its sign-in, however much it is used.
+    pub session_lifetime: std::time::Duration,
 }
 
 impl AccessState {
@@ -245,7 +253,7 @@ pub async fn sign_in(
     };
     match session.authenticate(credentials).await {
         Ok(Some(operator)) => {
-            if let Err(error) = session.login(&operator).await {
+            if let Err(error) = start_session(&mut session, &operator).await {
                 tracing::error!(%error, "console: session not started");
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
@@ -261,6 +269,32 @@ pub async fn sign_in(
             StatusCode::SERVICE_UNAVAILABLE.into_response()
         }
     }
+}
+
+/// Signs `operator` in under a new session id, always: a browser already signed in (as anyone)
+/// gets a new id too, so an id seen before the sign-in is worth nothing after it. (axum-login
+/// renews the id only for a session with nobody signed in.)
+async fn start_session(
+    session: &mut OperatorSession,
+    operator: &SignedIn,
+) -> Result<(), axum_login::Error<Operators>> {
+    if session.user.is_some() {
+        session.session.cycle_id().await?;
+    }
+    session.login(operator).await?;
+    session
+        .session
+        .insert(SIGNED_IN_AT, chrono::Utc::now().timestamp())
+        .await?;
+    Ok(())
+}
+
+/// Whether the session's sign-in is younger than `lifetime` (a session without a sign-in time
+/// is not).
+async fn within_lifetime(session: &OperatorSession, lifetime: std::time::Duration) -> bool {
+    let signed_in_at = session.session.get::<i64>(SIGNED_IN_AT).await.ok().flatten();
+    let age = |at: i64| chrono::Utc::now().timestamp().saturating_sub(at);
+    signed_in_at.is_some_and(|at| u64::try_from(age(at)).is_ok_and(|age| age < lifetime.as_secs()))
 }
 
 /// `POST /sign-out`.
@@ -285,12 +319,32 @@ fn is_public(path: &str) -> bool {
 /// The console's gate, after the session layer: same-origin check on every state-changing
 /// request, the signed-in operator put where server functions find it, and everything else
 /// refused without a session (pages redirect to sign-in; server functions get 401).
-pub async fn gate(session: OperatorSession, mut request: Request, next: Next) -> Response {
+pub async fn gate(
+    State(access): State<AccessState>,
+    mut session: OperatorSession,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if !matches!(*request.method(), Method::GET | Method::HEAD) && !same_origin(request.headers()) {
         return (StatusCode::FORBIDDEN, "cross-origin request refused\n").into_response();
     }
     let path = request.uri().path().to_owned();
-    match session.user {
+    let operator = match session.user.clone() {
+        Some(operator) if within_lifetime(&session, access.session_lifetime).await => Some(operator),
+        Some(operator) => {
+            if let Err(error) = session.logout().await {
+                tracing::warn!(%error, "console: an expired session was not removed");
+            }
+            record(
+                &access,
+                AuditEntry::new(operator.username, "session_expired").ended("signed_out"),
+            )
+            .await;
+            None
+        }
+        None => None,
+    };
+    match operator {
         Some(operator) => {
             request.extensions_mut().insert(CurrentOperator {
                 username: operator.username,

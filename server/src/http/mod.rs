@@ -30,7 +30,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
-use tower_http::set_header::SetResponseHeader;
+use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
@@ -47,6 +47,8 @@ pub struct HttpSettings {
     pub secure_cookies: bool,
     /// Take the sign-in client's address from the last `X-Forwarded-For` entry.
     pub trust_forwarded_for: bool,
+    /// A console session's absolute lifetime.
+    pub session_lifetime: Duration,
 }
 
 /// Shared by every handler.
@@ -64,6 +66,7 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),
         trust_forwarded_for: settings.trust_forwarded_for,
+        session_lifetime: settings.session_lifetime,
     };
 
     let api = Router::new()
@@ -119,7 +122,9 @@ fn bounded(router: Router, settings: &HttpSettings) -> Router {
         ))
 }
 
-/// The console: server-rendered pages, their server functions, and the built assets.
+/// The console: server-rendered pages, their server functions, and the built assets. Pages
+/// set their own Content-Security-Policy (with the nonce of their inline scripts); every other
+/// answer gets one that allows nothing, and none may be framed or sniffed.
 fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings) -> Router {
     let options = LeptosOptions::builder()
         .output_name("idem")
@@ -156,8 +161,23 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
         ))
         .with_state(options)
         .merge(sign_in)
-        .layer(axum::middleware::from_fn(console::access::gate))
+        .layer(axum::middleware::from_fn_with_state(
+            access.clone(),
+            console::access::gate,
+        ))
         .layer(session_layer)
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        ))
 }
 
 /// The console's routes, listed once per process. Listing them runs the app with resource

@@ -3,7 +3,7 @@
 //! a replay), and no database connection may be left inside a transaction, on the payment
 //! path, on the console's and in the store itself.
 
-use crate::support::{DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase};
+use crate::support::{DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase, create_operator};
 use domain::operator::{AuditEntry, OperatorRole};
 use futures_util::StreamExt;
 use futures_util::stream;
@@ -258,18 +258,36 @@ async fn console_writes_cut_off_at_any_point_leave_nothing_half_done() {
         ("record[key]", "k-revealed"),
     ];
 
-    // Sign-ins (a session saved and audited), reveals (audited), default-currency changes
-    // (the account and its audit), each abandoned at a spread of points.
+    // Sign-ins (a session saved and audited) by operators on hosts of their own, five each,
+    // as the sign-in limits allow.
+    const SIGNING_IN: usize = 40;
+    let store = app.db.store().await;
+    let mut hosts = Vec::new();
+    for operator in 0..SIGNING_IN {
+        create_operator(store.as_ref(), &format!("op{operator}"), OperatorRole::Viewer)
+            .await
+            .expect("an operator");
+        let host = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(std::net::IpAddr::from([127, 0, 0, 10 + operator as u8]))
+            .build()
+            .expect("HTTP client");
+        hosts.push((format!("op{operator}"), host));
+    }
+    store.close().await;
+    // Those sign-ins, reveals (audited), default-currency changes (the account and its
+    // audit), each abandoned at a spread of points.
     let request = |index: usize| match index % 3 {
-        0 => app
-            .http
-            .post(app.url("/sign-in"))
-            .header("origin", admin.origin())
-            .form(&[
-                ("username", "ada"),
-                ("password", OPERATOR_PASSWORD),
-                ("next", "/"),
-            ]),
+        0 => {
+            let (username, host) = &hosts[(index / 3) % SIGNING_IN];
+            host.post(app.url("/sign-in"))
+                .header("origin", admin.origin())
+                .form(&[
+                    ("username", username.as_str()),
+                    ("password", OPERATOR_PASSWORD),
+                    ("next", "/"),
+                ])
+        }
         1 => app
             .http
             .post(app.url("/api/console/reveal"))

@@ -6,6 +6,7 @@ use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
 use idem::auth::operator::Password;
 use idem::store::operators::OperatorChange;
+use std::time::Duration;
 
 /// An audit entry as the command line writes one for `action` on an operator.
 fn command_line_audit(action: &str, username: &str) -> AuditEntry {
@@ -33,7 +34,7 @@ async fn without_a_session_nothing_but_the_sign_in_page_is_served(db: TestDataba
 
 async fn signing_in_starts_a_strict_http_only_session_and_is_audited(db: TestDatabase) {
     let app = TestApp::on_database(db).in_process().await;
-    let console = app.console("vera", OperatorRole::Viewer).await;
+    let mut console = app.console("vera", OperatorRole::Viewer).await;
     let wrong = console.post_sign_in("vera", "not the password at all").await;
     assert_eq!(wrong.headers()["location"], "/sign-in?error=invalid");
     assert!(session_cookie(&wrong).is_none());
@@ -44,6 +45,7 @@ async fn signing_in_starts_a_strict_http_only_session_and_is_audited(db: TestDat
     let set_cookie = fresh.headers()["set-cookie"].to_str().expect("ascii").to_owned();
     assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
     assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    console.cookie = session_cookie(&fresh);
 
     let page = console.get("/").await;
     assert_eq!(page.status(), 200);
@@ -255,6 +257,130 @@ async fn sign_in_is_rate_limited_per_source_and_username(db: TestDatabase) {
     );
 }
 
+async fn a_session_ends_at_its_absolute_lifetime_however_much_it_is_used(db: TestDatabase) {
+    let app = TestApp::on_database(db)
+        .serve("--session-lifetime-secs", "3")
+        .in_process()
+        .await;
+    let console = app.console("lena", OperatorRole::Viewer).await;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(2_000) {
+        assert_eq!(
+            console.call("whoami", &[]).await.status(),
+            200,
+            "in use, within its lifetime"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        console.call("whoami", &[]).await.status(),
+        401,
+        "past its lifetime"
+    );
+    let page = console.get("/").await;
+    assert_eq!(page.status(), 303, "pages send it to sign in again");
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from audit_log where actor = 'lena' and action = 'session_expired'")
+            .await,
+        1
+    );
+    let again = Console::signed_in(app.address, "lena", OPERATOR_PASSWORD).await;
+    assert_eq!(
+        again.call("whoami", &[]).await.status(),
+        200,
+        "a new sign-in, a new lifetime"
+    );
+}
+
+async fn a_session_holds_no_password_hash(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("hugo", OperatorRole::Viewer).await;
+    assert_eq!(console.call("whoami", &[]).await.status(), 200);
+    let sessions = "select count(*) from operator_sessions";
+    assert_eq!(app.db.query_i64(sessions).await, 1);
+    let hash = app
+        .db
+        .query_one::<String>("select password_hash from operators where username = 'hugo'")
+        .await;
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let holding = format!(
+        "select count(*) from operator_sessions where data like '%argon2%' or data like '%{}%'",
+        &hash[hash.len() - 20..]
+    );
+    assert_eq!(
+        app.db.query_i64(&holding).await,
+        0,
+        "not the hash, nor a part of it"
+    );
+}
+
+async fn signing_in_again_as_someone_else_gets_a_new_session_id(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    app.console("bob", OperatorRole::Operator).await;
+    let mut browser = app.console("ada", OperatorRole::Viewer).await;
+    let before = browser.cookie.clone().expect("ada's session");
+    let again = browser.post_sign_in("bob", OPERATOR_PASSWORD).await;
+    assert_eq!(again.headers()["location"], "/");
+    let after = session_cookie(&again).expect("a new session cookie");
+    assert_ne!(after, before, "a new session id");
+
+    browser.cookie = Some(after);
+    let whoami = browser.json("whoami", &[]).await;
+    assert_eq!(whoami["username"], "bob");
+    browser.cookie = Some(before);
+    assert_eq!(
+        browser.call("whoami", &[]).await.status(),
+        401,
+        "the id from before the sign-in is worth nothing"
+    );
+}
+
+async fn console_answers_forbid_foreign_scripts_framing_and_sniffing(db: TestDatabase) {
+    let app = TestApp::on_database(db).in_process().await;
+    let console = app.console("cleo", OperatorRole::Viewer).await;
+    for path in ["/sign-in", "/"] {
+        let page = console.get(path).await;
+        assert_eq!(page.status(), 200, "{path}");
+        let header = |name: &str| {
+            page.headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        let policy = header("content-security-policy");
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        let nonce = policy
+            .split_once("'nonce-")
+            .and_then(|(_, rest)| rest.split_once('\''))
+            .expect("a script nonce")
+            .0
+            .to_owned();
+        assert!(nonce.len() >= 16, "{nonce}");
+        let html = page.text().await.expect("html");
+        let scripts = html.matches("<script").count();
+        let with_the_nonce = html.matches(&format!("nonce=\"{nonce}\"")).count();
+        assert!(scripts >= 1, "{html}");
+        assert!(
+            with_the_nonce >= scripts,
+            "every inline script carries the nonce: {html}"
+        );
+        let next = console.get(path).await;
+        let next_policy = next.headers()["content-security-policy"].to_str().expect("ascii");
+        assert!(!next_policy.contains(&nonce), "a new nonce per response");
+    }
+    let function = console.call("whoami", &[]).await;
+    assert_eq!(function.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(
+        function.headers()["content-security-policy"],
+        "default-src 'none'; frame-ancestors 'none'"
+    );
+}
+
 /// Whether a sign-in attempt was refused by the limits.
 fn limited(attempt: &reqwest::Response) -> bool {
     attempt.headers()["location"] == "/sign-in?error=limited"
@@ -372,6 +498,10 @@ conformance!(
     signing_out_or_a_new_password_ends_the_session,
     a_new_role_or_a_disabled_account_applies_from_the_next_request,
     sign_in_is_rate_limited_per_source_and_username,
+    a_session_ends_at_its_absolute_lifetime_however_much_it_is_used,
+    a_session_holds_no_password_hash,
+    signing_in_again_as_someone_else_gets_a_new_session_id,
+    console_answers_forbid_foreign_scripts_framing_and_sniffing,
     one_source_cannot_lock_others_out_of_sign_in,
     behind_a_trusted_proxy_sources_are_told_apart_by_x_forwarded_for,
     a_session_started_on_one_instance_is_honoured_by_another,

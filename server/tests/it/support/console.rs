@@ -106,7 +106,7 @@ impl Console {
         self.sign_in_via_proxy(username, password, None).await
     }
 
-    /// `POST /sign-in` as a reverse proxy forwards it for the client at `forwarded_for`.
+    /// `POST /sign-in` (with this browser's session, if any) as a reverse proxy forwards it for the client at `forwarded_for`.
     pub async fn sign_in_via_proxy(
         &self,
         username: &str,
@@ -114,8 +114,7 @@ impl Console {
         forwarded_for: Option<&str>,
     ) -> reqwest::Response {
         let mut request = self
-            .http
-            .post(self.url("/sign-in"))
+            .with_session(self.http.post(self.url("/sign-in")))
             .header("origin", self.origin())
             .form(&[("username", username), ("password", password), ("next", "/")]);
         if let Some(client) = forwarded_for {

@@ -101,6 +101,19 @@ impl TestDatabase {
 
     /// Runs a query that returns one integer (a count, a balance), bypassing the store.
     pub async fn query_i64(&self, sql: &str) -> i64 {
+        self.query_one(sql).await
+    }
+
+    /// Runs a query that returns one value, bypassing the store.
+    pub async fn query_one<T>(&self, sql: &str) -> T
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres>
+            + sqlx::Type<sqlx::Postgres>
+            + for<'r> sqlx::Decode<'r, sqlx::Sqlite>
+            + sqlx::Type<sqlx::Sqlite>
+            + Send
+            + Unpin,
+    {
         match &self.target {
             DatabaseTarget::Postgres { url } => {
                 let pool = PgPool::connect(url).await.expect("connect");

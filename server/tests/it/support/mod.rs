@@ -11,7 +11,7 @@ mod prometheus;
 mod sim;
 
 pub use app::{Setup, TestApp, expect_error, expect_replay, metric};
-pub use console::{Console, OPERATOR_PASSWORD, session_cookie};
+pub use console::{Console, OPERATOR_PASSWORD, create_operator, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, TEST_RESPONSE_KEYS, idem_command};

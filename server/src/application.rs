@@ -46,8 +46,8 @@ pub enum ServeError {
     Config(String),
 }
 
-/// How often a running instance notes its response key as in use.
-const KEY_HEARTBEAT: Duration = Duration::from_secs(600);
+/// Heartbeats an instance may miss before the others stop counting it as live.
+const MISSED_HEARTBEATS: u32 = 3;
 /// How often an instance looks for bulk reconciliations whose runner stopped.
 const BULK_RESUME_EVERY: Duration = Duration::from_secs(5);
 /// How long after its release a payment's provider key is still asked about, for a charge
@@ -77,6 +77,18 @@ pub struct Application {
     store: Arc<dyn Store>,
     /// Written once more after the workers stopped, so that nothing counted is lost.
     buffers: Vec<Arc<dyn Buffered>>,
+    sealer: Arc<ResponseSealer>,
+    instance: Instance,
+}
+
+/// This running instance, as the others see it.
+#[derive(Debug, Clone)]
+struct Instance {
+    id: String,
+    /// How often it renews its registration and checks the response keys in use.
+    heartbeat: Duration,
+    /// The longest a sealed body can be replayed after it was sealed.
+    replay_horizon: Duration,
 }
 
 impl Application {
@@ -120,8 +132,18 @@ impl Application {
             retention: Duration::from_secs(args.retention_secs),
         };
         let lease = Duration::from_secs(args.lease_secs);
+        let instance = Instance {
+            id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
+            heartbeat: Duration::from_millis(args.instance_heartbeat_ms.max(10)),
+            replay_horizon: expiry.window + lease,
+        };
         sealer
-            .check_against(store.as_ref(), expiry.window + lease)
+            .join(
+                store.as_ref(),
+                &instance.id,
+                instance.replay_horizon,
+                instance.heartbeat * MISSED_HEARTBEATS,
+            )
             .await
             .map_err(|error| ServeError::Config(error.to_string()))?;
         let outcomes = Arc::new(OutcomeCounter::default());
@@ -138,7 +160,7 @@ impl Application {
             EngineSettings {
                 lease,
                 expiry,
-                instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
+                instance_id: instance.id.clone(),
             },
         ));
         let console = Arc::new(StoreConsole::new(
@@ -147,7 +169,8 @@ impl Application {
             args.recovery_max_attempts,
         ));
         let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal];
-        spawn_jobs(&mut workers, &args, &store, &engine, &console, &sealer, &buffers);
+        spawn_jobs(&mut workers, &args, &store, &engine, &console, &buffers);
+        spawn_heartbeat(&mut workers, &store, &sealer, &instance);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
         let settings = HttpSettings {
             site_root: args.site_root.clone(),
@@ -177,6 +200,8 @@ impl Application {
             workers,
             store,
             buffers,
+            sealer,
+            instance,
         })
     }
 
@@ -210,6 +235,9 @@ impl Application {
         for buffer in &self.buffers {
             buffer.flush(self.store.as_ref()).await;
         }
+        if let Err(error) = self.sealer.leave(self.store.as_ref(), &self.instance.id).await {
+            tracing::warn!(%error, "this instance stays registered until its heartbeat ages");
+        }
         self.store.close().await;
         served
     }
@@ -222,7 +250,6 @@ fn spawn_jobs(
     store: &Arc<dyn Store>,
     engine: &Arc<PaymentsEngine>,
     console: &Arc<StoreConsole>,
-    sealer: &Arc<ResponseSealer>,
     buffers: &[Arc<dyn Buffered>],
 ) {
     let every = |millis: u64| Duration::from_millis(millis.max(10));
@@ -237,20 +264,6 @@ fn spawn_jobs(
             async move { buffer.flush(store.as_ref()).await }
         }));
     }
-    let store_for_heartbeat = store.clone();
-    workers.spawn(Every::new(
-        "sealing key heartbeat",
-        KEY_HEARTBEAT,
-        sealer.clone(),
-        move |sealer| {
-            let store = store_for_heartbeat.clone();
-            async move {
-                if let Err(error) = sealer.note_in_use(store.as_ref()).await {
-                    tracing::warn!(%error, "cannot note the response key as in use");
-                }
-            }
-        },
-    ));
     let recovery = Arc::new(Recovery {
         engine: engine.clone(),
         records: store.clone(),
@@ -344,6 +357,34 @@ fn sealer(args: &ServeArgs, dialect: DialectName, data_dir: &Path) -> Result<Res
         (None, DialectName::Sqlite) => ResponseSealer::load_or_create(data_dir),
     }
     .map_err(|error| ServeError::Config(error.to_string()))
+}
+
+/// The instance's registration and its check of the response keys in use, every heartbeat.
+fn spawn_heartbeat(
+    workers: &mut Supervisor,
+    store: &Arc<dyn Store>,
+    sealer: &Arc<ResponseSealer>,
+    instance: &Instance,
+) {
+    let store = store.clone();
+    let instance = instance.clone();
+    workers.spawn(Every::new(
+        "instance heartbeat",
+        instance.heartbeat,
+        sealer.clone(),
+        move |sealer| {
+            let store = store.clone();
+            let instance = instance.clone();
+            async move {
+                if let Err(error) = sealer
+                    .heartbeat(store.as_ref(), &instance.id, instance.replay_horizon)
+                    .await
+                {
+                    tracing::warn!(%error, "instance heartbeat not written");
+                }
+            }
+        },
+    ));
 }
 
 /// The outbox publisher over the transport (NATS JetStream, or in-process delivery), the

@@ -266,6 +266,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
+    /// How often an instance renews its registration (the response keys it holds) and checks
+    /// the keys in use, in milliseconds; one silent for three heartbeats is no longer live.
+    #[arg(long, env = "IDEM_INSTANCE_HEARTBEAT_MS", default_value_t = 5_000)]
+    pub instance_heartbeat_ms: u64,
+
     /// How long a console session lasts after its sign-in however much it is used, in
     /// seconds (it also ends after 8 hours unused).
     #[arg(long, env = "IDEM_SESSION_LIFETIME_SECS", default_value_t = 12 * 3600)]

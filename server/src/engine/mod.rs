@@ -101,6 +101,12 @@ impl PaymentsEngine {
         }
     }
 
+    /// Why this instance cannot open every stored response now (a response key in use is
+    /// missing), if it cannot: it is then not ready.
+    pub fn response_keys_unready(&self) -> Option<String> {
+        self.sealer.unready_reason()
+    }
+
     /// A stored response opened.
     fn opened(&self, scope: &Scope, stored: StoredResponse) -> Result<StoredResponse, sealing::SealingError> {
         let body = self.sealer.open(&sealing_scope(scope), &stored.body)?;

@@ -5,6 +5,7 @@
 use super::PaymentsEngine;
 use super::answer::{Answer, bound_error};
 use super::owner::{Charging, Owned, Owner};
+use super::sealing::SealingError;
 use crate::store::metrics::JournalEntry;
 use chrono::Utc;
 use domain::api_error::ApiError;
@@ -319,6 +320,12 @@ impl PaymentsEngine {
         match self.records.load_response(scope).await {
             Ok(Some(stored)) => match self.opened(scope, stored) {
                 Ok(response) => Answer::replay(response, expires_at),
+                // Another instance holds the key: the retry (after `Retry-After`) gets the
+                // replay there, or here once this instance has the key.
+                Err(error @ SealingError::KeyNotHeld(_)) => {
+                    tracing::error!(%error, tenant_id = %scope.tenant_id, "stored response sealed with a key this instance lacks");
+                    Answer::error(ApiError::Unavailable, expires_at)
+                }
                 Err(error) => {
                     tracing::error!(%error, tenant_id = %scope.tenant_id, "stored response cannot be opened");
                     Answer::error(ApiError::Internal, expires_at)

@@ -4,8 +4,15 @@
 //! can rotate: the first configured key seals, every configured key opens.
 //!
 //! Format: `idem1` · key id length (1 byte) · key id · nonce (12 bytes) · ciphertext.
+//!
+//! Instances sharing a database must be able to open each other's bodies. Each one registers
+//! the key ids it holds and renews that every heartbeat. One that would seal with a key a live
+//! instance lacks refuses to start (add a key everywhere first, then make it the sealing key);
+//! one that finds a key in use it cannot open (it was paused while that happened, or its keys
+//! differ) reports itself not ready until that is fixed, and answers replays it cannot open
+//! with a retryable 503, never a 500.
 
-use crate::store::RetentionStore;
+use crate::store::SealingKeyStore;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, Payload};
@@ -13,6 +20,7 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
 use chrono::Utc;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 const MAGIC: &[u8] = b"idem1";
@@ -26,6 +34,14 @@ pub enum SealingError {
     KeyFile { path: String, source: std::io::Error },
     #[error("a stored response cannot be opened: {0}")]
     CannotOpen(&'static str),
+    #[error("a stored response was sealed with the key `{0}`, which this instance does not hold")]
+    KeyNotHeld(String),
+    #[error(
+        "this instance would seal with the key `{key_id}`, which the live instance {instance_id} \
+         does not hold; add the key to every instance's --response-keys (after the sealing \
+         key) first, then make it the first"
+    )]
+    KeyNotHeldByLiveInstance { key_id: String, instance_id: String },
     #[error(
         "the response key `{0}` is not the key stored responses were sealed with under that id; \
          start every instance with the same --response-keys (or restore the original key file)"
@@ -48,6 +64,8 @@ const KEY_CHECK_SCOPE: &[u8] = b"|response_key_checks|";
 pub struct ResponseSealer {
     current_id: String,
     keys: BTreeMap<String, ChaCha20Poly1305>,
+    /// Why this instance cannot open every stored response right now, if it cannot.
+    unready: Mutex<Option<String>>,
 }
 
 impl ResponseSealer {
@@ -77,7 +95,11 @@ impl ResponseSealer {
             current_id.get_or_insert_with(|| id.to_owned());
         }
         let current_id = current_id.ok_or_else(|| SealingError::InvalidKeys("no key".into()))?;
-        Ok(ResponseSealer { current_id, keys })
+        Ok(ResponseSealer {
+            current_id,
+            keys,
+            unready: Mutex::new(None),
+        })
     }
 
     /// The embedded default: the key file in the data directory, created (mode 0600) with a
@@ -98,12 +120,102 @@ impl ResponseSealer {
         Self::from_spec(&spec)
     }
 
-    /// Checks this instance's keys against every key that sealed responses which may still
-    /// be replayed (`horizon`: the longest a sealed body can be replayed after it was sealed),
-    /// then registers the sealing key. Refuses to start rather than answer replays with errors.
-    pub async fn check_against(
+    /// Registers `instance_id` and the keys it holds, then checks that this instance holds
+    /// every key that sealed responses which may still be replayed (`horizon`: the longest a
+    /// sealed body can be replayed after it was sealed), and that every live instance (heard
+    /// from within `live_within`) holds the key this one seals with. Refuses to start rather
+    /// than answer replays with errors. Registering first means that of two instances
+    /// starting at once, at least one sees the other.
+    pub async fn join(
         &self,
-        store: &dyn RetentionStore,
+        store: &dyn SealingKeyStore,
+        instance_id: &str,
+        horizon: Duration,
+        live_within: Duration,
+    ) -> Result<(), SealingError> {
+        store.instance_heartbeat(instance_id, &self.key_ids()).await?;
+        let checked = match self.check_keys_in_use(store, horizon).await {
+            Ok(()) => self.check_live_instances(store, instance_id, live_within).await,
+            refused => refused,
+        };
+        if let Err(refusal) = checked {
+            if let Err(error) = store.forget_instance(instance_id).await {
+                tracing::warn!(%error, "a refused instance stays registered until its heartbeat ages");
+            }
+            return Err(refusal);
+        }
+        self.note_in_use(store).await
+    }
+
+    /// Renews this instance's registration and its sealing key's use, and checks the keys in
+    /// use again: an instance that cannot open one is not ready until it can.
+    pub async fn heartbeat(
+        &self,
+        store: &dyn SealingKeyStore,
+        instance_id: &str,
+        horizon: Duration,
+    ) -> Result<(), SealingError> {
+        store.instance_heartbeat(instance_id, &self.key_ids()).await?;
+        self.note_in_use(store).await?;
+        let now_unready = self
+            .check_keys_in_use(store, horizon)
+            .await
+            .err()
+            .map(|error| error.to_string());
+        let mut unready = self
+            .unready
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match (&*unready, &now_unready) {
+            (None, Some(reason)) => tracing::error!(%reason, "not ready: a response key in use is missing"),
+            (Some(_), None) => tracing::info!("every response key in use is held again: ready"),
+            _ => {}
+        }
+        *unready = now_unready;
+        Ok(())
+    }
+
+    /// Removes this instance's registration (at shutdown), so that its successor need not
+    /// wait for it to age.
+    pub async fn leave(&self, store: &dyn SealingKeyStore, instance_id: &str) -> Result<(), SealingError> {
+        Ok(store.forget_instance(instance_id).await?)
+    }
+
+    /// Why this instance cannot open every stored response, if it cannot.
+    pub fn unready_reason(&self) -> Option<String> {
+        self.unready
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn key_ids(&self) -> Vec<String> {
+        self.keys.keys().cloned().collect()
+    }
+
+    async fn check_live_instances(
+        &self,
+        store: &dyn SealingKeyStore,
+        instance_id: &str,
+        live_within: Duration,
+    ) -> Result<(), SealingError> {
+        let lacking = store
+            .live_instances(live_within)
+            .await?
+            .into_iter()
+            .find(|live| live.instance_id != instance_id && !live.key_ids.contains(&self.current_id));
+        match lacking {
+            Some(live) => Err(SealingError::KeyNotHeldByLiveInstance {
+                key_id: self.current_id.clone(),
+                instance_id: live.instance_id,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn check_keys_in_use(
+        &self,
+        store: &dyn SealingKeyStore,
         horizon: Duration,
     ) -> Result<(), SealingError> {
         let still_replayable_since = Utc::now() - chrono::Duration::from_std(horizon).unwrap_or_default();
@@ -124,12 +236,11 @@ impl ResponseSealer {
                 });
             }
         }
-        self.note_in_use(store).await
+        Ok(())
     }
 
-    /// Notes that this instance seals with its current key now (for other instances'
-    /// [`check_against`](Self::check_against)).
-    pub async fn note_in_use(&self, store: &dyn RetentionStore) -> Result<(), SealingError> {
+    /// Notes that this instance seals with its current key now (for other instances' checks).
+    async fn note_in_use(&self, store: &dyn SealingKeyStore) -> Result<(), SealingError> {
         let probe = self.seal(KEY_CHECK_SCOPE, KEY_CHECK_PLAINTEXT);
         Ok(store.note_sealing_key(&self.current_id, &probe).await?)
     }
@@ -167,12 +278,11 @@ impl ResponseSealer {
         }
         let (id, rest) = rest.split_at(id_len as usize);
         let (nonce, ciphertext) = rest.split_at(12);
-        let cipher = std::str::from_utf8(id)
-            .ok()
-            .and_then(|id| self.keys.get(id))
-            .ok_or(SealingError::CannotOpen(
-                "sealed with a key that is not configured",
-            ))?;
+        let id = std::str::from_utf8(id).map_err(|_| SealingError::CannotOpen("bad key id"))?;
+        let cipher = self
+            .keys
+            .get(id)
+            .ok_or_else(|| SealingError::KeyNotHeld(id.to_owned()))?;
         cipher
             .decrypt(
                 Nonce::from_slice(nonce),

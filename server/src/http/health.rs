@@ -15,6 +15,13 @@ pub async fn healthz() -> Json<serde_json::Value> {
 
 /// The process can do its job: the database answers and every migration is applied.
 pub async fn readyz(State(state): State<AppState>) -> Response {
+    if let Some(detail) = state.engine.response_keys_unready() {
+        return not_ready(json!({
+            "status": "not_ready",
+            "reason": "response_key_missing",
+            "detail": detail,
+        }));
+    }
     match state.store.readiness().await {
         Ok(Readiness::Ready) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Readiness::MigrationsPending { applied, expected }) => not_ready(json!({

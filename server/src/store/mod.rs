@@ -14,7 +14,8 @@
 //! | [`MetricsStore`] | outcome counts, the request journal, `/metrics` gauges |
 //! | [`OperatorStore`] | operators, sessions and the audit log |
 //! | [`ApprovalStore`], [`BulkStore`] | the console's two-admin overrides and bulk jobs |
-//! | [`RetentionStore`] | the cleanup worker and the sealing keys |
+//! | [`RetentionStore`] | the cleanup worker |
+//! | [`SealingKeyStore`] | the response sealer: keys in use, live instances and their keys |
 //!
 //! Time comparisons that matter (leases, windows) use the database's clock, never an
 //! instance's, so that several `serve` instances agree. Rows come back as the domain's types
@@ -33,6 +34,7 @@ pub mod payments;
 mod postgres;
 pub mod records;
 pub mod retention;
+pub mod sealing;
 mod sqlite;
 mod target;
 pub mod tenants;
@@ -49,6 +51,7 @@ pub use operators::OperatorStore;
 pub use payments::PaymentStore;
 pub use records::RecordStore;
 pub use retention::RetentionStore;
+pub use sealing::SealingKeyStore;
 pub use target::{DatabaseTarget, DialectName};
 pub use tenants::TenantStore;
 
@@ -76,6 +79,7 @@ pub trait Store:
     + ApprovalStore
     + BulkStore
     + RetentionStore
+    + SealingKeyStore
     + Send
     + Sync
     + 'static
@@ -105,7 +109,8 @@ where
         + operators::OperatorStatements
         + approvals::ApprovalStatements
         + bulk::BulkStatements
-        + retention::RetentionStatements,
+        + retention::RetentionStatements
+        + sealing::SealingStatements,
 {
     fn dialect(&self) -> DialectName {
         D::DIALECT

@@ -14,6 +14,7 @@ use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::records::RecordStatements;
 use super::retention::RetentionStatements;
+use super::sealing::SealingStatements;
 use super::target::DialectName;
 use super::tenants::TenantStatements;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -277,6 +278,13 @@ impl RetentionStatements for Postgres {
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()), (select count(*) from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \
          => $1))";
+}
+
+impl SealingStatements for Postgres {
     const NOTE_SEALING_KEY: &'static str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
          update set last_sealed_at = now()";
+    const INSTANCE_HEARTBEAT: &'static str = "insert into sealing_instances (instance_id, key_ids) values ($1, $2) on conflict \
+         (instance_id) do update set key_ids = excluded.key_ids, heartbeat_at = now()";
+    const LIVE_INSTANCES: &'static str = "select instance_id, key_ids from sealing_instances where heartbeat_at > now() - $1 * \
+         interval '1 millisecond' order by instance_id";
 }

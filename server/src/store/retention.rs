@@ -1,9 +1,8 @@
-//! The stored responses' lifecycle: the sealing keys instances use, purging bodies after the
-//! window (records become EXPIRED tombstones) and deleting tombstones after retention.
+//! The stored responses' lifecycle: purging bodies after the window (records become EXPIRED
+//! tombstones) and deleting tombstones after retention.
 
 use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
-use chrono::{DateTime, Utc};
 use sqlx::Database;
 use sqlx::query::Query;
 use std::time::{Duration, Instant};
@@ -25,15 +24,6 @@ pub struct RetentionBacklog {
     pub to_delete: i64,
 }
 
-/// A sealing key some instance used against this database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResponseKeyCheck {
-    pub key_id: String,
-    /// A known plaintext sealed with the key; see `sealing::KEY_CHECK_PLAINTEXT`.
-    pub probe: Vec<u8>,
-    pub last_sealed_at: DateTime<Utc>,
-}
-
 #[async_trait::async_trait]
 pub trait RetentionStore: Send + Sync {
     /// Turns up to `limit` settled records past their window into EXPIRED tombstones (body
@@ -51,12 +41,6 @@ pub trait RetentionStore: Send + Sync {
     ) -> Result<BatchOutcome, StoreError>;
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError>;
-
-    async fn response_key_checks(&self) -> Result<Vec<ResponseKeyCheck>, StoreError>;
-
-    /// Registers this instance's sealing key (its probe is kept from the first registration)
-    /// and notes that it seals with it now.
-    async fn note_sealing_key(&self, key_id: &str, probe: &[u8]) -> Result<(), StoreError>;
 }
 
 /// Retention statements that differ by dialect.
@@ -77,8 +61,6 @@ pub trait RetentionStatements {
     const DELETE_TOMBSTONES: &'static str;
     /// `$1` retention seconds: (records to purge, tombstones to delete).
     const BACKLOG: &'static str;
-    /// `$1` key id, `$2` probe.
-    const NOTE_SEALING_KEY: &'static str;
 }
 
 impl<D: Dialect + RetentionStatements> SqlStore<D> {
@@ -132,26 +114,5 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
             .fetch_one(&self.pool)
             .await?;
         Ok(RetentionBacklog { to_purge, to_delete })
-    }
-
-    async fn response_key_checks(&self) -> Result<Vec<ResponseKeyCheck>, StoreError> {
-        let rows: Vec<(String, Vec<u8>, DateTime<Utc>)> =
-            sqlx::query_as("select key_id, probe, last_sealed_at from response_key_checks order by key_id")
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(key_id, probe, last_sealed_at)| ResponseKeyCheck {
-                key_id,
-                probe,
-                last_sealed_at,
-            })
-            .collect())
-    }
-
-    async fn note_sealing_key(&self, key_id: &str, probe: &[u8]) -> Result<(), StoreError> {
-        self.write_one(sqlx::query(D::NOTE_SEALING_KEY).bind(key_id).bind(probe))
-            .await?;
-        Ok(())
     }
 }

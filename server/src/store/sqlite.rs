@@ -20,6 +20,7 @@ use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::records::RecordStatements;
 use super::retention::RetentionStatements;
+use super::sealing::SealingStatements;
 use super::target::DialectName;
 use super::tenants::TenantStatements;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -311,8 +312,17 @@ impl RetentionStatements for Sqlite {
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now')), (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \
          <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds'))";
+}
+
+impl SealingStatements for Sqlite {
     const NOTE_SEALING_KEY: &'static str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
          update set last_sealed_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+    const INSTANCE_HEARTBEAT: &'static str = "insert into sealing_instances (instance_id, key_ids) values ($1, $2) on conflict \
+         (instance_id) do update set key_ids = excluded.key_ids, heartbeat_at = \
+         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+    const LIVE_INSTANCES: &'static str = "select instance_id, key_ids from sealing_instances where heartbeat_at > \
+         strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('-%.3f seconds', $1 / 1000.0)) order by \
+         instance_id";
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
-use crate::support::{DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestApp, TestDatabase, idem_command};
+use crate::support::{
+    DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestApp, TestDatabase, expect_error, expect_replay,
+    idem_command,
+};
 use idem::store::Readiness;
 use sqlx::Connection;
 use std::time::Duration;
@@ -241,10 +244,99 @@ async fn instances_sharing_a_database_must_share_response_keys() {
         "responses sealed with the key `t1`",
     )
     .await;
-    // Rotation: a new sealing key, the old one kept for opening.
-    let rotated =
-        IdemProcess::serve_with(with_keys(Some(format!("t2:{other_secret},t1:{test_secret}")))).await;
-    drop((first, rotated));
+    // Rotation while an instance runs: a new sealing key is refused until every live
+    // instance holds it (the first one does not).
+    let t2_seals = format!("t2:{other_secret},t1:{test_secret}");
+    serve_refused(with_keys(Some(t2_seals.clone())), "which the live instance idem-").await;
+    // First every instance holds the new key, still sealing with the old one...
+    let holding_both =
+        IdemProcess::serve_with(with_keys(Some(format!("t1:{test_secret},t2:{other_secret}")))).await;
+    let mut first = first;
+    first.signal("TERM");
+    assert!(
+        first.ended().await.success(),
+        "a graceful stop leaves the registry"
+    );
+    // ...then the new key may seal.
+    let rotated = IdemProcess::serve_with(with_keys(Some(t2_seals))).await;
+    drop((holding_both, rotated));
+}
+
+#[tokio::test]
+async fn an_instance_missing_a_key_in_use_turns_unready_and_answers_its_replays_503() {
+    let mut app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .serve("--instance-heartbeat-ms", "300")
+        .process()
+        .await;
+    // The running instance holds only t1. Paused (a stalled VM), it drops out of the live
+    // instances, so a new instance may start sealing with a key it lacks.
+    let mut ready = false;
+    for _ in 0..100 {
+        ready = app.get("/readyz").await.status() == 200;
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "the first instance is up");
+    app.server().signal("STOP");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let test_secret = TEST_RESPONSE_KEYS.split_once(':').expect("id:secret").1;
+    let rotated = app
+        .spawn_server(&[(
+            "IDEM_RESPONSE_KEYS",
+            &format!("t2:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=,t1:{test_secret}"),
+        )])
+        .await;
+    let body = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-keys"}"#;
+    let sealed_with_t2 = app
+        .http
+        .post(format!("http://{}/payments", rotated.address))
+        .bearer_auth(app.key("acme"))
+        .header("idempotency-key", "k-t2")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(sealed_with_t2.status(), 201);
+    let first_body = sealed_with_t2.bytes().await.expect("body");
+
+    app.server().signal("CONT");
+    let mut readiness = serde_json::Value::Null;
+    for _ in 0..50 {
+        let answer = app.get("/readyz").await;
+        if answer.status() == 503 {
+            readiness = answer.json().await.expect("json");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(readiness["reason"], "response_key_missing", "{readiness}");
+    assert!(
+        readiness["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("`t2`")),
+        "{readiness}"
+    );
+    // A replay it cannot open is a retryable 503, never a 500; the other instance replays it.
+    let refused = app.pay("k-t2", body).await;
+    assert!(refused.headers().contains_key("retry-after"));
+    let refused = expect_error(refused, 503, "UNAVAILABLE").await;
+    assert_eq!(refused["retryable"], true);
+    let replayed = app
+        .http
+        .post(format!("http://{}/payments", rotated.address))
+        .bearer_auth(app.key("acme"))
+        .header("idempotency-key", "k-t2")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("POST");
+    expect_replay(replayed, &first_body, "replayed where the key is held").await;
+    assert_eq!(app.sim.charges().await.len(), 1);
 }
 
 #[tokio::test]

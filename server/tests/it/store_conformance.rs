@@ -130,7 +130,62 @@ async fn foreign_keys_are_enforced(db: TestDatabase) {
     );
 }
 
+async fn instances_are_live_while_their_heartbeat_is_recent(db: TestDatabase) {
+    use idem::store::sealing::LiveInstance;
+    use std::time::Duration;
+    let store = db.migrated_store().await;
+    let keys = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
+    store
+        .instance_heartbeat("idem-a", &keys(&["k1"]))
+        .await
+        .expect("heartbeat");
+    store
+        .instance_heartbeat("idem-b", &keys(&["k1", "k2"]))
+        .await
+        .expect("heartbeat");
+    // A second heartbeat renews the first, keys and all.
+    store
+        .instance_heartbeat("idem-a", &keys(&["k1", "k3"]))
+        .await
+        .expect("heartbeat");
+    let live = store.live_instances(Duration::from_secs(5)).await.expect("live");
+    assert_eq!(
+        live,
+        vec![
+            LiveInstance {
+                instance_id: "idem-a".into(),
+                key_ids: keys(&["k1", "k3"]),
+            },
+            LiveInstance {
+                instance_id: "idem-b".into(),
+                key_ids: keys(&["k1", "k2"]),
+            },
+        ]
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    store
+        .instance_heartbeat("idem-b", &keys(&["k2"]))
+        .await
+        .expect("heartbeat");
+    let live = store
+        .live_instances(Duration::from_millis(300))
+        .await
+        .expect("live");
+    assert_eq!(live.len(), 1, "only the recent heartbeat counts: {live:?}");
+    assert_eq!(live[0].instance_id, "idem-b");
+    store.forget_instance("idem-b").await.expect("forget");
+    assert!(
+        store
+            .live_instances(Duration::from_secs(5))
+            .await
+            .expect("live")
+            .iter()
+            .all(|live| live.instance_id != "idem-b")
+    );
+}
+
 conformance!(
+    instances_are_live_while_their_heartbeat_is_recent,
     a_fresh_database_is_not_ready_until_migrated,
     console_gauges_and_record_pages_read_what_is_there,
     the_schema_rejects_a_status_outside_the_state_machine,

@@ -155,7 +155,7 @@ impl AccessState {
             headers
                 .get_all("x-forwarded-for")
                 .iter()
-                .last()?
+                .next_back()?
                 .to_str()
                 .ok()?
                 .rsplit(',')

@@ -1025,6 +1025,95 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
 }
 
 #[tokio::test]
+async fn override_decisions_whose_browser_went_away_still_apply() {
+    const RECORDS: usize = 8;
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+        .process()
+        .await;
+    for index in 0..RECORDS {
+        app.sim
+            .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+            .await;
+        let body = BODY.replace("inv-1", &format!("inv-ov-{index}"));
+        assert_eq!(app.pay(&format!("k-ov-{index}"), body).await.status(), 202);
+    }
+    app.sim
+        .fault(&json!({ "mode": "lookups_unavailable", "count": 10_000 }))
+        .await;
+    let ada = app.console("ada", OperatorRole::Admin).await;
+    let bob = app.console("bob", OperatorRole::Admin).await;
+    let tenant_id = ada.tenant_of("k-ov-0").await;
+    let mut ids = Vec::new();
+    for index in 0..RECORDS {
+        let key = format!("k-ov-{index}");
+        let preview = ada
+            .json("reconcile/preview", &record_form(&tenant_id, &key))
+            .await;
+        let charged = json!({ "Charged": { "charge_id": format!("ch_statement_{index}") } });
+        let requested = request_override(&ada, &preview, charged, "statement line shows it (OPS-70)").await;
+        ids.push(pending_id(requested));
+    }
+    // Bob's browser gives up on each approval at another moment, from at once to 22 ms:
+    // before, during and after the takeover and the completion.
+    for (index, id) in ids.iter().enumerate() {
+        let form = [
+            ("id", id.as_str()),
+            ("approve", "true"),
+            ("reason", "checked the statement too (OPS-70)"),
+        ];
+        let _ = reqwest::Client::new()
+            .post(bob.url("/api/console/overrides/decide"))
+            .header("origin", bob.origin())
+            .header("cookie", bob.cookie.clone().expect("signed in"))
+            .form(&form)
+            .timeout(std::time::Duration::from_millis(index as u64 * 3 + 1))
+            .send()
+            .await;
+    }
+    // Every approval that reached the server ran to its end: nothing is left approved but not
+    // applied, and every applied override settled its record with the statement's charge.
+    app.db
+        .eventually_i64(
+            "select count(*) from override_requests where state = 'approved'",
+            |count| count == 0,
+            "no approval stops half way",
+        )
+        .await;
+    let applied = app
+        .db
+        .query_i64("select count(*) from override_requests where state = 'applied'")
+        .await;
+    let pending = app
+        .db
+        .query_i64("select count(*) from override_requests where state = 'pending'")
+        .await;
+    assert_eq!(
+        applied + pending,
+        RECORDS as i64,
+        "applied, or never reached the server"
+    );
+    assert!(
+        applied >= RECORDS as i64 / 2,
+        "most approvals reached the server: {applied}"
+    );
+    assert_eq!(
+        app.db
+            .query_i64(
+                "select count(*) from idempotency_records where idempotency_key like 'k-ov-%' \
+                 and status = 'COMPLETED' and provider_reference like 'ch_statement_%'"
+            )
+            .await,
+        applied
+    );
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from audit_log where action = 'override.approve' and result = 'ok'")
+            .await,
+        applied
+    );
+}
+
+#[tokio::test]
 async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
     // No recovery worker: only the reconciliation itself can finish the record.
     let app = installation(TestDatabase::create(DialectName::Postgres).await)

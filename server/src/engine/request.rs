@@ -1,15 +1,17 @@
-//! The request path of create_payment: the insert-first claim decides every race; a request
-//! that finds its key's record gets what [`decide`] says, and takes the record over when its
-//! owner is gone.
+//! The request path of create_payment: one read of the key's record (with its stored
+//! response) answers every retry of a record that exists and cannot be renewed, the replay
+//! included; otherwise the insert-first claim decides every race. A request that finds its
+//! key's record gets what [`decide`] says, and takes the record over when its owner is gone.
 
 use super::PaymentsEngine;
 use super::answer::{Answer, bound_error};
 use super::owner::{Charging, Owned, Owner};
 use super::sealing::SealingError;
 use crate::store::metrics::JournalEntry;
+use crate::store::records::FoundRecord;
 use chrono::Utc;
 use domain::api_error::ApiError;
-use domain::claim::{ClaimOutcome, NewClaim, UnkeyedOutcome};
+use domain::claim::{ClaimOutcome, NewClaim, StoredResponse, UnkeyedOutcome};
 use domain::command::CreatePayment;
 use domain::decision::{Decision, decide};
 use domain::expiry::AfterExpiry;
@@ -17,7 +19,7 @@ use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::outcome::Outcome;
 use domain::payment::{NewPayment, PaymentId};
-use domain::record::{ClaimedAs, ProgressStep, RecordAt};
+use domain::record::{ClaimedAs, ProgressStep};
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::Scope;
 use domain::tenant::Principal;
@@ -101,6 +103,18 @@ impl PaymentsEngine {
         payment: &NewPayment,
     ) -> Answer {
         let scope = &claim.scope;
+        match self.records.look_up(scope).await {
+            Ok(Some(found)) => {
+                // The retry is compared in the fingerprint version its record was made with.
+                let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
+                if !self.claim_may_renew(&found, &retry.sha256_hex) {
+                    return self.answer_record(scope, found, &retry.sha256_hex).await;
+                }
+            }
+            Ok(None) => {}
+            // Nothing was written: the retry starts afresh.
+            Err(error) => return Answer::error(error.as_api_error("look up"), None),
+        }
         let insufficient_funds = self.sealed(scope, &bound_error(&ApiError::InsufficientFunds));
         let claimed = self
             .records
@@ -141,17 +155,33 @@ impl PaymentsEngine {
                     .await;
                 self.answered(scope, owned, Some(expires_at)).await
             }
-            Ok(ClaimOutcome::Existing(found)) => {
-                // The retry is compared in the fingerprint version its record was made with.
-                let retry = fingerprint(request, FingerprintVersion(found.record.fingerprint_version));
-                self.answer_record(scope, found, &retry.sha256_hex).await
-            }
+            // Made or changed between the look-up and the claim (a concurrent request): read
+            // again, with its response.
+            Ok(ClaimOutcome::Existing(_)) => match self.records.look_up(scope).await {
+                Ok(Some(found)) => {
+                    let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
+                    self.answer_record(scope, found, &retry.sha256_hex).await
+                }
+                Ok(None) => Answer::in_progress(1, None),
+                Err(error) => Answer::error(error.as_api_error("look up after the claim"), None),
+            },
             Ok(ClaimOutcome::InsufficientFunds { expires_at, .. }) => {
                 Answer::error(ApiError::InsufficientFunds, Some(expires_at))
             }
             Ok(ClaimOutcome::Refused { refusal, .. }) => Answer::refused(refusal),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
             Err(error) => Answer::error(error.as_api_error("claim"), None),
+        }
+    }
+
+    /// Whether the claim may take `found` for a new operation (a settled record past its
+    /// window under `new_operation`, or a key an operator released): only then does a request
+    /// that found a record go on to the claim, which decides that race.
+    fn claim_may_renew(&self, found: &FoundRecord, fingerprint_hex: &str) -> bool {
+        match decide(&found.at.record, fingerprint_hex, found.at.now) {
+            Decision::Reexecute { .. } => true,
+            Decision::Expired => self.settings.expiry.after_expiry == AfterExpiry::NewOperation,
+            _ => false,
         }
     }
 
@@ -202,9 +232,9 @@ impl PaymentsEngine {
     /// This owner was fenced out (another took over meanwhile): the record is the truth now,
     /// answered as it stands.
     async fn answer_current(&self, scope: &Scope, expires_at: Option<chrono::DateTime<Utc>>) -> Answer {
-        match self.records.load_record(scope).await {
+        match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let fingerprint = found.record.request_fingerprint.clone();
+                let fingerprint = found.at.record.request_fingerprint.clone();
                 self.answer_record(scope, found, &fingerprint).await
             }
             Ok(None) => Answer::error(ApiError::Internal, expires_at),
@@ -215,7 +245,7 @@ impl PaymentsEngine {
     /// The answer `found` gives a request with `fingerprint_hex`, taking the record over when
     /// its owner is gone. A takeover that is fenced out in turn reads the record again and
     /// answers it as it stands: a loop, each round answering or reading newer state.
-    async fn answer_record(&self, scope: &Scope, mut found: RecordAt, fingerprint_hex: &str) -> Answer {
+    async fn answer_record(&self, scope: &Scope, mut found: FoundRecord, fingerprint_hex: &str) -> Answer {
         let mut fingerprint = fingerprint_hex.to_owned();
         for _ in 0..MAX_ROUNDS {
             let lease_version = match self.verdict(scope, &found, &fingerprint).await {
@@ -223,29 +253,26 @@ impl PaymentsEngine {
                 Verdict::Resume { lease_version } => lease_version,
             };
             match self
-                .take_over_and_resume(scope, &found, lease_version, None, Charging::AskFirst)
+                .take_over_and_resume(scope, &found.at, lease_version, None, Charging::AskFirst)
                 .await
             {
                 Owned::Answered(answer) => return answer,
                 Owned::FencedOut => {}
             }
-            found = match self.records.load_record(scope).await {
+            let expires_at = Some(found.at.record.expires_at);
+            found = match self.records.look_up(scope).await {
                 Ok(Some(current)) => current,
-                Ok(None) => return Answer::error(ApiError::Internal, Some(found.record.expires_at)),
-                Err(error) => {
-                    return Answer::error(
-                        error.as_api_error("reload after fencing"),
-                        Some(found.record.expires_at),
-                    );
-                }
+                Ok(None) => return Answer::error(ApiError::Internal, expires_at),
+                Err(error) => return Answer::error(error.as_api_error("reload after fencing"), expires_at),
             };
-            fingerprint = found.record.request_fingerprint.clone();
+            fingerprint = found.at.record.request_fingerprint.clone();
         }
-        Answer::in_progress(1, Some(found.record.expires_at))
+        Answer::in_progress(1, Some(found.at.record.expires_at))
     }
 
     /// What the record says to a request with `fingerprint_hex`, counted as its outcome.
-    async fn verdict(&self, scope: &Scope, found: &RecordAt, fingerprint_hex: &str) -> Verdict {
+    async fn verdict(&self, scope: &Scope, found: &FoundRecord, fingerprint_hex: &str) -> Verdict {
+        let FoundRecord { at: found, response } = found;
         let expires_at = Some(found.record.expires_at);
         let decision = decide(&found.record, fingerprint_hex, found.now);
         self.count(&scope.tenant_id, self.outcome_of(&decision));
@@ -260,7 +287,7 @@ impl PaymentsEngine {
                 );
                 Answer::error(ApiError::KeyReusedWithDifferentRequest, expires_at)
             }
-            Decision::Replay => self.replay(scope, expires_at).await,
+            Decision::Replay => self.replay(scope, response.clone(), expires_at),
             Decision::InProgress { retry_after_secs } => Answer::in_progress(retry_after_secs, expires_at),
             Decision::TakeOver {
                 lease_version,
@@ -315,10 +342,16 @@ impl PaymentsEngine {
         }
     }
 
-    /// The stored answer, opened: the same status and body bytes as the first time.
-    async fn replay(&self, scope: &Scope, expires_at: Option<chrono::DateTime<Utc>>) -> Answer {
-        match self.records.load_response(scope).await {
-            Ok(Some(stored)) => match self.opened(scope, stored) {
+    /// The stored answer, as read with its record, opened: the same status and body bytes as
+    /// the first time.
+    fn replay(
+        &self,
+        scope: &Scope,
+        stored: Option<StoredResponse>,
+        expires_at: Option<chrono::DateTime<Utc>>,
+    ) -> Answer {
+        match stored {
+            Some(stored) => match self.opened(scope, stored) {
                 Ok(response) => Answer::replay(response, expires_at),
                 // Another instance holds the key: the retry (after `Retry-After`) gets the
                 // replay there, or here once this instance has the key.
@@ -331,11 +364,10 @@ impl PaymentsEngine {
                     Answer::error(ApiError::Internal, expires_at)
                 }
             },
-            Ok(None) => {
+            None => {
                 tracing::error!(tenant_id = %scope.tenant_id, "settled record without a stored response");
                 Answer::error(ApiError::Internal, expires_at)
             }
-            Err(error) => Answer::error(error.as_api_error("load response"), expires_at),
         }
     }
 }

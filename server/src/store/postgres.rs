@@ -55,10 +55,12 @@ impl Dialect for Postgres {
 }
 
 impl RecordStatements for Postgres {
-    const SELECT_RECORD: &'static str = "select status, progress_step, cast(fingerprint_version as integer), request_fingerprint, \
-         lease_version, locked_until, expires_at, resource_id, response_schema_version, \
-         next_recovery_at, now() from idempotency_records where tenant_id = $1 and operation_name = \
-         $2 and idempotency_key = $3";
+    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
+         r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
+         r.response_schema_version, r.next_recovery_at, now(), r.response_status_code, s.headers, \
+         s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
+         r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
+         r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
     const CLAIM_RECORD: &'static str = "\
         insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
             request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \

@@ -21,13 +21,30 @@ use domain::tenant::TenantId;
 use sqlx::Transaction;
 use std::time::Duration;
 
+/// A scoped key's record as one read found it, with its stored response.
+#[derive(Debug, Clone)]
+pub struct FoundRecord {
+    pub at: RecordAt,
+    /// Settled records only (a purged tombstone has none).
+    pub response: Option<StoredResponse>,
+}
+
 #[async_trait::async_trait]
 pub trait RecordStore: Send + Sync {
+    /// The record of a scoped key with its stored response, if any, and the database's clock
+    /// at the time of reading: one statement, no transaction, no lock. A replay needs nothing
+    /// more.
+    async fn look_up(&self, scope: &Scope) -> Result<Option<FoundRecord>, StoreError>;
+
     /// The record of a scoped key, if any, with the database's clock at the time of reading.
-    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError>;
+    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError> {
+        Ok(self.look_up(scope).await?.map(|found| found.at))
+    }
 
     /// The stored response of a scoped key, if any (settled records only).
-    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError>;
+    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError> {
+        Ok(self.look_up(scope).await?.and_then(|found| found.response))
+    }
 
     /// The local transaction of a new create_payment: insert-first claim of the scoped key,
     /// account check, amount held, payment row and its PaymentCreated event, all committed
@@ -93,8 +110,9 @@ pub trait RecordStore: Send + Sync {
 /// Record statements that differ by dialect (the database's clock and interval arithmetic).
 /// Placeholders are `$1`, `$2`, … in order of first use, which both dialects bind positionally.
 pub trait RecordStatements {
-    /// `$1`..`$3` scope: the columns [`StoredRecord`] holds, then the database's clock.
-    const SELECT_RECORD: &'static str;
+    /// `$1`..`$3` scope: the columns [`StoredRecord`] holds, the database's clock, and the
+    /// stored response (status, headers, body; null without one), in one statement.
+    const LOOK_UP_RECORD: &'static str;
     /// The claim, one statement: `insert … on conflict (scope) do update … where … returning`.
     /// `$1`..`$6` scope and fingerprint (version, hex, canonical), `$7` payment id, `$8`
     /// response schema version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12`
@@ -127,8 +145,8 @@ pub trait RecordStatements {
     const RELEASE_RECORD: &'static str;
 }
 
-/// A row of [`RecordStatements::SELECT_RECORD`].
-type RecordRow = (
+/// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, then its response's.
+type LookUpRow = (
     String,
     String,
     i32,
@@ -140,9 +158,12 @@ type RecordRow = (
     Option<String>,
     Option<DateTime<Utc>>,
     DateTime<Utc>,
+    Option<i32>,
+    Option<String>,
+    Option<Vec<u8>>,
 );
 
-fn record_of(
+fn found_of(
     (
         status,
         step,
@@ -155,8 +176,11 @@ fn record_of(
         response_schema_version,
         next_recovery_at,
         now,
-    ): RecordRow,
-) -> Result<RecordAt, StoreError> {
+        response_status,
+        response_headers,
+        response_body,
+    ): LookUpRow,
+) -> Result<FoundRecord, StoreError> {
     let record = StoredRecord {
         status: StoreError::parse_stored("record status", &status)?,
         progress_step: StoreError::parse_stored("progress step", &step)?,
@@ -170,15 +194,22 @@ fn record_of(
         response_schema_version,
         next_recovery_at,
     };
-    Ok(RecordAt { record, now })
+    let response = match (response_headers, response_body) {
+        (Some(headers), Some(body)) => {
+            let status = response_status
+                .and_then(|status| u16::try_from(status).ok())
+                .ok_or_else(|| StoreError::Corrupt("response without a status".into()))?;
+            Some(StoredResponse::from_stored(status, &headers, body).map_err(StoreError::Corrupt)?)
+        }
+        _ => None,
+    };
+    Ok(FoundRecord {
+        at: RecordAt { record, now },
+        response,
+    })
 }
 
 /// The stored response of a settled record: its status, its headers (JSON) and its body.
-const SELECT_RESPONSE: &str = "select r.response_status_code, s.headers, s.body \
-     from idempotency_records r join idempotency_responses s \
-     on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = r.idempotency_key \
-     where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
-
 /// Writes a record's response inside `tx`.
 async fn insert_response_in<D: Dialect>(
     tx: &mut Transaction<'_, D>,
@@ -201,30 +232,14 @@ async fn insert_response_in<D: Dialect>(
 
 #[async_trait::async_trait]
 impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore<D> {
-    async fn load_record(&self, scope: &Scope) -> Result<Option<RecordAt>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(D::SELECT_RECORD)
+    async fn look_up(&self, scope: &Scope) -> Result<Option<FoundRecord>, StoreError> {
+        let row: Option<LookUpRow> = sqlx::query_as(D::LOOK_UP_RECORD)
             .bind(scope.tenant_id.as_str())
             .bind(scope.operation.as_str())
             .bind(scope.key.as_str())
             .fetch_optional(&self.pool)
             .await?;
-        row.map(record_of).transpose()
-    }
-
-    async fn load_response(&self, scope: &Scope) -> Result<Option<StoredResponse>, StoreError> {
-        let row: Option<(Option<i32>, String, Vec<u8>)> = sqlx::query_as(SELECT_RESPONSE)
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|(status, headers, body)| {
-            let status = status
-                .and_then(|status| u16::try_from(status).ok())
-                .ok_or_else(|| StoreError::Corrupt("response without a status".into()))?;
-            StoredResponse::from_stored(status, &headers, body).map_err(StoreError::Corrupt)
-        })
-        .transpose()
+        row.map(found_of).transpose()
     }
 
     async fn claim_create_payment(

@@ -48,8 +48,6 @@ pub enum ServeError {
 
 /// Heartbeats an instance may miss before the others stop counting it as live.
 const MISSED_HEARTBEATS: u32 = 3;
-/// How often an instance looks for bulk reconciliations whose runner stopped.
-const BULK_RESUME_EVERY: Duration = Duration::from_secs(5);
 /// How long after its release a payment's provider key is still asked about, for a charge
 /// that arrives after all.
 const RELEASE_WATCH: Duration = Duration::from_secs(24 * 3600);
@@ -185,6 +183,7 @@ impl Application {
             store: store.clone(),
             engine,
             rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
+            verified_keys: Arc::default(),
         };
         let router = http::router(state, StoreConsole::clone(&console), &settings);
         let exposition = Exposition::new(metrics::prometheus::install(), store.clone(), expiry.retention);
@@ -253,11 +252,11 @@ fn spawn_jobs(
     buffers: &[Arc<dyn Buffered>],
 ) {
     let every = |millis: u64| Duration::from_millis(millis.max(10));
-    let flush = every(args.metrics_flush_ms);
-    for (name, buffer) in ["outcome counts flusher", "request journal flusher"]
-        .into_iter()
-        .zip(buffers)
-    {
+    let flushers = [
+        ("outcome counts flusher", every(args.metrics_flush_ms)),
+        ("request journal flusher", every(args.journal_flush_ms)),
+    ];
+    for ((name, flush), buffer) in flushers.into_iter().zip(buffers) {
         let store = store.clone();
         workers.spawn(Every::new(name, flush, buffer.clone(), move |buffer| {
             let store = store.clone();
@@ -332,7 +331,7 @@ fn spawn_jobs(
     ));
     workers.spawn(Every::new(
         "bulk resumer",
-        BULK_RESUME_EVERY,
+        every(args.bulk_resume_interval_ms),
         console.clone(),
         |console| async move {
             console.resume_bulk_jobs().await;

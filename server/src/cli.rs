@@ -266,6 +266,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
+    /// How often an instance looks for bulk reconciliations whose runner stopped, in
+    /// milliseconds.
+    #[arg(long, env = "IDEM_BULK_RESUME_INTERVAL_MS", default_value_t = 5_000)]
+    pub bulk_resume_interval_ms: u64,
+
     /// How often an instance renews its registration (the response keys it holds) and checks
     /// the keys in use, in milliseconds; one silent for three heartbeats is no longer live.
     #[arg(long, env = "IDEM_INSTANCE_HEARTBEAT_MS", default_value_t = 5_000)]
@@ -283,6 +288,11 @@ pub struct ServeArgs {
     /// How often, in milliseconds, this instance writes its outcome counts to the database.
     #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
     pub metrics_flush_ms: u64,
+
+    /// How often, in milliseconds, this instance writes its request journal (the console's
+    /// record pages) to the database, in multi-row statements.
+    #[arg(long, env = "IDEM_JOURNAL_FLUSH_MS", default_value_t = 100)]
+    pub journal_flush_ms: u64,
 
     /// How often, in milliseconds, the recovery worker looks for unknown outcomes and dead
     /// owners' records.

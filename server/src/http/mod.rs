@@ -1,5 +1,6 @@
 //! Router assembly and the middleware every request goes through.
 
+pub mod api_keys;
 pub mod error;
 mod health;
 mod payments;
@@ -57,6 +58,7 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub engine: Arc<PaymentsEngine>,
     pub rate_limit: Arc<rate_limit::ApiRateLimit>,
+    pub verified_keys: Arc<api_keys::VerifiedKeys>,
 }
 
 /// The payments API and the console, behind the middleware every request goes through.

@@ -151,7 +151,8 @@ fn invalid_field(field: &str, problem: impl std::fmt::Display) -> ApiError {
     }])
 }
 
-/// `Authorization: Bearer <api key>`, looked up by its hash, then held to its rate limit.
+/// `Authorization: Bearer <api key>`, looked up by its hash (kept verified for a few seconds),
+/// then held to its rate limit.
 async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -160,7 +161,11 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal
         .map(str::trim)
         .filter(|key| !key.is_empty())
         .ok_or(ApiError::Unauthenticated)?;
-    match state.store.authenticate_api_key(&ApiKeyHash::of(presented)).await {
+    match state
+        .verified_keys
+        .principal(state.store.as_ref(), ApiKeyHash::of(presented))
+        .await
+    {
         Ok(Some(principal)) => match state.rate_limit.check(&principal.api_key_id) {
             Ok(()) => Ok(principal),
             Err(wait) => Err(ApiError::RateLimited {

@@ -9,6 +9,9 @@ use domain::scope::{Operation, Scope};
 use std::collections::BTreeMap;
 use strum::VariantArray;
 
+/// Rows per multi-row insert: far below either dialect's limit on bound parameters.
+const ROWS_PER_STATEMENT: usize = 500;
+
 /// One per-minute bucket's increment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeCount {
@@ -62,27 +65,48 @@ pub trait MetricsStatements {
     /// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
     /// oldest, and how many have an expired lease.
     const IN_PROGRESS_GAUGES: &'static str;
-    /// `$1` bucket start (RFC 3339 text), `$2` tenant, `$3` operation, `$4` outcome, `$5`
-    /// count to add.
-    const ADD_OUTCOME_COUNT: &'static str;
-    /// `$1`..`$10` a journal entry (id, scope, at as RFC 3339 text, fingerprint, command,
-    /// status, error code, replayed).
-    const INSERT_JOURNAL: &'static str;
+    /// What follows a bound RFC 3339 text to make it a timestamp in this dialect.
+    const AS_TIMESTAMP: &'static str;
+}
+
+/// `($1, $2, …), (…), …`: `rows` rows of `columns` parameters; `suffix(column)` follows each
+/// parameter (a cast, or nothing).
+fn multi_row_values(rows: usize, columns: usize, suffix: impl Fn(usize) -> &'static str) -> String {
+    (0..rows)
+        .map(|row| {
+            let parameters: Vec<String> = (0..columns)
+                .map(|column| format!("${}{}", row * columns + column + 1, suffix(column)))
+                .collect();
+            format!("({})", parameters.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[async_trait::async_trait]
 impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        for count in counts {
-            sqlx::query(D::ADD_OUTCOME_COUNT)
-                .bind(rfc3339_millis(count.bucket_start))
-                .bind(count.tenant_id.as_str())
-                .bind(count.operation.as_str())
-                .bind(count.outcome.as_str())
-                .bind(count.count)
-                .execute(&mut *tx)
-                .await?;
+        for chunk in counts.chunks(ROWS_PER_STATEMENT) {
+            let values = multi_row_values(chunk.len(), 5, |column| match column {
+                0 => D::AS_TIMESTAMP,
+                _ => "",
+            });
+            let sql = format!(
+                "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
+                 values {values} on conflict (bucket_start, tenant_id, operation_name, outcome) \
+                 do update set count = outcome_buckets.count + excluded.count"
+            );
+            let mut statement = sqlx::query(&sql);
+            for count in chunk {
+                statement = statement
+                    .bind(rfc3339_millis(count.bucket_start))
+                    .bind(count.tenant_id.as_str())
+                    .bind(count.operation.as_str())
+                    .bind(count.outcome.as_str())
+                    .bind(count.count);
+            }
+            statement.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -90,20 +114,30 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
 
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        for entry in entries {
-            sqlx::query(D::INSERT_JOURNAL)
-                .bind(format!("req_{}", domain::random::random_hex(12)))
-                .bind(entry.scope.tenant_id.as_str())
-                .bind(entry.scope.operation.as_str())
-                .bind(entry.scope.key.as_str())
-                .bind(rfc3339_millis(entry.at))
-                .bind(entry.fingerprint.as_str())
-                .bind(entry.canonical_command.as_deref())
-                .bind(i32::from(entry.status_code))
-                .bind(entry.error_code.as_deref())
-                .bind(entry.replayed)
-                .execute(&mut *tx)
-                .await?;
+        for chunk in entries.chunks(ROWS_PER_STATEMENT) {
+            let values = multi_row_values(chunk.len(), 10, |column| match column {
+                4 => D::AS_TIMESTAMP,
+                _ => "",
+            });
+            let sql = format!(
+                "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+                 fingerprint, canonical_command, status_code, error_code, replayed) values {values}"
+            );
+            let mut statement = sqlx::query(&sql);
+            for entry in chunk {
+                statement = statement
+                    .bind(format!("req_{}", domain::random::random_hex(12)))
+                    .bind(entry.scope.tenant_id.as_str())
+                    .bind(entry.scope.operation.as_str())
+                    .bind(entry.scope.key.as_str())
+                    .bind(rfc3339_millis(entry.at))
+                    .bind(entry.fingerprint.as_str())
+                    .bind(entry.canonical_command.as_deref())
+                    .bind(i32::from(entry.status_code))
+                    .bind(entry.error_code.as_deref())
+                    .bind(entry.replayed);
+            }
+            statement.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())

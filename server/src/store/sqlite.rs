@@ -250,12 +250,7 @@ impl MetricsStatements for Sqlite {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
          86400.0, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
-    const ADD_OUTCOME_COUNT: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
-         values ($1, $2, $3, $4, $5) on conflict (bucket_start, tenant_id, operation_name, outcome) \
-         do update set count = outcome_buckets.count + excluded.count";
-    const INSERT_JOURNAL: &'static str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-         fingerprint, canonical_command, status_code, error_code, replayed) values ($1, $2, $3, $4, \
-         $5, $6, $7, $8, $9, $10)";
+    const AS_TIMESTAMP: &'static str = "";
 }
 
 impl OperatorStatements for Sqlite {

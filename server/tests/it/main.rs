@@ -9,6 +9,7 @@ mod claim;
 mod cli;
 mod console_access;
 mod console_api;
+mod cost;
 mod events;
 mod fingerprint;
 mod http_api;

@@ -374,7 +374,7 @@ async fn the_default_currency_setting_is_naturally_idempotent() {
 
 #[tokio::test]
 async fn a_replay_keeps_its_version_after_the_default_changes() {
-    let api = api(5_000, &[]).await;
+    let mut api = api(5_000, &[]).await;
     let first = api.pay("k-default", BODY).await;
     assert_eq!(first.status(), 201);
     let first_body = first.bytes().await.expect("body");
@@ -391,6 +391,7 @@ async fn a_replay_keeps_its_version_after_the_default_changes() {
         .execute("update tenants set pinned_api_version = '2026-09-01'")
         .await
         .expect("change the default");
+    api.restart(&[]).await;
     let replay = api.pay("k-default", BODY).await;
     assert_eq!(replay.status(), 201);
     expect_replay(replay, &first_body, "the stored v2 answer").await;

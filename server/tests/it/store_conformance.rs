@@ -418,7 +418,66 @@ mod outcome_buckets {
         assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
     }
 
-    conformance!(counts_from_several_flushes_add_up_in_their_bucket);
+    /// More rows than one statement carries: every one is written, in one transaction.
+    async fn a_large_flush_writes_every_row(db: TestDatabase) {
+        use domain::key::IdempotencyKey;
+        use domain::scope::{Operation, Scope};
+        use domain::tenant::TenantId;
+        use idem::store::metrics::JournalEntry;
+        let store = db.migrated_store().await;
+        let start = Utc
+            .with_ymd_and_hms(2026, 11, 29, 0, 0, 0)
+            .single()
+            .expect("time");
+        let counts: Vec<OutcomeCount> = (0..1_234)
+            .map(|minute| OutcomeCount {
+                bucket_start: start + chrono::Duration::minutes(minute),
+                tenant_id: "ten_1".to_owned(),
+                operation: Operation::CreatePayment,
+                outcome: Outcome::Replay,
+                count: 2,
+            })
+            .collect();
+        store.add_outcome_counts(&counts).await.expect("flush");
+        assert_eq!(
+            db.query_i64("select cast(sum(count) as bigint) from outcome_buckets")
+                .await,
+            2 * 1_234
+        );
+        db.execute("insert into tenants (id, name) values ('ten_1', 'acme')")
+            .await
+            .expect("tenant");
+        let entries: Vec<JournalEntry> = (0..1_111)
+            .map(|index| JournalEntry {
+                scope: Scope {
+                    tenant_id: TenantId::from_stored("ten_1".to_owned()),
+                    operation: Operation::CreatePayment,
+                    key: IdempotencyKey::parse(format!("k-{index}").as_bytes()).expect("key"),
+                },
+                at: start,
+                fingerprint: "f".repeat(64),
+                canonical_command: (index % 2 == 0).then(|| "{}".to_owned()),
+                status_code: 201,
+                error_code: None,
+                replayed: index % 3 == 0,
+            })
+            .collect();
+        store.add_journal_entries(&entries).await.expect("flush");
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests").await,
+            1_111
+        );
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests where replayed")
+                .await,
+            371
+        );
+    }
+
+    conformance!(
+        counts_from_several_flushes_add_up_in_their_bucket,
+        a_large_flush_writes_every_row
+    );
 }
 
 mod console_jobs {

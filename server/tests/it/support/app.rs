@@ -172,6 +172,8 @@ impl Setup {
                 ("--outbox-interval-ms", idle.into()),
                 ("--cleanup-interval-ms", idle.into()),
                 ("--metrics-flush-ms", idle.into()),
+                ("--journal-flush-ms", idle.into()),
+                ("--bulk-resume-interval-ms", idle.into()),
                 ("--retention-secs", "604800".into()),
             ]
             .map(|(flag, value)| (flag.to_owned(), value)),

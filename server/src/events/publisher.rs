@@ -61,19 +61,14 @@ impl Publisher {
             if claimed.is_empty() {
                 return report;
             }
+            // Published events are marked together, in one statement per batch; a crash
+            // before that publishes them again (consumers deduplicate by event id).
+            let mut published = Vec::with_capacity(claimed.len());
             for message in &claimed {
                 match self.transport.publish(message).await {
                     Ok(()) => {
                         crate::crash::crash_point(crate::crash::CrashPoint::PublishedBeforeMarked);
-                        match self.store.mark_event_published(&message.event_id).await {
-                            Ok(()) => {
-                                report.published += 1;
-                                metrics::counter!("outbox_published_total").increment(1);
-                            }
-                            Err(error) => {
-                                tracing::warn!(%error, "outbox: published but not marked; it will be published again")
-                            }
-                        }
+                        published.push(message.event_id.clone());
                     }
                     Err(error) => {
                         report.failed += 1;
@@ -91,6 +86,15 @@ impl Publisher {
                             tracing::warn!(%error, "outbox: failure not recorded; the claim lease will expire");
                         }
                     }
+                }
+            }
+            match self.store.mark_events_published(&published).await {
+                Ok(()) => {
+                    report.published += published.len();
+                    metrics::counter!("outbox_published_total").increment(published.len() as u64);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, events = published.len(), "outbox: published but not marked; they will be published again");
                 }
             }
             if report.failed > 0 {

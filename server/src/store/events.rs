@@ -72,7 +72,8 @@ pub trait EventStore: Send + Sync {
     /// them meanwhile), oldest first, counting the attempt.
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError>;
 
-    async fn mark_event_published(&self, event_id: &str) -> Result<(), StoreError>;
+    /// Marks the events published, in one statement.
+    async fn mark_events_published(&self, event_ids: &[String]) -> Result<(), StoreError>;
 
     /// Records a failed publication: backs off (2^attempts seconds, at most 5 min), or
     /// dead-letters the event once it used `max_attempts`.
@@ -115,8 +116,8 @@ pub trait EventStatements {
     const REDRIVE_EVENT: &'static str;
     /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
     const CLAIM_EVENTS: &'static str;
-    /// `$1` event id.
-    const MARK_EVENT_PUBLISHED: &'static str;
+    /// `$1` the event ids, a JSON array of strings.
+    const MARK_EVENTS_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
     const MARK_EVENT_FAILED: &'static str;
     /// `$1` dedupe key.
@@ -259,8 +260,12 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
             .collect())
     }
 
-    async fn mark_event_published(&self, event_id: &str) -> Result<(), StoreError> {
-        self.write_one(sqlx::query(D::MARK_EVENT_PUBLISHED).bind(event_id))
+    async fn mark_events_published(&self, event_ids: &[String]) -> Result<(), StoreError> {
+        if event_ids.is_empty() {
+            return Ok(());
+        }
+        let ids = serde_json::to_string(event_ids).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::MARK_EVENTS_PUBLISHED).bind(ids))
             .await?;
         Ok(())
     }

@@ -174,8 +174,8 @@ impl EventStatements for Postgres {
          dead_at is null and (next_attempt_at is null or next_attempt_at <= now()) and \
          (claimed_until is null or claimed_until <= now()) order by created_at limit $2 for update \
          skip locked) returning id, event_type, payment_id, payload";
-    const MARK_EVENT_PUBLISHED: &'static str = "update outbox_events set published_at = now(), claimed_until = null, last_error = null \
-         where id = $1 and published_at is null";
+    const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = now(), claimed_until = null, last_error = null \
+         where id in (select jsonb_array_elements_text(cast($1 as jsonb))) and published_at is null";
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then now() else null end, next_attempt_at = now() + make_interval(secs => \
          least(power(2, attempts), 300)) where id = $3";

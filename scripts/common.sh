@@ -168,8 +168,9 @@ start_throwaway_postgres() {
   fi
   say "starting a throwaway PostgreSQL on 127.0.0.1:$port ($IDEM_PG_DIR)"
   "${run_as[@]}" "$bindir/initdb" -D "$IDEM_PG_DIR/data" -U postgres --auth=trust -E UTF8 >/dev/null
+  # Tests need no durability; the benchmark passes its own settings (fsync on).
   "${run_as[@]}" "$bindir/pg_ctl" -D "$IDEM_PG_DIR/data" -l "$IDEM_PG_DIR/log" -w \
-    -o "-p $port -k $IDEM_PG_DIR -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" \
+    -o "-p $port -k $IDEM_PG_DIR -c listen_addresses=127.0.0.1 -c max_connections=300 ${IDEM_PG_OPTIONS:--c fsync=off}" \
     start >/dev/null
   IDEM_PG_STOP=("${run_as[@]}" "$bindir/pg_ctl" -D "$IDEM_PG_DIR/data" -m immediate stop)
   on_exit stop_throwaway_postgres

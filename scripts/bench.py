@@ -350,6 +350,12 @@ def markdown(report):
         "",
         *ratios,
         "",
+        "Not measured yet (issue 13): the baseline route without the idempotency layer (a `bench` "
+        "cargo feature), the pgbench ceiling of a fresh create's own statements, open-loop latency "
+        "at 50% and 80% of the baseline (corrected for coordinated omission), conflicts, duplicate "
+        "storms over two instances, the 80/15/4/1 mix, growth to 10^6 records, and the mix with "
+        "the cleanup worker purging a backlog.",
+        "",
         f"Correctness after the run: {report['correctness']['duplicate_payments']} duplicate payments, "
         f"{report['correctness']['duplicate_charges']} provider keys charged twice, "
         f"{report['correctness']['payments']} payments and {report['correctness']['charges']} charges.",

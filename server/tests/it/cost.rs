@@ -28,10 +28,13 @@ async fn a_replay_is_one_read_and_no_transaction_of_its_own() {
     let (commits_after, rollbacks_after) = app.db.transactions().await;
     assert_eq!(rollbacks_after, rollbacks, "no claim attempted and rolled back");
     // Each statement outside a transaction counts as one committed transaction: one per
-    // replay (the look-up), and one more each time the API key's verification ran out.
+    // replay (the look-up), one more each time the API key's verification ran out, and a few
+    // that do not grow with the replays (measured: 4 more for 50 replays and for 200; the
+    // database's own autovacuum counts here too). The claim-first path cost 4 per replay.
+    const UNRELATED: i64 = 6;
     let statements = commits_after - commits;
     assert!(
-        (REPLAYS..=REPLAYS + key_verifications).contains(&statements),
+        (REPLAYS..=REPLAYS + key_verifications + UNRELATED).contains(&statements),
         "{statements} statements for {REPLAYS} replays and at most {key_verifications} key checks"
     );
 }

@@ -64,7 +64,7 @@ impl TestDatabase {
     /// The transactions this PostgreSQL database has committed and rolled back, once every
     /// connection's statistics have reached the server (an idle connection sends them after
     /// 10 s: PGSTAT_IDLE_INTERVAL), read from the admin database, so that reading adds
-    /// nothing. Takes 11 s or more.
+    /// nothing. Takes 22 s or more.
     pub async fn transactions(&self) -> (i64, i64) {
         let name = self
             .postgres_name
@@ -83,11 +83,15 @@ impl TestDatabase {
             admin.close().await.expect("close");
             counts
         };
+        // Unchanged over two idle intervals in a row: on a loaded machine one interval has
+        // been seen to pass before a connection's statistics arrived.
         let mut last = read().await;
-        for _ in 0..5 {
+        let mut unchanged = 0;
+        for _ in 0..8 {
             tokio::time::sleep(std::time::Duration::from_secs(11)).await;
             let now = read().await;
-            if now == last {
+            unchanged = if now == last { unchanged + 1 } else { 0 };
+            if unchanged == 2 {
                 return now;
             }
             last = now;

@@ -822,15 +822,13 @@ async fn a_real_prometheus_scrapes_two_instances_with_the_readme_configuration()
     }
 
     assert_eq!(api.pay("k-prom-1", BODY).await.status(), 201);
-    let on_second = reqwest::Client::new()
-        .post(format!("http://{}/payments", second.address))
-        .bearer_auth(api.key("acme"))
-        .header("idempotency-key", "k-prom-2")
-        .header("content-type", "application/json")
-        .body(BODY.replace("invoice-7781", "inv-prom-2"))
-        .send()
-        .await
-        .expect("POST");
+    let on_second = api
+        .pay_at(
+            second.address,
+            "k-prom-2",
+            &BODY.replace("invoice-7781", "inv-prom-2"),
+        )
+        .await;
     assert_eq!(on_second.status(), 201);
     assert_eq!(api.pay("k-prom-1", BODY).await.status(), 201, "a replay");
 

@@ -1,8 +1,8 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
 use crate::support::{
-    DialectName, IdemProcess, TEST_RESPONSE_KEYS, TestApp, TestDatabase, expect_error, expect_replay,
-    idem_command,
+    DialectName, IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, TestApp, TestDatabase, expect_error,
+    expect_replay, idem_command,
 };
 use idem::store::Readiness;
 use sqlx::Connection;
@@ -200,13 +200,7 @@ async fn a_lease_shorter_than_the_provider_timeout_is_refused_at_start() {
 /// returns the whole of stderr.
 async fn serve_refused(mut command: tokio::process::Command, reason: &str) -> String {
     let output = command
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
+        .args(SERVE_ON_FREE_PORTS)
         .output()
         .await
         .expect("run idem serve");
@@ -290,16 +284,7 @@ async fn an_instance_missing_a_key_in_use_turns_unready_and_answers_its_replays_
         )])
         .await;
     let body = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-keys"}"#;
-    let sealed_with_t2 = app
-        .http
-        .post(format!("http://{}/payments", rotated.address))
-        .bearer_auth(app.key("acme"))
-        .header("idempotency-key", "k-t2")
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("POST");
+    let sealed_with_t2 = app.pay_at(rotated.address, "k-t2", body).await;
     assert_eq!(sealed_with_t2.status(), 201);
     let first_body = sealed_with_t2.bytes().await.expect("body");
 
@@ -325,16 +310,7 @@ async fn an_instance_missing_a_key_in_use_turns_unready_and_answers_its_replays_
     assert!(refused.headers().contains_key("retry-after"));
     let refused = expect_error(refused, 503, "UNAVAILABLE").await;
     assert_eq!(refused["retryable"], true);
-    let replayed = app
-        .http
-        .post(format!("http://{}/payments", rotated.address))
-        .bearer_auth(app.key("acme"))
-        .header("idempotency-key", "k-t2")
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("POST");
+    let replayed = app.pay_at(rotated.address, "k-t2", body).await;
     expect_replay(replayed, &first_body, "replayed where the key is held").await;
     assert_eq!(app.sim.charges().await.len(), 1);
 }

@@ -11,7 +11,7 @@
 //! ```
 
 use super::console::{Console, OPERATOR_PASSWORD, create_operator};
-use super::process::{IdemProcess, TEST_RESPONSE_KEYS, admin, idem_command};
+use super::process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, admin, idem_command};
 use super::sim::Sim;
 use super::{DialectName, TestDatabase};
 use clap::Parser;
@@ -273,22 +273,15 @@ async fn seed(store: &dyn Store, name: &str, balance: &str, keyless: bool) -> St
 
 /// `idem serve`'s settings as its command line makes them from `flags`.
 fn serve_args(flags: &BTreeMap<String, String>) -> ServeArgs {
-    let command_line = [
-        "idem",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .chain(
-        flags
-            .iter()
-            .flat_map(|(flag, value)| [flag.clone(), value.clone()])
-            .filter(|arg| !arg.is_empty()),
-    );
+    let command_line = std::iter::once("idem")
+        .chain(SERVE_ON_FREE_PORTS)
+        .map(str::to_owned)
+        .chain(
+            flags
+                .iter()
+                .flat_map(|(flag, value)| [flag.clone(), value.clone()])
+                .filter(|arg| !arg.is_empty()),
+        );
     match Cli::try_parse_from(command_line)
         .expect("valid serve flags")
         .command
@@ -375,6 +368,21 @@ impl TestApp {
         self.request(method, path, self.key(tenant))
     }
 
+    /// `POST /payments` as the first tenant, with `idempotency_key`, to the instance at
+    /// `address`.
+    pub async fn pay_at(&self, address: SocketAddr, idempotency_key: &str, body: &str) -> reqwest::Response {
+        let (_, first) = self.keys.first().expect("a tenant");
+        self.http
+            .post(format!("http://{address}/payments"))
+            .bearer_auth(first)
+            .header("idempotency-key", idempotency_key)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("POST /payments")
+    }
+
     /// `POST /payments` as the first tenant, with `idempotency_key`.
     pub async fn pay(&self, idempotency_key: &str, body: impl AsRef<str>) -> reqwest::Response {
         let (_, first) = self.keys.first().expect("a tenant");
@@ -419,20 +427,12 @@ impl TestApp {
         for (name, value) in env {
             command.env(name, value);
         }
-        command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ])
-            .args(
-                self.flags
-                    .iter()
-                    .flat_map(|(flag, value)| [flag.as_str(), value.as_str()])
-                    .filter(|arg| !arg.is_empty()),
-            );
+        command.args(SERVE_ON_FREE_PORTS).args(
+            self.flags
+                .iter()
+                .flat_map(|(flag, value)| [flag.as_str(), value.as_str()])
+                .filter(|arg| !arg.is_empty()),
+        );
         command
     }
 

@@ -61,44 +61,6 @@ impl TestDatabase {
         }
     }
 
-    /// The transactions this PostgreSQL database has committed and rolled back, once every
-    /// connection's statistics have reached the server (an idle connection sends them after
-    /// 10 s: PGSTAT_IDLE_INTERVAL), read from the admin database, so that reading adds
-    /// nothing. Takes 22 s or more.
-    pub async fn transactions(&self) -> (i64, i64) {
-        let name = self
-            .postgres_name
-            .as_deref()
-            .expect("transactions are counted on PostgreSQL");
-        let read = async || {
-            let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
-                .await
-                .expect("admin connection");
-            let counts: (i64, i64) =
-                sqlx::query_as("select xact_commit, xact_rollback from pg_stat_database where datname = $1")
-                    .bind(name)
-                    .fetch_one(&mut admin)
-                    .await
-                    .expect("database statistics");
-            admin.close().await.expect("close");
-            counts
-        };
-        // Unchanged over two idle intervals in a row: on a loaded machine one interval has
-        // been seen to pass before a connection's statistics arrived.
-        let mut last = read().await;
-        let mut unchanged = 0;
-        for _ in 0..8 {
-            tokio::time::sleep(std::time::Duration::from_secs(11)).await;
-            let now = read().await;
-            unchanged = if now == last { unchanged + 1 } else { 0 };
-            if unchanged == 2 {
-                return now;
-            }
-            last = now;
-        }
-        panic!("the statistics of {name} never settled: {last:?}");
-    }
-
     /// The database URL a child `idem` process is given.
     pub fn url(&self) -> String {
         match &self.target {

@@ -14,7 +14,7 @@ pub use app::{Setup, TestApp, expect_error, expect_replay, metric};
 pub use console::{Console, OPERATOR_PASSWORD, create_operator, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;
-pub use process::{IdemProcess, TEST_RESPONSE_KEYS, idem_command};
+pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};
 pub use prometheus::Prometheus;
 pub use sim::Sim;
 

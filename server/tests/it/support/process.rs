@@ -14,6 +14,15 @@ pub struct IdemProcess {
     pub metrics_address: Option<SocketAddr>,
 }
 
+/// `idem serve` on free ports for the API and the metrics.
+pub const SERVE_ON_FREE_PORTS: [&str; 5] = [
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "127.0.0.1:0",
+];
+
 /// The response sealing key every test instance shares, as instances of one deployment do.
 pub const TEST_RESPONSE_KEYS: &str = "t1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 

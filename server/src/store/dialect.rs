@@ -79,12 +79,31 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 /// came back to the pool in a broken state (a cancelled `begin`, sqlx#4385) can then never
 /// swallow an autocommit write and answer success.
 pub struct SqlStore<D: Dialect> {
+    /// Reads outside transactions.
     pub(super) pool: Pool<D>,
+    /// Where transactions begin: the same pool on PostgreSQL; on SQLite a pool of one
+    /// connection, the single writer (see `sqlite::connect`).
+    pub(super) writer: Pool<D>,
 }
 
 impl<D: Dialect> SqlStore<D> {
+    /// Reads and transactions on one pool.
     pub fn new(pool: Pool<D>) -> Self {
-        SqlStore { pool }
+        SqlStore {
+            writer: pool.clone(),
+            pool,
+        }
+    }
+
+    /// Reads on `pool`, transactions on `writer`.
+    pub fn with_writer(pool: Pool<D>, writer: Pool<D>) -> Self {
+        SqlStore { pool, writer }
+    }
+
+    /// Closes both pools, waiting for connections in use to be returned.
+    pub(super) async fn close_pools(&self) {
+        self.pool.close().await;
+        self.writer.close().await;
     }
 
     /// A transaction, begun on a task of its own. sqlx 0.8 leaves a pooled connection inside
@@ -102,7 +121,7 @@ impl<D: Dialect> SqlStore<D> {
         &self,
         statement: Option<&'static str>,
     ) -> Result<Transaction<'static, D>, StoreError> {
-        let pool = self.pool.clone();
+        let pool = self.writer.clone();
         let begun = tokio::spawn(async move {
             match statement {
                 Some(statement) => pool.begin_with(statement).await,

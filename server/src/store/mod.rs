@@ -147,7 +147,7 @@ where
     }
 
     async fn close(&self) {
-        self.pool.close().await;
+        self.close_pools().await;
     }
 }
 
@@ -156,7 +156,7 @@ where
 pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match target {
         DatabaseTarget::Postgres { url } => Arc::new(SqlStore::new(postgres::connect(url).await?)),
-        DatabaseTarget::Sqlite { url } => Arc::new(SqlStore::new(sqlite::connect_url(url).await?)),
-        DatabaseTarget::EmbeddedSqlite { path } => Arc::new(SqlStore::new(sqlite::open_file(path).await?)),
+        DatabaseTarget::Sqlite { url } => Arc::new(sqlite::connect_url(url).await?),
+        DatabaseTarget::EmbeddedSqlite { path } => Arc::new(sqlite::open_file(path).await?),
     })
 }

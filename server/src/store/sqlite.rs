@@ -12,7 +12,7 @@
 use super::approvals::ApprovalStatements;
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
-use super::dialect::Dialect;
+use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use super::events::EventStatements;
 use super::metrics::MetricsStatements;
@@ -32,14 +32,14 @@ use std::time::Duration;
 
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// A pool on the database a `sqlite:` URL names.
-pub async fn connect_url(url: &str) -> Result<SqlitePool, StoreError> {
+/// The store on the database a `sqlite:` URL names.
+pub async fn connect_url(url: &str) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = SqliteConnectOptions::from_str(url).map_err(StoreError::InvalidUrl)?;
     connect(options).await
 }
 
-/// A pool on the file at `path`, created with its directory on first use.
-pub async fn open_file(path: &Path) -> Result<SqlitePool, StoreError> {
+/// The store on the file at `path`, created with its directory on first use.
+pub async fn open_file(path: &Path) -> Result<SqlStore<Sqlite>, StoreError> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
             path: dir.to_path_buf(),
@@ -49,18 +49,27 @@ pub async fn open_file(path: &Path) -> Result<SqlitePool, StoreError> {
     connect(SqliteConnectOptions::new().filename(path)).await
 }
 
-async fn connect(options: SqliteConnectOptions) -> Result<SqlitePool, StoreError> {
+/// Readers never wait for the writer (WAL), and every transaction goes through one
+/// connection: writers queue for it in order, instead of several connections contending for
+/// SQLite's one write lock and retrying on `SQLITE_BUSY`.
+async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(5))
         .foreign_keys(true);
-    Ok(SqlitePoolOptions::new()
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options.clone())
+        .await?;
+    let readers = SqlitePoolOptions::new()
         .max_connections(8)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
-        .await?)
+        .await?;
+    Ok(SqlStore::with_writer(readers, writer))
 }
 
 impl Dialect for Sqlite {
@@ -328,21 +337,24 @@ mod tests {
     #[tokio::test]
     async fn every_commit_reaches_the_disk_before_it_returns() {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let pool = super::open_file(&dir.path().join("idem.db")).await.expect("open");
-        let (journal, synchronous): (String, i64) = (
-            sqlx::query_scalar("pragma journal_mode")
-                .fetch_one(&pool)
-                .await
-                .expect("journal mode"),
-            sqlx::query_scalar("pragma synchronous")
-                .fetch_one(&pool)
-                .await
-                .expect("synchronous"),
-        );
-        assert_eq!(
-            (journal.as_str(), synchronous),
-            ("wal", 2),
-            "WAL with synchronous=FULL"
-        );
+        let store = super::open_file(&dir.path().join("idem.db")).await.expect("open");
+        // The writer commits; readers share its WAL file.
+        for pool in [&store.writer, &store.pool] {
+            let (journal, synchronous): (String, i64) = (
+                sqlx::query_scalar("pragma journal_mode")
+                    .fetch_one(pool)
+                    .await
+                    .expect("journal mode"),
+                sqlx::query_scalar("pragma synchronous")
+                    .fetch_one(pool)
+                    .await
+                    .expect("synchronous"),
+            );
+            assert_eq!(
+                (journal.as_str(), synchronous),
+                ("wal", 2),
+                "WAL with synchronous=FULL"
+            );
+        }
     }
 }

@@ -248,7 +248,7 @@ impl PaymentsEngine {
     async fn answer_record(&self, scope: &Scope, mut found: FoundRecord, fingerprint_hex: &str) -> Answer {
         let mut fingerprint = fingerprint_hex.to_owned();
         for _ in 0..MAX_ROUNDS {
-            let lease_version = match self.verdict(scope, &found, &fingerprint).await {
+            let lease_version = match self.verdict(scope, &mut found, &fingerprint).await {
                 Verdict::Answer(answer) => return answer,
                 Verdict::Resume { lease_version } => lease_version,
             };
@@ -271,7 +271,8 @@ impl PaymentsEngine {
     }
 
     /// What the record says to a request with `fingerprint_hex`, counted as its outcome.
-    async fn verdict(&self, scope: &Scope, found: &FoundRecord, fingerprint_hex: &str) -> Verdict {
+    /// A replay takes the response read with the record (it is not needed again).
+    async fn verdict(&self, scope: &Scope, found: &mut FoundRecord, fingerprint_hex: &str) -> Verdict {
         let FoundRecord { at: found, response } = found;
         let expires_at = Some(found.record.expires_at);
         let decision = decide(&found.record, fingerprint_hex, found.now);
@@ -287,7 +288,7 @@ impl PaymentsEngine {
                 );
                 Answer::error(ApiError::KeyReusedWithDifferentRequest, expires_at)
             }
-            Decision::Replay => self.replay(scope, response.clone(), expires_at),
+            Decision::Replay => self.replay(scope, response.take(), expires_at),
             Decision::InProgress { retry_after_secs } => Answer::in_progress(retry_after_secs, expires_at),
             Decision::TakeOver {
                 lease_version,

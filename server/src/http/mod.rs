@@ -104,13 +104,10 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
 /// (`--metrics-listen`), never on the API's: the figures name every tenant, and each scrape
 /// runs database reads.
 pub fn metrics_router(exposition: Arc<Exposition>, settings: &HttpSettings) -> Router {
-    Router::new()
+    let metrics = Router::new()
         .route("/metrics", get(metrics_text))
-        .with_state(exposition)
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings.request_timeout,
-        ))
+        .with_state(exposition);
+    bounded(metrics, settings)
 }
 
 /// `router` with the body limit and the request timeout (each part answers their refusals

@@ -3,7 +3,7 @@
 //! a replay), and no database connection may be left inside a transaction, on the payment
 //! path, on the console's and in the store itself.
 
-use crate::support::{DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase, create_operator};
+use crate::support::{Console, DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase, create_operator};
 use domain::operator::{AuditEntry, OperatorRole};
 use futures_util::StreamExt;
 use futures_util::stream;
@@ -267,11 +267,7 @@ async fn console_writes_cut_off_at_any_point_leave_nothing_half_done() {
         create_operator(store.as_ref(), &format!("op{operator}"), OperatorRole::Viewer)
             .await
             .expect("an operator");
-        let host = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .local_address(std::net::IpAddr::from([127, 0, 0, 10 + operator as u8]))
-            .build()
-            .expect("HTTP client");
+        let host = Console::from_host(app.address, [127, 0, 0, 10 + operator as u8].into());
         hosts.push((format!("op{operator}"), host));
     }
     store.close().await;
@@ -280,13 +276,7 @@ async fn console_writes_cut_off_at_any_point_leave_nothing_half_done() {
     let request = |index: usize| match index % 3 {
         0 => {
             let (username, host) = &hosts[(index / 3) % SIGNING_IN];
-            host.post(app.url("/sign-in"))
-                .header("origin", admin.origin())
-                .form(&[
-                    ("username", username.as_str()),
-                    ("password", OPERATOR_PASSWORD),
-                    ("next", "/"),
-                ])
+            host.sign_in_request(username, OPERATOR_PASSWORD)
         }
         1 => app
             .http

@@ -106,6 +106,13 @@ impl Console {
         self.sign_in_via_proxy(username, password, None).await
     }
 
+    /// `POST /sign-in` as this browser sends it (with its session, if any), not yet sent.
+    pub fn sign_in_request(&self, username: &str, password: &str) -> reqwest::RequestBuilder {
+        self.with_session(self.http.post(self.url("/sign-in")))
+            .header("origin", self.origin())
+            .form(&[("username", username), ("password", password), ("next", "/")])
+    }
+
     /// `POST /sign-in` (with this browser's session, if any) as a reverse proxy forwards it for the client at `forwarded_for`.
     pub async fn sign_in_via_proxy(
         &self,
@@ -113,10 +120,7 @@ impl Console {
         password: &str,
         forwarded_for: Option<&str>,
     ) -> reqwest::Response {
-        let mut request = self
-            .with_session(self.http.post(self.url("/sign-in")))
-            .header("origin", self.origin())
-            .form(&[("username", username), ("password", password), ("next", "/")]);
+        let mut request = self.sign_in_request(username, password);
         if let Some(client) = forwarded_for {
             request = request.header("x-forwarded-for", format!("192.0.2.250, {client}"));
         }

@@ -1,6 +1,9 @@
 //! The two real consumers. Each keeps an inbox row per (consumer, message id), written in the
 //! same transaction as its side effect: a duplicate delivery finds the row and does nothing;
-//! a crash before the commit leaves neither, and the redelivery does the work once.
+//! a crash before the commit leaves neither, and the redelivery does the work once. Messages
+//! come in batches, each handled in one transaction (one commit for many payments); a batch
+//! that fails is handled again one message at a time ([`handle_isolating`]), so that one bad
+//! message holds back only itself.
 //!
 //! - ledger: a double-entry transaction for each authorised payment
 //!   (`ledger_payment_<paymentId>`, unique per entry type and payment): the customer's account
@@ -11,14 +14,14 @@
 //!   between sending and marking sends again with the same message id (at-least-once; the
 //!   mail system deduplicates on the id).
 
-use crate::store::EventStore;
 use crate::store::events::PendingReceipt;
+use crate::store::{EventStore, StoreError};
 use domain::event::EventMessage;
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,18 +46,63 @@ pub enum Handled {
 #[async_trait::async_trait]
 pub trait Consumer: Send + Sync + 'static {
     fn name(&self) -> &'static str;
-    async fn handle(&self, message: &EventMessage) -> Result<Handled, ConsumerError>;
+    /// Handles a batch of deliveries in one transaction; per message, what was done. An error
+    /// means that nothing of the batch was written.
+    async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError>;
+}
+
+/// Handles `messages` as one batch; if the batch fails, each message alone, so that the others
+/// are handled and only the failing ones are retried. Per message, the error that stopped it.
+pub async fn handle_isolating(consumer: &dyn Consumer, messages: &[EventMessage]) -> Vec<Option<ConsumerError>> {
+    let batch_error = match consumer.handle(messages).await {
+        Ok(_) => return messages.iter().map(|_| None).collect(),
+        Err(error) => error,
+    };
+    if messages.len() == 1 {
+        return vec![Some(batch_error)];
+    }
+    let mut errors = Vec::with_capacity(messages.len());
+    for message in messages {
+        errors.push(consumer.handle(std::slice::from_ref(message)).await.err());
+    }
+    errors
 }
 
 pub const LEDGER: &str = "ledger";
 pub const RECEIPTS: &str = "receipts";
+const PAYMENT_AUTHORIZED: &str = "PaymentAuthorized";
 
-fn handled(applied: bool) -> Handled {
-    if applied {
-        Handled::Applied
+/// Passes the batch's PaymentAuthorized messages (the only ones either consumer acts on) to
+/// `apply`, and says per message what was done.
+async fn on_authorisations<'m, Apply>(
+    messages: &'m [EventMessage],
+    apply: impl FnOnce(Vec<&'m EventMessage>) -> Apply,
+) -> Result<Vec<Handled>, ConsumerError>
+where
+    Apply: Future<Output = Result<Vec<bool>, StoreError>>,
+{
+    let authorised: Vec<&EventMessage> = messages
+        .iter()
+        .filter(|message| message.event_type == PAYMENT_AUTHORIZED)
+        .collect();
+    let mut applied = if authorised.is_empty() {
+        Vec::new()
     } else {
-        Handled::Duplicate
+        apply(authorised).await?
     }
+    .into_iter();
+    Ok(messages
+        .iter()
+        .map(|message| {
+            if message.event_type != PAYMENT_AUTHORIZED {
+                Handled::Ignored
+            } else if applied.next() == Some(true) {
+                Handled::Applied
+            } else {
+                Handled::Duplicate
+            }
+        })
+        .collect())
 }
 
 pub struct Ledger {
@@ -73,15 +121,11 @@ impl Consumer for Ledger {
         LEDGER
     }
 
-    async fn handle(&self, message: &EventMessage) -> Result<Handled, ConsumerError> {
-        if message.event_type != "PaymentAuthorized" {
-            return Ok(Handled::Ignored);
-        }
-        Ok(handled(
-            self.store
-                .consume_into_ledger(LEDGER, &message.event_id, &message.payment_id)
-                .await?,
-        ))
+    async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError> {
+        on_authorisations(messages, |authorised| async move {
+            self.store.consume_into_ledger(LEDGER, &authorised).await
+        })
+        .await
     }
 }
 
@@ -101,15 +145,11 @@ impl Consumer for Receipts {
         RECEIPTS
     }
 
-    async fn handle(&self, message: &EventMessage) -> Result<Handled, ConsumerError> {
-        if message.event_type != "PaymentAuthorized" {
-            return Ok(Handled::Ignored);
-        }
-        Ok(handled(
-            self.store
-                .consume_into_receipts(RECEIPTS, &message.event_id, &message.payment_id)
-                .await?,
-        ))
+    async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError> {
+        on_authorisations(messages, |authorised| async move {
+            self.store.consume_into_receipts(RECEIPTS, &authorised).await
+        })
+        .await
     }
 }
 
@@ -144,33 +184,56 @@ impl ReceiptSink {
         })))
     }
 
-    async fn deliver(&self, receipt: &PendingReceipt) -> Result<(), ConsumerError> {
+    /// Delivers `receipts` in order: how many were delivered, and the error that stopped the
+    /// rest. The file gets every line and then one flush to disk, so none of them counts as
+    /// delivered before that flush.
+    async fn deliver(&self, receipts: &[PendingReceipt]) -> (usize, Option<ConsumerError>) {
         match self {
-            ReceiptSink::File(path) => {
-                let line = serde_json::json!({
-                    "messageId": receipt.dedupe_key,
-                    "paymentId": receipt.payment_id,
-                    "body": receipt.body,
-                });
-                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-                writeln!(file, "{line}")?;
-                file.sync_data()?;
-            }
+            ReceiptSink::File(path) => match append_lines(path, receipts) {
+                Ok(()) => (receipts.len(), None),
+                Err(error) => (0, Some(error.into())),
+            },
             ReceiptSink::Smtp(smtp) => {
-                let message = Message::builder()
-                    .message_id(Some(format!("<{}@idem>", receipt.dedupe_key)))
-                    .from(smtp.from.clone())
-                    .to(smtp.to.clone())
-                    .subject(format!("Payment {} authorised", receipt.payment_id))
-                    .header(ContentType::TEXT_PLAIN)
-                    .body(receipt.body.clone())
-                    .map_err(|error| ConsumerError::Mail(error.to_string()))?;
-                smtp.mailer
-                    .send(message)
-                    .await
-                    .map_err(|error| ConsumerError::Mail(error.to_string()))?;
+                for (sent, receipt) in receipts.iter().enumerate() {
+                    if let Err(error) = smtp.send(receipt).await {
+                        return (sent, Some(error));
+                    }
+                }
+                (receipts.len(), None)
             }
         }
+    }
+}
+
+fn append_lines(path: &Path, receipts: &[PendingReceipt]) -> std::io::Result<()> {
+    let mut lines = String::new();
+    for receipt in receipts {
+        let line = serde_json::json!({
+            "messageId": receipt.dedupe_key,
+            "paymentId": receipt.payment_id,
+            "body": receipt.body,
+        });
+        lines.push_str(&format!("{line}\n"));
+    }
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(lines.as_bytes())?;
+    file.sync_data()
+}
+
+impl SmtpSink {
+    async fn send(&self, receipt: &PendingReceipt) -> Result<(), ConsumerError> {
+        let message = Message::builder()
+            .message_id(Some(format!("<{}@idem>", receipt.dedupe_key)))
+            .from(self.from.clone())
+            .to(self.to.clone())
+            .subject(format!("Payment {} authorised", receipt.payment_id))
+            .header(ContentType::TEXT_PLAIN)
+            .body(receipt.body.clone())
+            .map_err(|error| ConsumerError::Mail(error.to_string()))?;
+        self.mailer
+            .send(message)
+            .await
+            .map_err(|error| ConsumerError::Mail(error.to_string()))?;
         Ok(())
     }
 }
@@ -186,14 +249,22 @@ impl ReceiptSender {
         ReceiptSender { store, sink }
     }
 
-    /// Sends what is pending; returns how many were sent.
+    /// Sends what is pending, then marks what was sent in one statement; returns how many
+    /// were sent.
     pub async fn send_pending(&self, batch: i64) -> Result<usize, ConsumerError> {
         let pending = self.store.pending_receipts(batch).await?;
-        for receipt in &pending {
-            self.sink.deliver(receipt).await?;
+        let (delivered, failure) = self.sink.deliver(&pending).await;
+        if delivered > 0 {
             crate::crash::crash_point(crate::crash::CrashPoint::ReceiptSentBeforeMarked);
-            self.store.mark_receipt_sent(&receipt.dedupe_key).await?;
+            let sent: Vec<String> = pending[..delivered]
+                .iter()
+                .map(|receipt| receipt.dedupe_key.clone())
+                .collect();
+            self.store.mark_receipts_sent(&sent).await?;
         }
-        Ok(pending.len())
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(delivered),
+        }
     }
 }

@@ -4,9 +4,10 @@
 //! consumer is a durable pull consumer named after it: a message is acknowledged only after
 //! its side effect committed, refused (redelivered later) when handling failed.
 
-use super::consumers::Consumer;
+use super::consumers::{Consumer, handle_isolating};
 use super::transport::{Transport, TransportError};
 use crate::supervisor::Worker;
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage};
 use domain::event::EventMessage;
 use futures_util::StreamExt;
@@ -52,6 +53,13 @@ impl NatsJetStream {
 
     /// Publishes under an explicit broker message id (the event id, normally).
     pub async fn publish_as(&self, message: &EventMessage, message_id: &str) -> Result<(), TransportError> {
+        self.send_as(message, message_id).await?.await.map_err(failed)?;
+        Ok(())
+    }
+
+    /// Sends without waiting for the broker's acknowledgement, which the returned future
+    /// brings.
+    async fn send_as(&self, message: &EventMessage, message_id: &str) -> Result<PublishAckFuture, TransportError> {
         let payload = serde_json::to_vec(message).map_err(failed)?;
         self.jetstream
             .send_publish(
@@ -61,10 +69,7 @@ impl NatsJetStream {
                     .message_id(message_id),
             )
             .await
-            .map_err(failed)?
-            .await
-            .map_err(failed)?;
-        Ok(())
+            .map_err(failed)
     }
 
     /// `consumer` as a durable pull consumer of the stream (created now, so that a missing
@@ -91,28 +96,41 @@ impl NatsJetStream {
     }
 }
 
-/// A consumer fed by its durable pull consumer: each message handled, then acknowledged (or
-/// given back for redelivery).
+/// The most messages a consumer takes in one batch: those already delivered to it, up to this.
+const CONSUMER_BATCH: usize = 64;
+
+/// A consumer fed by its durable pull consumer: the messages that have arrived handled as one
+/// batch, then each acknowledged (or given back for redelivery).
 pub struct NatsConsumer {
     pull: jetstream::consumer::PullConsumer,
     consumer: Arc<dyn Consumer>,
 }
 
 impl NatsConsumer {
-    async fn handle(&self, message: &jetstream::Message) -> AckKind {
-        match serde_json::from_slice::<EventMessage>(&message.payload) {
-            Ok(event) => match self.consumer.handle(&event).await {
-                Ok(_) => AckKind::Ack,
-                Err(error) => {
-                    tracing::warn!(%error, event_id = %event.event_id, consumer = self.consumer.name(), "event not handled; redelivered later");
-                    AckKind::Nak(Some(Duration::from_secs(1)))
+    async fn handle(&self, delivered: &[jetstream::Message]) -> Vec<AckKind> {
+        let mut acks = vec![AckKind::Ack; delivered.len()];
+        let mut events = Vec::with_capacity(delivered.len());
+        let mut positions = Vec::with_capacity(delivered.len());
+        for (position, message) in delivered.iter().enumerate() {
+            match serde_json::from_slice::<EventMessage>(&message.payload) {
+                Ok(event) => {
+                    events.push(event);
+                    positions.push(position);
                 }
-            },
-            Err(error) => {
-                tracing::error!(%error, consumer = self.consumer.name(), "not an Idem event; dropped");
-                AckKind::Term
+                Err(error) => {
+                    tracing::error!(%error, consumer = self.consumer.name(), "not an Idem event; dropped");
+                    acks[position] = AckKind::Term;
+                }
             }
         }
+        let errors = handle_isolating(self.consumer.as_ref(), &events).await;
+        for ((event, position), error) in events.iter().zip(positions).zip(errors) {
+            if let Some(error) = error {
+                tracing::warn!(%error, event_id = %event.event_id, consumer = self.consumer.name(), "event not handled; redelivered later");
+                acks[position] = AckKind::Nak(Some(Duration::from_secs(1)));
+            }
+        }
+        acks
     }
 }
 
@@ -124,7 +142,7 @@ impl Worker for NatsConsumer {
 
     async fn run(&self, stop: CancellationToken) {
         while !stop.is_cancelled() {
-            let mut messages = match self.pull.messages().await {
+            let messages = match self.pull.messages().await {
                 Ok(messages) => messages,
                 Err(error) => {
                     tracing::warn!(%error, consumer = self.consumer.name(), "NATS: cannot pull; retrying");
@@ -134,22 +152,32 @@ impl Worker for NatsConsumer {
                     }
                 }
             };
+            let mut batches = messages.ready_chunks(CONSUMER_BATCH);
             loop {
-                let next = tokio::select! {
+                let batch = tokio::select! {
                     () = stop.cancelled() => return,
-                    next = messages.next() => next,
+                    batch = batches.next() => batch,
                 };
-                let message = match next {
-                    Some(Ok(message)) => message,
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, consumer = self.consumer.name(), "NATS: pull failed");
-                        break;
+                let Some(batch) = batch else { break };
+                let mut delivered = Vec::with_capacity(batch.len());
+                let mut pull_failed = false;
+                for message in batch {
+                    match message {
+                        Ok(message) => delivered.push(message),
+                        Err(error) => {
+                            tracing::warn!(%error, consumer = self.consumer.name(), "NATS: pull failed");
+                            pull_failed = true;
+                        }
                     }
-                    None => break,
-                };
-                let ack = self.handle(&message).await;
-                if let Err(error) = message.ack_with(ack).await {
-                    tracing::warn!(%error, "NATS: acknowledgement lost; the message comes again");
+                }
+                let acks = self.handle(&delivered).await;
+                for (message, ack) in delivered.iter().zip(acks) {
+                    if let Err(error) = message.ack_with(ack).await {
+                        tracing::warn!(%error, "NATS: acknowledgement lost; the message comes again");
+                    }
+                }
+                if pull_failed {
+                    break;
                 }
             }
         }
@@ -158,7 +186,19 @@ impl Worker for NatsConsumer {
 
 #[async_trait::async_trait]
 impl Transport for NatsJetStream {
-    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
-        self.publish_as(message, &message.event_id).await
+    /// Sends the whole batch, then waits for the acknowledgements: one round trip for all.
+    async fn publish(&self, messages: &[EventMessage]) -> Vec<Result<(), TransportError>> {
+        let mut sent = Vec::with_capacity(messages.len());
+        for message in messages {
+            sent.push(self.send_as(message, &message.event_id).await);
+        }
+        let mut results = Vec::with_capacity(messages.len());
+        for acknowledgement in sent {
+            results.push(match acknowledgement {
+                Ok(acknowledgement) => acknowledgement.await.map(drop).map_err(failed),
+                Err(error) => Err(error),
+            });
+        }
+        results
     }
 }

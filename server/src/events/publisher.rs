@@ -61,32 +61,32 @@ impl Publisher {
             if claimed.is_empty() {
                 return report;
             }
-            // Published events are marked together, in one statement per batch; a crash
-            // before that publishes them again (consumers deduplicate by event id).
+            // The batch goes to the transport at once, and the published events are marked
+            // together, in one statement; a crash before that publishes them again (consumers
+            // deduplicate by event id).
+            let results = self.transport.publish(&claimed).await;
             let mut published = Vec::with_capacity(claimed.len());
-            for message in &claimed {
-                match self.transport.publish(message).await {
+            for (message, result) in claimed.iter().zip(results) {
+                let error = match result {
                     Ok(()) => {
-                        crate::crash::crash_point(crate::crash::CrashPoint::PublishedBeforeMarked);
                         published.push(message.event_id.clone());
+                        continue;
                     }
-                    Err(error) => {
-                        report.failed += 1;
-                        metrics::counter!("outbox_publish_failures_total").increment(1);
-                        tracing::warn!(%error, event_id = %message.event_id, "outbox: publish failed; backing off");
-                        if let Err(error) = self
-                            .store
-                            .mark_event_failed(
-                                &message.event_id,
-                                &error.to_string(),
-                                self.settings.max_attempts,
-                            )
-                            .await
-                        {
-                            tracing::warn!(%error, "outbox: failure not recorded; the claim lease will expire");
-                        }
-                    }
+                    Err(error) => error,
+                };
+                report.failed += 1;
+                metrics::counter!("outbox_publish_failures_total").increment(1);
+                tracing::warn!(%error, event_id = %message.event_id, "outbox: publish failed; backing off");
+                if let Err(error) = self
+                    .store
+                    .mark_event_failed(&message.event_id, &error.to_string(), self.settings.max_attempts)
+                    .await
+                {
+                    tracing::warn!(%error, "outbox: failure not recorded; the claim lease will expire");
                 }
+            }
+            if !published.is_empty() {
+                crate::crash::crash_point(crate::crash::CrashPoint::PublishedBeforeMarked);
             }
             match self.store.mark_events_published(&published).await {
                 Ok(()) => {

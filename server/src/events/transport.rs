@@ -1,7 +1,7 @@
 //! How published events reach consumers: one trait, an in-process implementation (the
 //! embedded default: the consumers run in this process) and NATS JetStream.
 
-use super::consumers::Consumer;
+use super::consumers::{Consumer, handle_isolating};
 use domain::event::EventMessage;
 use std::sync::Arc;
 
@@ -13,13 +13,15 @@ pub enum TransportError {
 
 #[async_trait::async_trait]
 pub trait Transport: Send + Sync + 'static {
-    /// Delivers the message; `Ok` only once the transport has it durably (or, in-process,
-    /// every consumer has processed it). Delivering the same message again must be harmless.
-    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError>;
+    /// Delivers the messages; per message, `Ok` only once the transport has it durably (or,
+    /// in-process, every consumer has processed it). Delivering the same message again must be
+    /// harmless.
+    async fn publish(&self, messages: &[EventMessage]) -> Vec<Result<(), TransportError>>;
 }
 
-/// Delivers straight to this process's consumers; a consumer's failure fails the publish, so
-/// the publisher retries (the consumers that succeeded deduplicate the retry).
+/// Delivers straight to this process's consumers, each taking the batch in one transaction; a
+/// consumer's failure fails the messages it could not handle, so the publisher retries them
+/// (the consumers that succeeded deduplicate the retry).
 pub struct InProcess {
     consumers: Vec<Arc<dyn Consumer>>,
 }
@@ -32,13 +34,16 @@ impl InProcess {
 
 #[async_trait::async_trait]
 impl Transport for InProcess {
-    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
+    async fn publish(&self, messages: &[EventMessage]) -> Vec<Result<(), TransportError>> {
+        let mut results: Vec<Result<(), TransportError>> = messages.iter().map(|_| Ok(())).collect();
         for consumer in &self.consumers {
-            consumer
-                .handle(message)
-                .await
-                .map_err(|error| TransportError::Delivery(format!("{}: {error}", consumer.name())))?;
+            let errors = handle_isolating(consumer.as_ref(), messages).await;
+            for (result, error) in results.iter_mut().zip(errors) {
+                if let (Ok(()), Some(error)) = (&result, error) {
+                    *result = Err(TransportError::Delivery(format!("{}: {error}", consumer.name())));
+                }
+            }
         }
-        Ok(())
+        results
     }
 }

@@ -84,26 +84,28 @@ pub trait EventStore: Send + Sync {
         max_attempts: i32,
     ) -> Result<(), StoreError>;
 
-    /// The ledger consumer: the payment's double-entry transaction and the inbox row, in one
-    /// transaction. `Ok(false)`: already processed (nothing written twice).
+    /// The ledger consumer over a batch of PaymentAuthorized messages, in one transaction: for
+    /// each message not processed before, its inbox row and the payment's double-entry
+    /// transaction. Per message, whether it was applied (`false`: processed before, nothing
+    /// written twice).
     async fn consume_into_ledger(
         &self,
         consumer: &str,
-        message_id: &str,
-        payment_id: &str,
-    ) -> Result<bool, StoreError>;
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError>;
 
-    /// The receipts consumer: the pending receipt and the inbox row, in one transaction.
+    /// The receipts consumer over a batch, in one transaction: for each message not processed
+    /// before, its inbox row and the pending receipt. Per message, whether it was applied.
     async fn consume_into_receipts(
         &self,
         consumer: &str,
-        message_id: &str,
-        payment_id: &str,
-    ) -> Result<bool, StoreError>;
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError>;
 
     async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError>;
 
-    async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), StoreError>;
+    /// Marks the receipts sent, in one statement.
+    async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError>;
 }
 
 /// Event statements that differ by dialect.
@@ -120,44 +122,46 @@ pub trait EventStatements {
     const MARK_EVENTS_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
     const MARK_EVENT_FAILED: &'static str;
-    /// `$1` dedupe key.
-    const MARK_RECEIPT_SENT: &'static str;
+    /// `$1` the dedupe keys, a JSON array of strings.
+    const MARK_RECEIPTS_SENT: &'static str;
 }
 
-impl<D: Dialect> SqlStore<D> {
-    /// Starts a consumer's transaction with its inbox row: `None` when the message was
-    /// processed before (nothing written). Writing first also takes SQLite's write lock at
-    /// once, so two deliveries queue instead of failing to upgrade a read.
-    async fn inbox_claim(
-        &self,
-        consumer: &str,
-        message_id: &str,
-    ) -> Result<Option<Transaction<'static, D>>, StoreError> {
-        let mut tx = self.begin().await?;
+/// Runs `apply` for each message of a batch that `consumer` has not processed, after writing
+/// its inbox row, all in one transaction: a duplicate delivery (in this batch or before) finds
+/// the row and does nothing; a crash before the commit leaves neither, and the redelivery does
+/// the work once. Messages are taken in id order, so that two batches sharing messages lock
+/// their inbox rows in the same order and never deadlock. Writing first also takes SQLite's
+/// write lock at once, so two deliveries queue instead of failing to upgrade a read.
+async fn consume_batch<D: Dialect>(
+    mut tx: Transaction<'static, D>,
+    consumer: &str,
+    messages: &[&EventMessage],
+    mut apply: impl for<'t> FnMut(
+        &'t mut Transaction<'static, D>,
+        &'t EventMessage,
+    ) -> futures_util::future::BoxFuture<'t, Result<bool, StoreError>>,
+) -> Result<Vec<bool>, StoreError> {
+    let mut order: Vec<usize> = (0..messages.len()).collect();
+    order.sort_by(|&a, &b| messages[a].event_id.cmp(&messages[b].event_id));
+    let mut applied = vec![false; messages.len()];
+    for index in order {
+        let message = messages[index];
         let fresh = sqlx::query(
             "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing",
         )
         .bind(consumer)
-        .bind(message_id)
+        .bind(message.event_id.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         if fresh {
-            Ok(Some(tx))
-        } else {
-            tx.rollback().await?;
-            Ok(None)
+            applied[index] = apply(&mut tx, message).await?;
         }
     }
-}
-
-/// The inbox row and the side effect are written: commit them together (a crash before this
-/// rolls both back, and the redelivery does the work once).
-async fn inbox_commit<D: Dialect>(tx: Transaction<'_, D>) -> Result<(), StoreError> {
     crash_point(CrashPoint::ConsumerAfterSideEffect);
     tx.commit().await?;
-    Ok(())
+    Ok(applied)
 }
 
 /// Tenant, account, amount (minor units) and currency of an event's payment.
@@ -289,72 +293,25 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     async fn consume_into_ledger(
         &self,
         consumer: &str,
-        message_id: &str,
-        payment_id: &str,
-    ) -> Result<bool, StoreError> {
-        let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
-            return Ok(false);
-        };
-        let (tenant_id, account_id, amount, currency) = payment_for_events(&mut tx, payment_id).await?;
-        let transaction_id = format!("ledger_payment_{payment_id}");
-        let created = sqlx::query(
-            "insert into ledger_transactions (id, entry_type, source_payment_id) \
-             values ($1, 'payment_authorized', $2) on conflict do nothing",
-        )
-        .bind(transaction_id.as_str())
-        .bind(payment_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if created {
-            // Debit the customer's account, credit the provider's clearing account.
-            for (account, signed) in [
-                (format!("customer:{tenant_id}:{account_id}"), -amount),
-                (format!("provider_clearing:{currency}"), amount),
-            ] {
-                sqlx::query(
-                    "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
-                     values ($1, $2, $3, $4)",
-                )
-                .bind(transaction_id.as_str())
-                .bind(account)
-                .bind(signed)
-                .bind(currency.as_str())
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        inbox_commit(tx).await?;
-        Ok(created)
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError> {
+        let tx = self.begin().await?;
+        consume_batch(tx, consumer, messages, |tx, message| {
+            Box::pin(book_payment(tx, &message.payment_id))
+        })
+        .await
     }
 
     async fn consume_into_receipts(
         &self,
         consumer: &str,
-        message_id: &str,
-        payment_id: &str,
-    ) -> Result<bool, StoreError> {
-        let Some(mut tx) = self.inbox_claim(consumer, message_id).await? else {
-            return Ok(false);
-        };
-        let (_, account_id, amount, currency) = payment_for_events(&mut tx, payment_id).await?;
-        let body = format!(
-            "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
-            minor_to_decimal(amount, &currency)
-        );
-        let created = sqlx::query(
-            "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing",
-        )
-        .bind(format!("receipt_payment_{payment_id}"))
-        .bind(payment_id)
-        .bind(body)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        inbox_commit(tx).await?;
-        Ok(created)
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError> {
+        let tx = self.begin().await?;
+        consume_batch(tx, consumer, messages, |tx, message| {
+            Box::pin(record_receipt(tx, &message.payment_id))
+        })
+        .await
     }
 
     async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError> {
@@ -374,9 +331,74 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
             .collect())
     }
 
-    async fn mark_receipt_sent(&self, dedupe_key: &str) -> Result<(), StoreError> {
-        self.write_one(sqlx::query(D::MARK_RECEIPT_SENT).bind(dedupe_key))
-            .await?;
+    async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError> {
+        if dedupe_keys.is_empty() {
+            return Ok(());
+        }
+        let keys = serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::MARK_RECEIPTS_SENT).bind(keys)).await?;
         Ok(())
     }
+}
+
+/// The ledger's side of an authorised payment: its double-entry transaction, the customer's
+/// account debited and the provider's clearing account credited (`ledger_payment_<id>`,
+/// unique, so a payment is booked once). `false`: it was booked before.
+async fn book_payment<D: Dialect>(
+    tx: &mut Transaction<'static, D>,
+    payment_id: &str,
+) -> Result<bool, StoreError> {
+    let (tenant_id, account_id, amount, currency) = payment_for_events(tx, payment_id).await?;
+    let transaction_id = format!("ledger_payment_{payment_id}");
+    let created = sqlx::query(
+        "insert into ledger_transactions (id, entry_type, source_payment_id) \
+         values ($1, 'payment_authorized', $2) on conflict do nothing",
+    )
+    .bind(transaction_id.as_str())
+    .bind(payment_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if created {
+        for (account, signed) in [
+            (format!("customer:{tenant_id}:{account_id}"), -amount),
+            (format!("provider_clearing:{currency}"), amount),
+        ] {
+            sqlx::query(
+                "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
+                 values ($1, $2, $3, $4)",
+            )
+            .bind(transaction_id.as_str())
+            .bind(account)
+            .bind(signed)
+            .bind(currency.as_str())
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(created)
+}
+
+/// The receipt of an authorised payment, pending until the sender delivers it
+/// (`receipt_payment_<id>`, unique). `false`: it was recorded before.
+async fn record_receipt<D: Dialect>(
+    tx: &mut Transaction<'static, D>,
+    payment_id: &str,
+) -> Result<bool, StoreError> {
+    let (_, account_id, amount, currency) = payment_for_events(tx, payment_id).await?;
+    let body = format!(
+        "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
+        minor_to_decimal(amount, &currency)
+    );
+    Ok(sqlx::query(
+        "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing",
+    )
+    .bind(format!("receipt_payment_{payment_id}"))
+    .bind(payment_id)
+    .bind(body)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1)
 }

@@ -179,8 +179,8 @@ impl EventStatements for Postgres {
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then now() else null end, next_attempt_at = now() + make_interval(secs => \
          least(power(2, attempts), 300)) where id = $3";
-    const MARK_RECEIPT_SENT: &'static str =
-        "update receipts set sent_at = now() where dedupe_key = $1 and sent_at is null";
+    const MARK_RECEIPTS_SENT: &'static str = "update receipts set sent_at = now() \
+         where dedupe_key in (select jsonb_array_elements_text(cast($1 as jsonb))) and sent_at is null";
 }
 
 impl ConsoleStatements for Postgres {

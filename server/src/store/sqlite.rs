@@ -223,8 +223,8 @@ impl EventStatements for Sqlite {
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then strftime('%Y-%m-%dT%H:%M:%fZ', 'now') else null end, next_attempt_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now', min(1 << attempts, 300) || ' seconds') where id = $3";
-    const MARK_RECEIPT_SENT: &'static str = "update receipts set sent_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where dedupe_key = $1 \
-         and sent_at is null";
+    const MARK_RECEIPTS_SENT: &'static str = "update receipts set sent_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where dedupe_key in \
+         (select value from json_each($1)) and sent_at is null";
 }
 
 impl ConsoleStatements for Sqlite {

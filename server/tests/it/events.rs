@@ -30,16 +30,26 @@ struct Duplicating {
 
 #[async_trait::async_trait]
 impl Transport for Duplicating {
-    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
-        // xorshift: a different spread of duplicates per message, reproducible per run.
+    async fn publish(&self, messages: &[EventMessage]) -> Vec<Result<(), TransportError>> {
+        // xorshift: a different spread of duplicates per batch, reproducible per run.
         let mut x = self.seed.fetch_add(0x9E37_79B9, Ordering::Relaxed) | 1;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         let copies = 2 + x % 4;
-        self.deliveries.fetch_add(copies, Ordering::Relaxed);
-        let results = join_all((0..copies).map(|_| self.inner.publish(message))).await;
-        results.into_iter().collect()
+        self.deliveries
+            .fetch_add(copies * messages.len() as u64, Ordering::Relaxed);
+        let deliveries = join_all((0..copies).map(|_| self.inner.publish(messages))).await;
+        // A message is delivered when every copy of it was.
+        let mut results: Vec<Result<(), TransportError>> = messages.iter().map(|_| Ok(())).collect();
+        for delivery in deliveries {
+            for (result, copy) in results.iter_mut().zip(delivery) {
+                if result.is_ok() {
+                    *result = copy;
+                }
+            }
+        }
+        results
     }
 }
 
@@ -152,6 +162,74 @@ async fn duplicated_deliveries_by_two_publishers_apply_each_event_once(db: TestD
 
 conformance!(duplicated_deliveries_by_two_publishers_apply_each_event_once);
 
+/// Consumers take batches, one transaction each: a message handled before, one repeated in
+/// the batch and events they ignore are told apart; a message that fails (its payment does not
+/// exist) holds back only itself, and everything else is applied exactly once.
+async fn a_batch_applies_each_new_message_once_and_a_bad_message_holds_back_only_itself(db: TestDatabase) {
+    let app = payments_with_idle_publisher(db).await;
+    let db = &app.db;
+    let store = db.store().await;
+    let claimed = store
+        .claim_events(100, Duration::from_secs(60))
+        .await
+        .expect("claim the outbox");
+    assert_eq!(claimed.len(), 2 * (AUTHORISED + DECLINED));
+    let authorised: Vec<EventMessage> = claimed
+        .iter()
+        .filter(|message| message.event_type == "PaymentAuthorized")
+        .cloned()
+        .collect();
+    assert_eq!(authorised.len(), AUTHORISED);
+
+    let ledger = Ledger::new(store.clone());
+    assert_eq!(
+        ledger.handle(&authorised[..1]).await.expect("one message"),
+        vec![Handled::Applied]
+    );
+    let mut batch = claimed.clone();
+    batch.push(authorised[1].clone());
+    let handled = ledger.handle(&batch).await.expect("the batch");
+    assert_eq!(handled.len(), batch.len());
+    for (message, handled) in batch.iter().zip(&handled) {
+        if message.event_type != "PaymentAuthorized" {
+            assert_eq!(*handled, Handled::Ignored, "{message:?}");
+        }
+    }
+    let count = |what: Handled| handled.iter().filter(|handled| **handled == what).count();
+    assert_eq!(count(Handled::Applied), AUTHORISED - 1, "{handled:?}");
+    assert_eq!(count(Handled::Duplicate), 2, "handled before, and repeated in the batch: {handled:?}");
+    assert_eq!(handled[batch.len() - 1], Handled::Duplicate, "the repeat inside the batch");
+
+    let transport = InProcess::new(vec![
+        Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
+        Arc::new(Receipts::new(store.clone())),
+    ]);
+    let mut poisoned = authorised.clone();
+    poisoned.insert(
+        3,
+        EventMessage {
+            event_id: "evt_for_a_missing_payment".into(),
+            event_type: "PaymentAuthorized".into(),
+            payment_id: "pay_missing".into(),
+            payload: "{}".into(),
+        },
+    );
+    let results = transport.publish(&poisoned).await;
+    for (position, result) in results.iter().enumerate() {
+        assert_eq!(result.is_err(), position == 3, "{position}: {result:?}");
+    }
+    let ids: Vec<String> = claimed.iter().map(|message| message.event_id.clone()).collect();
+    store.mark_events_published(&ids).await.expect("mark published");
+    assert_once(db).await;
+    assert_eq!(
+        db.query_i64("select count(*) from consumer_inbox").await,
+        2 * AUTHORISED as i64,
+        "no inbox row for the failed message"
+    );
+}
+
+conformance!(a_batch_applies_each_new_message_once_and_a_bad_message_holds_back_only_itself);
+
 /// Makes the payments with the publisher idle and their PaymentCreated events out of the way,
 /// so that the next instance's first publication is a PaymentAuthorized the consumers act on.
 async fn payments_awaiting_publication() -> TestApp {
@@ -223,11 +301,18 @@ async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_th
         .collect();
     let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
     assert_eq!(distinct.len(), AUTHORISED, "every receipt delivered");
-    assert_eq!(
-        ids.len(),
-        AUTHORISED + 1,
-        "the one sent before the crash was sent again, same id: {ids:?}"
-    );
+    // The crash came after a batch was delivered and before it was marked: that batch, the
+    // first lines of the sink, was sent again after the restart with the same ids, and
+    // nothing else was sent twice.
+    let sent_twice: std::collections::BTreeSet<&String> = distinct
+        .iter()
+        .copied()
+        .filter(|id| ids.iter().filter(|other| other == id).count() == 2)
+        .collect();
+    assert!(!sent_twice.is_empty(), "the batch sent before the crash was sent again: {ids:?}");
+    assert_eq!(ids.len(), AUTHORISED + sent_twice.len(), "nothing sent three times: {ids:?}");
+    let before_crash: std::collections::BTreeSet<&String> = ids[..sent_twice.len()].iter().collect();
+    assert_eq!(before_crash, sent_twice, "the batch delivered before the crash: {ids:?}");
 }
 
 async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: TestDatabase) {
@@ -345,7 +430,17 @@ struct DuplicatingNats {
 
 #[async_trait::async_trait]
 impl Transport for DuplicatingNats {
-    async fn publish(&self, message: &EventMessage) -> Result<(), TransportError> {
+    async fn publish(&self, messages: &[EventMessage]) -> Vec<Result<(), TransportError>> {
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(self.publish_copies(message).await);
+        }
+        results
+    }
+}
+
+impl DuplicatingNats {
+    async fn publish_copies(&self, message: &EventMessage) -> Result<(), TransportError> {
         let copies = 2 + self.messages.fetch_add(1, Ordering::Relaxed) % 4;
         for copy in 0..copies {
             self.nats
@@ -369,10 +464,10 @@ impl Consumer for Counting {
         self.inner.name()
     }
 
-    async fn handle(&self, message: &EventMessage) -> Result<Handled, ConsumerError> {
-        let handled = self.inner.handle(message).await;
-        if handled.is_ok() {
-            self.handled.fetch_add(1, Ordering::Relaxed);
+    async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError> {
+        let handled = self.inner.handle(messages).await;
+        if let Ok(handled) = &handled {
+            self.handled.fetch_add(handled.len() as u64, Ordering::Relaxed);
         }
         handled
     }

@@ -1,0 +1,201 @@
+//! An open-loop load client for scripts/bench: requests are sent on a fixed schedule (`--rate`
+//! per second) whatever the server does, and each latency is measured from the moment its
+//! request was *due*, not from when it was sent. A server that stalls therefore shows the
+//! stall in every request queued behind it (no coordinated omission, as with wrk2), which a
+//! closed-loop client such as wrk hides by sending less while the server is slow.
+//!
+//!   cargo run --release -p idem --example load -- --url http://127.0.0.1:8080 \
+//!     --api-key KEY --workload replay --rate 3000 --seconds 10
+//!
+//! Prints one JSON object: requests sent and completed, statuses, transport errors, and the
+//! latency percentiles in milliseconds (from an HDR histogram, 3 significant digits).
+
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Workload {
+    /// `GET /payments/{--payment}`.
+    GetPayment,
+    /// A completed key's retry: keys `r-0` … `r-<replay keys - 1>`, uniform.
+    Replay,
+    /// A new key per request.
+    FreshCreate,
+    /// A new payment per request without a key (the tenant's keys are optional): the same
+    /// payment work without the idempotency layer.
+    Baseline,
+    /// 80% fresh creates, 15% replays, 4% conflicts (a completed key with another amount),
+    /// 1% malformed bodies.
+    Mix,
+}
+
+#[derive(Debug, Parser)]
+struct Args {
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    api_key: String,
+    #[arg(long, value_enum)]
+    workload: Workload,
+    /// Requests per second, on a fixed schedule.
+    #[arg(long)]
+    rate: u64,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// The payment `get-payment` reads.
+    #[arg(long, default_value = "")]
+    payment: String,
+    /// Makes this run's new keys and merchant references unique.
+    #[arg(long, default_value = "open")]
+    prefix: String,
+    #[arg(long, default_value_t = 1000)]
+    replay_keys: u64,
+}
+
+/// One request of the workload: method, path, key and body.
+struct Planned {
+    get: bool,
+    path: String,
+    key: Option<String>,
+    body: String,
+}
+
+fn payment_body(reference: &str, amount: &str) -> String {
+    format!(r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#)
+}
+
+/// A cheap, well-spread hash of the request number (SplitMix64), so that the mix and the
+/// replay keys are the same in every run.
+fn spread(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn plan(args: &Args, n: u64) -> Planned {
+    let replay_key = || format!("r-{}", spread(n) % args.replay_keys);
+    let fresh = || {
+        let key = format!("{}-{n}", args.prefix);
+        Planned {
+            get: false,
+            path: "/payments".into(),
+            body: payment_body(&key, "1.00"),
+            key: Some(key),
+        }
+    };
+    let keyed = |key: String, amount: &str| Planned {
+        get: false,
+        path: "/payments".into(),
+        body: payment_body(&key, amount),
+        key: Some(key),
+    };
+    match args.workload {
+        Workload::GetPayment => Planned {
+            get: true,
+            path: format!("/payments/{}", args.payment),
+            key: None,
+            body: String::new(),
+        },
+        Workload::Replay => keyed(replay_key(), "1.00"),
+        Workload::FreshCreate => fresh(),
+        Workload::Baseline => Planned {
+            key: None,
+            ..fresh()
+        },
+        Workload::Mix => match spread(n ^ 0xA5A5) % 100 {
+            0..80 => fresh(),
+            80..95 => keyed(replay_key(), "1.00"),
+            95..99 => keyed(replay_key(), "2.00"),
+            _ => Planned {
+                body: r#"{"accountId":"acc_1","amount":1.00}"#.into(),
+                ..fresh()
+            },
+        },
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    statuses: BTreeMap<u16, u64>,
+    errors: u64,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Arc::new(Args::parse());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client");
+    let histogram = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
+    ));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(1) as f64);
+    let total = args.rate * args.seconds;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    for n in 0..total {
+        let due = start + interval.mul_f64(n as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let (client, args, histogram, tally) = (client.clone(), args.clone(), histogram.clone(), tally.clone());
+        tasks.push(tokio::spawn(async move {
+            let planned = plan(&args, n);
+            let url = format!("{}{}", args.url, planned.path);
+            let mut request = if planned.get { client.get(url) } else { client.post(url) }
+                .bearer_auth(&args.api_key);
+            if let Some(key) = planned.key {
+                request = request.header("Idempotency-Key", key);
+            }
+            if !planned.get {
+                request = request.header("Content-Type", "application/json").body(planned.body);
+            }
+            let status = match request.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    response.bytes().await.ok().map(|_| status)
+                }
+                Err(_) => None,
+            };
+            let late = due.elapsed();
+            match status {
+                Some(status) => {
+                    *tally.lock().unwrap_or_else(PoisonError::into_inner).statuses.entry(status).or_default() += 1;
+                    let micros = u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1);
+                    histogram
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .saturating_record(micros);
+                }
+                None => tally.lock().unwrap_or_else(PoisonError::into_inner).errors += 1,
+            }
+        }));
+    }
+    let sent_for = start.elapsed();
+    for task in tasks {
+        task.await.expect("a request task");
+    }
+    let histogram = histogram.lock().unwrap_or_else(PoisonError::into_inner);
+    let tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
+    let millis = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1000.0;
+    let report = serde_json::json!({
+        "workload": format!("{:?}", args.workload),
+        "rate": args.rate,
+        "sent": total,
+        "sentForSeconds": sent_for.as_secs_f64(),
+        "completed": histogram.len(),
+        "errors": tally.errors,
+        "statuses": tally.statuses.iter().map(|(status, count)| (status.to_string(), *count)).collect::<BTreeMap<_, _>>(),
+        "p50": millis(0.5),
+        "p90": millis(0.9),
+        "p99": millis(0.99),
+        "p999": millis(0.999),
+        "max": histogram.max() as f64 / 1000.0,
+    });
+    println!("{report}");
+}

@@ -8,6 +8,7 @@ corrected for coordinated omission.
 
 import argparse
 import base64
+import concurrent.futures
 import json
 import os
 import platform
@@ -22,7 +23,12 @@ from pathlib import Path
 
 THREADS, CONNECTIONS = 2, 16
 REPLAY_KEYS = 1000
-BODY = '{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"{ref}"}}'
+# Payments are spread over this many accounts: each payment locks its account's balance row
+# for its local transaction, so one account is a queue of its own (measured apart, below).
+ACCOUNTS = 64
+BODY = '{{"accountId":"acc_{account}","amount":"{amount}","currency":"EUR","merchantReference":"{ref}"}}'
+GROWTH = (10_000, 100_000, 1_000_000)
+CLEANUP_BACKLOG = 200_000
 
 # The statement a replay runs (RecordStatements::LOOK_UP_RECORD for PostgreSQL), for its
 # pgbench ceiling.
@@ -34,6 +40,27 @@ LOOK_UP = (
     "r.operation_name and s.idempotency_key = r.idempotency_key where r.tenant_id = '{tenant}' and "
     "r.operation_name = 'create_payment' and r.idempotency_key = 'r-' || :k;"
 )
+
+# The request path of a fresh create, statement for statement and commit for commit (the
+# look-up, the claim's local transaction, the completion's), on the same tables, indexes and
+# triggers: the ceiling of what Idem's own statements allow.
+FRESH_CREATE = """\\set k random(1, 1000000000000)
+\\set a random(0, {last_account})
+{look_up}
+begin;
+insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) values ('{tenant}', 'create_payment', 'pgb-' || :k, 1, repeat('f', 64), repeat('c', 120), 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', 'pay_pgb' || :k, '2025-01-01', 'bench', 1, now() + interval '30 seconds', 'key_bench', now() + interval '1 day') on conflict (tenant_id, operation_name, idempotency_key) do nothing returning lease_version, expires_at, claimed_as;
+select currency, balance_minor from accounts where tenant_id = '{tenant}' and id = 'acc_' || :a for update;
+update accounts set balance_minor = balance_minor - 1, updated_at = now() where tenant_id = '{tenant}' and id = 'acc_' || :a;
+insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status, idempotency_key) values ('pay_pgb' || :k, '{tenant}', 'acc_' || :a, 100, 'EUR', 'pgb-' || :k, 'web', 'PROCESSING', 'pgb-' || :k) returning created_at;
+insert into outbox_events (id, payment_id, event_type, payload) values ('evt_pgb_c' || :k, 'pay_pgb' || :k, 'PaymentCreated', repeat('p', 200));
+commit;
+begin;
+update payments set status = 'PENDING', provider_charge_id = 'ch_pgb' || :k, updated_at = now() where id = 'pay_pgb' || :k and status = 'PROCESSING';
+update idempotency_records set status = 'COMPLETED', progress_step = 'COMPLETED', response_status_code = 201, provider_reference = 'ch_pgb' || :k, locked_until = null, completed_at = now(), updated_at = now() where tenant_id = '{tenant}' and operation_name = 'create_payment' and idempotency_key = 'pgb-' || :k and lease_version = 1 and status = 'IN_PROGRESS';
+insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) values ('{tenant}', 'create_payment', 'pgb-' || :k, repeat('h', 120), decode(repeat('ab', 400), 'hex'));
+insert into outbox_events (id, payment_id, event_type, payload) values ('evt_pgb_a' || :k, 'pay_pgb' || :k, 'PaymentAuthorized', repeat('p', 200));
+commit;
+"""
 
 LUA_COMMON = """
 done = function(summary, latency, requests)
@@ -48,41 +75,79 @@ done = function(summary, latency, requests)
 end
 """
 
+LUA_POST = """
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("IDEM_BENCH_KEY")
+wrk.headers["Content-Type"] = "application/json"
+local accounts = %d
+local replay_keys = %d
+local counter = 0
+local prefix
+setup = function(thread) thread:set("id", math.random(1, 1000000000)) end
+init = function() prefix = os.getenv("IDEM_BENCH_PREFIX") .. "-" .. (id or 0) .. "-" end
+local function body(account, amount, reference)
+  return '{"accountId":"acc_' .. account .. '","amount":"' .. amount
+    .. '","currency":"EUR","merchantReference":"' .. reference .. '"}'
+end
+local function keyed(key, payload)
+  wrk.headers["Idempotency-Key"] = key
+  return wrk.format(nil, "/payments", nil, payload)
+end
+local function fresh()
+  counter = counter + 1
+  local key = prefix .. counter
+  return keyed(key, body(counter %% accounts, "1.00", key))
+end
+local function replay(amount)
+  local n = math.random(0, replay_keys - 1)
+  return keyed("r-" .. n, body(n %% accounts, amount, "r-" .. n))
+end
+""" % (ACCOUNTS, REPLAY_KEYS)
+
 LUA = {
     "healthz": "",
     "get_payment": """
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("IDEM_BENCH_KEY")
 wrk.path = "/payments/" .. os.getenv("IDEM_BENCH_PAYMENT")
 """,
-    "replay": """
-wrk.method = "POST"
-wrk.headers["Authorization"] = "Bearer " .. os.getenv("IDEM_BENCH_KEY")
-wrk.headers["Content-Type"] = "application/json"
+    "replay": LUA_POST + 'request = function() return replay("1.00") end\n',
+    "conflict": LUA_POST + 'request = function() return replay("2.00") end\n',
+    "fresh_create": LUA_POST + "request = fresh\n",
+    "baseline": LUA_POST + """
 request = function()
-  local n = math.random(0, %d)
-  wrk.headers["Idempotency-Key"] = "r-" .. n
-  return wrk.format(nil, "/payments", nil,
-    '{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"r-' .. n .. '"}')
+  counter = counter + 1
+  local reference = prefix .. counter
+  wrk.headers["Idempotency-Key"] = nil
+  return wrk.format(nil, "/payments", nil, body(counter % accounts, "1.00", reference))
 end
-""" % (REPLAY_KEYS - 1),
-    "fresh_create": """
-wrk.method = "POST"
-wrk.headers["Authorization"] = "Bearer " .. os.getenv("IDEM_BENCH_KEY")
-wrk.headers["Content-Type"] = "application/json"
-local counter = 0
-local prefix
-setup = function(thread) thread:set("id", math.random(1, 1000000000)) end
-init = function() prefix = os.getenv("IDEM_BENCH_PREFIX") .. "-" .. id .. "-" end
+""",
+    "mix": LUA_POST + """
+request = function()
+  local roll = math.random(1, 100)
+  if roll <= 80 then return fresh() end
+  if roll <= 95 then return replay("1.00") end
+  if roll <= 99 then return replay("2.00") end
+  counter = counter + 1
+  return keyed(prefix .. counter, '{"accountId":"acc_1","amount":1.00}')
+end
+""",
+    # Every thread of every client walks the same keys, four requests per key: each key
+    # gets concurrent duplicates from both instances.
+    "storm": LUA_POST + """
+request = function()
+  counter = counter + 1
+  local key = os.getenv("IDEM_BENCH_PREFIX") .. "-" .. math.floor(counter / 4)
+  return keyed(key, body(0, "1.00", key))
+end
+""",
+    "one_account": LUA_POST + """
 request = function()
   counter = counter + 1
   local key = prefix .. counter
-  wrk.headers["Idempotency-Key"] = key
-  return wrk.format(nil, "/payments", nil,
-    '{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"' .. key .. '"}')
+  return keyed(key, body(0, "1.00", key))
 end
 """,
 }
-
 
 def run(command, env=None, check=True):
     return subprocess.run(command, env=env, check=check, capture_output=True, text=True)
@@ -114,11 +179,12 @@ class Postgres:
         self.sql(f"create database {database}")
 
     def counters(self, database):
-        """Commits, statements (pg_stat_statements, BEGIN/COMMIT excluded), WAL bytes."""
+        """Commits, statements Idem sent (pg_stat_statements' top-level ones, BEGIN/COMMIT
+        excluded: not the foreign-key checks and trigger statements they cause), WAL bytes."""
         commits = int(self.sql(f"select xact_commit from pg_stat_database where datname = '{database}'"))
         statements = int(self.sql(
             "select coalesce(sum(calls), 0) from pg_stat_statements s join pg_database d on d.oid = s.dbid "
-            f"where d.datname = '{database}' and s.query !~* '^(begin|commit|rollback)'"
+            f"where d.datname = '{database}' and s.toplevel and s.query !~* '^(begin|commit|rollback)'"
         ))
         explicit_commits = int(self.sql(
             "select coalesce(sum(calls), 0) from pg_stat_statements s join pg_database d on d.oid = s.dbid "
@@ -129,26 +195,32 @@ class Postgres:
 
 
 class Idem:
-    """A release `idem serve` with its tenant, key and account."""
+    """A release `idem serve`; the first on a database also makes its tenant (keys optional,
+    so that requests without one are the baseline), API key and accounts."""
 
-    def __init__(self, binary, data_dir, database_url, provider_url):
+    def __init__(self, binary, data_dir, database_url, provider_url, share=None, extra=()):
         self.binary, self.data_dir = binary, data_dir
-        self.env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("IDEM_")}
-        self.env.update({
-            "IDEM_DATA_DIR": data_dir,
-            "IDEM_LOG": "warn",
-            "IDEM_RESPONSE_KEYS": "b1:" + base64.b64encode(secrets.token_bytes(32)).decode(),
-        })
-        if database_url:
-            self.env["DATABASE_URL"] = database_url
-        run([binary, "migrate"], env=self.env)
-        run([binary, "tenant", "create", "bench"], env=self.env)
-        self.key = run([binary, "api-key", "create", "--tenant", "bench"], env=self.env).stdout.strip()
-        run([binary, "account", "create", "--tenant", "bench", "--id", "acc_1", "--currency", "EUR",
-             "--balance", "100000000.00"], env=self.env)
+        if share:
+            self.env = dict(share.env, IDEM_DATA_DIR=data_dir)
+            self.key = share.key
+        else:
+            self.env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("IDEM_")}
+            self.env.update({
+                "IDEM_DATA_DIR": data_dir,
+                "IDEM_LOG": "warn",
+                "IDEM_RESPONSE_KEYS": "b1:" + base64.b64encode(secrets.token_bytes(32)).decode(),
+            })
+            if database_url:
+                self.env["DATABASE_URL"] = database_url
+            run([binary, "migrate"], env=self.env)
+            run([binary, "tenant", "create", "bench", "--optional-idempotency-key"], env=self.env)
+            self.key = run([binary, "api-key", "create", "--tenant", "bench"], env=self.env).stdout.strip()
+            for account in range(ACCOUNTS):
+                run([binary, "account", "create", "--tenant", "bench", "--id", f"acc_{account}",
+                     "--currency", "EUR", "--balance", "100000000.00"], env=self.env)
         self.process = subprocess.Popen(
             [binary, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--provider-url", provider_url, "--rate-limit-per-sec", "0"],
+             "--provider-url", provider_url, "--rate-limit-per-sec", "0", *extra],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = re.search(r"http://[^/]+", self.process.stdout.readline()).group(0)
         self.process.stdout.readline()  # the metrics listener
@@ -157,9 +229,17 @@ class Idem:
                 break
             time.sleep(0.1)
 
-    def pay(self, key, ref):
-        return http("POST", self.url + "/payments", BODY.format(ref=ref), {
+    def pay(self, key, ref, account=0):
+        return http("POST", self.url + "/payments", BODY.format(account=account, amount="1.00", ref=ref), {
             "Authorization": "Bearer " + self.key, "Idempotency-Key": key, "Content-Type": "application/json"})
+
+    def seed_replays(self):
+        """The keys replays retry, and a payment to read."""
+        status, body = self.pay("seed", "seed")
+        assert status == 201, body
+        for n in range(REPLAY_KEYS):
+            assert self.pay(f"r-{n}", f"r-{n}", n % ACCOUNTS)[0] == 201
+        return {"IDEM_BENCH_KEY": self.key, "IDEM_BENCH_PAYMENT": json.loads(body)["paymentId"]}
 
     def cpu_seconds(self):
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -176,18 +256,29 @@ class Idem:
         self.process.wait(timeout=30)
 
 
-def wrk(url, workload, seconds, env):
+def wrk(url, workload, seconds, env, connections=CONNECTIONS):
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch, "workload.lua")
         script.write_text(LUA[workload] + LUA_COMMON)
         result = Path(scratch, "result.json")
         env = dict(os.environ, IDEM_BENCH_RESULT=str(result), **env)
-        run(["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", str(script), url], env=env)
+        run(["wrk", f"-t{THREADS}", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url], env=env)
         return json.loads(result.read_text())
 
 
+def open_loop(load, idem, workload, rate, seconds, env):
+    """Latencies at a fixed arrival rate, each from the moment its request was due."""
+    output = run([load, "--url", idem.url, "--api-key", idem.key, "--workload", workload.replace("_", "-"),
+                  "--rate", str(max(int(rate), 1)), "--seconds", str(seconds),
+                  "--payment", env["IDEM_BENCH_PAYMENT"], "--prefix", env["IDEM_BENCH_PREFIX"],
+                  "--replay-keys", str(REPLAY_KEYS), "--accounts", str(ACCOUNTS)]).stdout
+    result = json.loads(output)
+    return {"throughput": result["completed"] / seconds, "p50": result["p50"], "p90": result["p90"],
+            "p99": result["p99"], "p999": result["p999"], "errors": result["errors"]}
+
+
 def pgbench(postgres, args, seconds, database="pgbench_bench"):
-    output = run(["pgbench", "-n", f"-c{CONNECTIONS}", f"-j{THREADS}", f"-T{seconds}",
+    output = run(["pgbench", "-n", "-M", "prepared", f"-c{CONNECTIONS}", f"-j{THREADS}", f"-T{seconds}",
                   *args, postgres.url(database)]).stdout
     tps = float(re.search(r"tps = ([\d.]+) \(without", output).group(1))
     latency = float(re.search(r"latency average = ([\d.]+) ms", output).group(1))
@@ -216,25 +307,65 @@ def measure(idem, postgres, database, workload, seconds, env):
     return row
 
 
+def clone_rows(postgres, database, table, where, overrides, first, count):
+    """Copies the rows matching `where` `count` times with the `overrides` (SQL over `n`,
+    from `first`): a large history in seconds, without a request per row."""
+    columns = postgres.sql(
+        "select string_agg(column_name, ',' order by ordinal_position) from information_schema.columns "
+        f"where table_schema = 'public' and table_name = '{table}'", database).split(",")
+    values = ", ".join(overrides.get(column, column) for column in columns)
+    postgres.sql(
+        f"set synchronous_commit = off; insert into {table} ({', '.join(columns)}) select {values} from {table} "
+        f"cross join generate_series({first}, {first + count - 1}) g(n) where {where}", database)
+
+
+def add_records(postgres, database, first, count, expired=False):
+    """`count` more settled payments with their records and stored responses, cloned from the
+    seed payment's; `expired`: past their window, for the cleanup worker."""
+    key = f"'{'x' if expired else 'g'}-' || n"
+    payment = f"'pay_{'x' if expired else 'g'}' || n"
+    expires = "now() - interval '1 hour'" if expired else "expires_at"
+    clone_rows(postgres, database, "payments", "id = (select resource_id from idempotency_records where idempotency_key = 'seed')",
+               {"id": payment, "merchant_reference": key, "idempotency_key": key}, first, count)
+    clone_rows(postgres, database, "idempotency_records", "idempotency_key = 'seed'",
+               {"idempotency_key": key, "resource_id": payment, "expires_at": expires}, first, count)
+    clone_rows(postgres, database, "idempotency_responses", "idempotency_key = 'seed'",
+               {"idempotency_key": key}, first, count)
+    postgres.sql("vacuum analyze idempotency_records, idempotency_responses, payments", database)
+
+
 def summarise(samples):
     keys = samples[0].keys()
     return {key: {"median": statistics.median(s[key] for s in samples),
                   "min": min(s[key] for s in samples), "max": max(s[key] for s in samples)} for key in keys}
 
 
+def top_statements(postgres, database, limit=12):
+    rows = postgres.sql(
+        "select calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\\s+', ' ', 'g'), 120) "
+        "from pg_stat_statements s join pg_database d on d.oid = s.dbid "
+        f"where d.datname = '{database}' order by total_exec_time desc limit {limit}").splitlines()
+    return [dict(zip(("calls", "total_ms", "query"), row.split("|", 2))) for row in rows]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
+    parser.add_argument("--load", required=True)
     parser.add_argument("--postgres", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--growth", default=",".join(map(str, GROWTH)),
+                        help="record counts for the growth runs, comma-separated")
+    parser.add_argument("--cleanup-backlog", type=int, default=CLEANUP_BACKLOG)
     args = parser.parse_args()
+    args.growth = [int(size) for size in args.growth.split(",")]
 
     postgres = Postgres(args.postgres)
     postgres.sql("create extension if not exists pg_stat_statements")
-    postgres.create("idem_bench")
-    postgres.create("pgbench_bench")
+    for database in ("idem_bench", "idem_growth", "idem_cleanup", "pgbench_bench"):
+        postgres.create(database)
     run(["pgbench", "-i", "-q", "-s", "10", postgres.url("pgbench_bench")])
     work = Path(tempfile.mkdtemp(prefix="idem-bench-"))
     sim = subprocess.Popen([args.binary, "provider-sim", "--listen", "127.0.0.1:0"],
@@ -245,43 +376,91 @@ def main():
         "postgres": Idem(args.binary, str(work / "pg"), postgres.url("idem_bench"), sim_url),
         "sqlite": Idem(args.binary, str(work / "sqlite"), None, sim_url),
     }
+    env = {name: idem.seed_replays() for name, idem in servers.items()}
     tenant = postgres.sql("select id from tenants where name = 'bench'", "idem_bench")
-    env = {}
-    for name, idem in servers.items():
-        status, body = idem.pay("seed", "seed")
-        assert status == 201, body
-        env[name] = {"IDEM_BENCH_KEY": idem.key, "IDEM_BENCH_PAYMENT": json.loads(body)["paymentId"]}
-        for n in range(REPLAY_KEYS):
-            assert idem.pay(f"r-{n}", f"r-{n}")[0] == 201
-
     lookup = Path(work, "lookup.sql")
     lookup.write_text(f"\\set k random(0, {REPLAY_KEYS - 1})\n" + LOOK_UP.format(tenant=tenant) + "\n")
-    workloads = [("postgres", w) for w in ("healthz", "get_payment", "replay", "fresh_create")] + \
-                [("sqlite", w) for w in ("get_payment", "replay", "fresh_create")]
+    fresh_script = Path(work, "fresh_create.sql")
+    fresh_script.write_text(FRESH_CREATE.format(
+        tenant=tenant, last_account=ACCOUNTS - 1,
+        look_up=LOOK_UP.format(tenant=tenant).replace("'r-' || :k", "'pgb-' || :k")))
+    postgres.sql("select pg_stat_statements_reset()")
+
+    closed = [("postgres", w) for w in
+              ("healthz", "get_payment", "replay", "conflict", "fresh_create", "baseline", "mix", "one_account")] + \
+             [("sqlite", w) for w in ("get_payment", "replay", "conflict", "fresh_create", "baseline", "mix")]
     samples = {}
+
+    def sample(name, row):
+        samples.setdefault(name, []).append(row)
+
     for round_number in range(args.rounds):
         print(f"round {round_number + 1} of {args.rounds}", flush=True)
-        for server, workload in workloads:
+        for server, workload in closed:
             idem = servers[server]
             run_env = dict(env[server], IDEM_BENCH_PREFIX=f"f{round_number}")
             database = "idem_bench" if server == "postgres" else None
             row = measure(idem, postgres if database else None, database, workload, args.seconds, run_env)
-            samples.setdefault(f"{server} {workload}", []).append(row)
+            sample(f"{server} {workload}", row)
             print(f"  {server} {workload}: {row['throughput']:.0f}/s p99 {row['p99']:.1f} ms", flush=True)
-        for name, pg_args in (("pgbench select-only", ["-S"]), ("pgbench TPC-B", []),
-                              ("pgbench replay statement", ["-f", str(lookup)])):
-            database = "idem_bench" if "replay" in name else "pgbench_bench"
-            samples.setdefault(name, []).append(pgbench(postgres, pg_args, args.seconds, database))
+        for name, pg_args, database in (
+                ("pgbench select-only", ["-S"], "pgbench_bench"),
+                ("pgbench TPC-B", [], "pgbench_bench"),
+                ("pgbench replay statement", ["-f", str(lookup)], "idem_bench"),
+                ("pgbench fresh-create statements", ["-f", str(fresh_script)], "idem_bench")):
+            sample(name, pgbench(postgres, pg_args, args.seconds, database))
+        # Open loop at 50% and 80% of the baseline's saturation throughput (this round's).
+        for server in servers:
+            baseline = samples[f"{server} baseline"][-1]["throughput"]
+            for share in (50, 80):
+                for workload in ("get_payment", "replay", "fresh_create", "baseline", "mix"):
+                    run_env = dict(env[server], IDEM_BENCH_PREFIX=f"o{round_number}-{share}-{workload}")
+                    row = open_loop(args.load, servers[server], workload, baseline * share / 100,
+                                    args.seconds, run_env)
+                    sample(f"{server} {workload} open loop at {share}% of baseline", row)
+    statements = top_statements(postgres, "idem_bench")
+
+    # Duplicate storms: two instances on one database, every key sent by 4 threads x 2
+    # clients at about the same time.
+    second = Idem(args.binary, str(work / "pg2"), None, sim_url, share=servers["postgres"])
+    storm_prefixes = []
+    for round_number in range(args.rounds):
+        prefix = f"storm{round_number}"
+        storm_prefixes.append(prefix)
+        storm_env = dict(env["postgres"], IDEM_BENCH_PREFIX=prefix)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda idem: wrk(idem.url, "storm", args.seconds, storm_env, CONNECTIONS // 2),
+                                    (servers["postgres"], second)))
+        keys = int(postgres.sql(
+            f"select count(*) from idempotency_records where idempotency_key like '{prefix}-%'", "idem_bench"))
+        requests = sum(result["requests"] for result in results)
+        sample("postgres duplicate storm, two instances", {
+            "throughput": requests / max(result["seconds"] for result in results),
+            "p50": max(result["p50"] for result in results), "p99": max(result["p99"] for result in results),
+            "p999": max(result["p999"] for result in results), "requests_per_key": requests / max(keys, 1)})
+    second.stop()
+    storm_payments = int(postgres.sql(
+        "select count(*) from payments where " +
+        " or ".join(f"merchant_reference like '{prefix}-%'" for prefix in storm_prefixes), "idem_bench"))
+    storm_keys = int(postgres.sql(
+        "select count(*) from idempotency_records where " +
+        " or ".join(f"idempotency_key like '{prefix}-%'" for prefix in storm_prefixes), "idem_bench"))
+
+    growth = grow(args, postgres, sim_url, work)
+    cleanup = clean_up(args, postgres, sim_url, work)
+    samples.update(growth)
+    samples.update(cleanup)
 
     duplicates = int(postgres.sql(
         "select count(*) from (select 1 from payments group by tenant_id, account_id, merchant_reference "
         "having count(*) > 1) d", "idem_bench"))
     charges = json.loads(http("GET", sim_url + "/_sim/charges")[1])["charges"]
     charged_twice = sum(1 for charge in charges if charge["createCalls"] > 1)
-    payments = int(postgres.sql("select count(*) from payments", "idem_bench")) + int(run(
+    payments = int(postgres.sql("select count(*) from payments where id not like 'pay_pgb%'", "idem_bench")) + int(run(
         ["sqlite3", str(work / "sqlite" / "idem.db"), "select count(*) from payments"]).stdout)
     for idem in servers.values():
         idem.stop()
+    request_path = request_path_cost(args, postgres, sim_url, work, servers["postgres"])
     sim.terminate()
 
     summary = {name: summarise(rows) for name, rows in samples.items()}
@@ -291,15 +470,87 @@ def main():
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "postgres": postgres.sql("show server_version")},
         "settings": {"rounds": args.rounds, "seconds": args.seconds, "threads": THREADS,
-                     "connections": CONNECTIONS, "replay_keys": REPLAY_KEYS},
+                     "connections": CONNECTIONS, "replay_keys": REPLAY_KEYS, "accounts": ACCOUNTS,
+                     "growth": args.growth, "cleanup_backlog": args.cleanup_backlog},
         "correctness": {"duplicate_payments": duplicates, "duplicate_charges": charged_twice,
-                        "payments": payments, "charges": len(charges)},
+                        "payments": payments, "charges": len(charges),
+                        "storm_keys": storm_keys, "storm_payments": storm_payments},
+        "statements": statements,
+        "request_path": request_path,
         "results": summary,
     }
     out = Path(args.out)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "benchmarks.md").write_text(markdown(report))
     print(f"wrote {out / 'benchmarks.md'}")
+
+
+def request_path_cost(args, postgres, sim_url, work, first, payments=300):
+    """Commits and statements of a fresh create's request path alone: one client, one request
+    at a time, on an instance whose background jobs wait an hour between passes (the few
+    passes they make at start are counted too)."""
+    hour = "3600000"
+    idem = Idem(args.binary, str(work / "request-path"), None, sim_url, share=first, extra=(
+        "--outbox-interval-ms", hour, "--journal-flush-ms", hour, "--metrics-flush-ms", hour,
+        "--settlement-interval-ms", hour, "--recovery-interval-ms", hour, "--cleanup-interval-ms", hour,
+        "--bulk-resume-interval-ms", hour, "--instance-heartbeat-ms", hour))
+    time.sleep(2)
+    before = postgres.counters("idem_bench")
+    for n in range(payments):
+        assert idem.pay(f"path-{n}", f"path-{n}", n % ACCOUNTS)[0] == 201
+    time.sleep(11)
+    after = postgres.counters("idem_bench")
+    idem.stop()
+    return {name: (after[name] - before[name]) / payments for name in ("commits", "explicit_commits", "statements")}
+
+
+def grow(args, postgres, sim_url, work):
+    """Fresh creates and replays with 10^4, 10^5 and 10^6 records already stored."""
+    idem = Idem(args.binary, str(work / "growth"), postgres.url("idem_growth"), sim_url)
+    env = idem.seed_replays()
+    samples = {}
+    stored = REPLAY_KEYS + 1
+    for size in args.growth:
+        print(f"growth: {size} records", flush=True)
+        add_records(postgres, "idem_growth", stored, size - stored)
+        stored = size
+        for round_number in range(args.rounds):
+            for workload in ("fresh_create", "replay"):
+                run_env = dict(env, IDEM_BENCH_PREFIX=f"g{size}-{round_number}")
+                samples.setdefault(f"postgres {workload} with {size:,} records", []).append(
+                    measure(idem, None, None, workload, args.seconds, run_env))
+        stored = int(postgres.sql("select count(*) from idempotency_records", "idem_growth"))
+    idem.stop()
+    return samples
+
+
+def clean_up(args, postgres, sim_url, work):
+    """The mix with the cleanup worker idle, and with it purging a backlog of expired records."""
+    idem = Idem(args.binary, str(work / "cleanup"), postgres.url("idem_cleanup"), sim_url,
+                extra=("--cleanup-interval-ms", "1000"))
+    env = idem.seed_replays()
+    samples = {}
+    added = 0
+    for round_number in range(args.rounds):
+        print(f"cleanup: round {round_number + 1}", flush=True)
+        for _ in range(600):
+            if postgres.sql("select count(*) from idempotency_records where expires_at < now() "
+                            "and status <> 'EXPIRED'", "idem_cleanup") == "0":
+                break
+            time.sleep(1)
+        run_env = dict(env, IDEM_BENCH_PREFIX=f"c{round_number}")
+        samples.setdefault("postgres mix, cleanup idle", []).append(
+            measure(idem, None, None, "mix", args.seconds, run_env))
+        add_records(postgres, "idem_cleanup", 10_000_000 + added, args.cleanup_backlog, expired=True)
+        added += args.cleanup_backlog
+        run_env = dict(env, IDEM_BENCH_PREFIX=f"cb{round_number}")
+        row = measure(idem, None, None, "mix", args.seconds, run_env)
+        row["backlog_left"] = int(postgres.sql(
+            "select count(*) from idempotency_records where expires_at < now() and status <> 'EXPIRED'",
+            "idem_cleanup"))
+        samples.setdefault(f"postgres mix, cleanup purging {args.cleanup_backlog:,} expired records", []).append(row)
+    idem.stop()
+    return samples
 
 
 def markdown(report):
@@ -309,56 +560,158 @@ def markdown(report):
         value = result[key]
         return f"{value['median']:.{digits}f} ({value['min']:.{digits}f}-{value['max']:.{digits}f})"
 
-    rows = []
-    for name, result in report["results"].items():
-        rows.append("| " + " | ".join([
-            name, cell(result, "throughput"), cell(result, "p50", 2), cell(result, "p99", 2),
-            cell(result, "p999", 2), cell(result, "commits_per_request", 2),
-            cell(result, "statements_per_request", 2), cell(result, "wal_per_request"),
-            cell(result, "cpu_ms_per_request", 3), cell(result, "rss_mb")]) + " |")
     results = report["results"]
 
-    def ratio(a, b):
-        return results[a]["throughput"]["median"] / results[b]["throughput"]["median"]
+    def table(names):
+        rows = ["| workload | requests/s | p50 ms | p90 ms | p99 ms | p99.9 ms | commits/req | statements/req "
+                "| WAL bytes/req | server CPU ms/req | RSS MB |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name in names:
+            result = results[name]
+            rows.append("| " + " | ".join([
+                name, cell(result, "throughput"), cell(result, "p50", 2), cell(result, "p90", 2),
+                cell(result, "p99", 2), cell(result, "p999", 2), cell(result, "commits_per_request", 2),
+                cell(result, "statements_per_request", 2), cell(result, "wal_per_request"),
+                cell(result, "cpu_ms_per_request", 3), cell(result, "rss_mb")]) + " |")
+        return rows
 
+    def median(name, key="throughput"):
+        return results[name][key]["median"]
+
+    def ratio(a, b, key="throughput"):
+        return median(a, key) / median(b, key)
+
+    def verdict(value, target, at_least=True):
+        met = value >= target if at_least else value <= target
+        return f"{value:.2f} (target {'>=' if at_least else '<='} {target}: {'met' if met else '**missed**'})"
+
+    closed = [name for name in results if " open loop " not in name and not name.startswith("pgbench")
+              and "records" not in name and "cleanup" not in name and "storm" not in name]
+    open_rows = [name for name in results if " open loop " in name]
+    growth_rows = [name for name in results if "records" in name and "cleanup" not in name]
+    cleanup_rows = [name for name in results if "cleanup" in name]
+    storm_rows = [name for name in results if "storm" in name]
+    ceilings = [name for name in results if name.startswith("pgbench")]
+    largest, smallest = f"{report['settings']['growth'][-1]:,}", f"{report['settings']['growth'][0]:,}"
+    cleanup_busy = f"postgres mix, cleanup purging {report['settings']['cleanup_backlog']:,} expired records"
+    mix_rss = max(results[name]["rss_mb"]["max"] for name in results
+                  if "rss_mb" in results[name] and (name.endswith(" mix") or name.startswith("postgres mix")))
+    path = report["request_path"]
     ratios = [
-        f"- replay / `GET /payments/{{id}}` (PostgreSQL): {ratio('postgres replay', 'postgres get_payment'):.2f} (target >= 0.9)",
+        "Replays:",
+        f"- replay / `GET /payments/{{id}}` (PostgreSQL): {verdict(ratio('postgres replay', 'postgres get_payment'), 0.9)}",
+        f"- replay / the baseline (PostgreSQL): {verdict(ratio('postgres replay', 'postgres baseline'), 1.0)}",
+        f"- replay p99 / `GET` p99 (PostgreSQL, closed loop): {verdict(ratio('postgres replay', 'postgres get_payment', 'p99'), 1.5, False)}",
+        f"- replay p99 / `GET` p99 (PostgreSQL, open loop at 80% of the baseline): "
+        f"{verdict(ratio('postgres replay open loop at 80% of baseline', 'postgres get_payment open loop at 80% of baseline', 'p99'), 1.5, False)}",
+        f"- statements per replay: {verdict(median('postgres replay', 'statements_per_request'), 1.0, False)}",
         f"- replay / the pgbench ceiling of its statement: {ratio('postgres replay', 'pgbench replay statement'):.2f}",
-        f"- replay / `GET /payments/{{id}}` (SQLite): {ratio('sqlite replay', 'sqlite get_payment'):.2f} (target >= 0.9)",
-        f"- SQLite replay p99 / p50: {results['sqlite replay']['p99']['median'] / results['sqlite replay']['p50']['median']:.1f} (target <= 10)",
-        f"- SQLite fresh create p99 / p50: {results['sqlite fresh_create']['p99']['median'] / results['sqlite fresh_create']['p50']['median']:.1f} (target <= 10)",
+        f"- replay / `GET /payments/{{id}}` (SQLite): {verdict(ratio('sqlite replay', 'sqlite get_payment'), 0.9)}",
+        "",
+        "Fresh creates:",
+        f"- fresh create / the pgbench ceiling of its own request-path statements: {verdict(ratio('postgres fresh_create', 'pgbench fresh-create statements'), 0.8)}",
+        f"- fresh create / the baseline: {verdict(ratio('postgres fresh_create', 'postgres baseline'), 0.5)}",
+        f"- commits per payment, request path and background together, at saturation: "
+        f"{verdict(median('postgres fresh_create', 'commits_per_request'), 3, False)} "
+        "(`pg_stat_database` counts the look-up, a read outside a transaction, as one)",
+        f"- commits per payment on the request path alone (one client, background idle): "
+        f"{verdict(path['explicit_commits'], 2, False)} (with the look-up: {path['commits']:.2f})",
+        f"- statements per payment on the request path alone: {verdict(path['statements'], 5, False)}",
+        "",
+        "SQLite tails (p99 / p50, 16 connections):",
+        f"- replay: {verdict(median('sqlite replay', 'p99') / median('sqlite replay', 'p50'), 10, False)}",
+        f"- fresh create: {verdict(median('sqlite fresh_create', 'p99') / median('sqlite fresh_create', 'p50'), 10, False)}",
+        "",
+        "Growth and cleanup:",
+        f"- fresh creates with {largest} records / with {smallest}: {verdict(ratio(f'postgres fresh_create with {largest} records', f'postgres fresh_create with {smallest} records'), 0.9)}",
+        f"- replays with {largest} records / with {smallest}: {verdict(ratio(f'postgres replay with {largest} records', f'postgres replay with {smallest} records'), 0.9)}",
+        f"- mix p99 with the cleanup worker purging / idle: {verdict(ratio(cleanup_busy, 'postgres mix, cleanup idle', 'p99'), 1.2, False)}",
+        f"- server RSS under the mix, largest seen: {verdict(mix_rss, 150, False)} MB",
     ]
     settings = report["settings"]
+    correctness = report["correctness"]
+    statements = ["| calls | total ms | statement |", "|---|---|---|"] + [
+        f"| {row['calls']} | {row['total_ms']} | `{row['query'].replace('|', '/')}` |" for row in report["statements"]]
     return "\n".join([
         "# Benchmarks",
         "",
         f"Written by `scripts/bench` at commit `{report['commit']}` on {report['machine']['cpus']} CPUs "
         f"({report['machine']['platform']}), PostgreSQL {report['machine']['postgres']} (fsync on). "
-        f"{settings['rounds']} interleaved rounds of {settings['seconds']} s per workload, wrk with "
-        f"{settings['threads']} threads and {settings['connections']} connections (closed loop: "
-        "latencies at saturation, not corrected for coordinated omission); replays over "
-        f"{settings['replay_keys']} keys, uniform. Medians, with min-max over the rounds. Database work per "
-        "request from `pg_stat_database` (transactions committed, a statement outside a transaction "
-        "counting as one) and `pg_stat_statements` (statements, BEGIN/COMMIT excluded); WAL bytes "
-        "from the WAL position; CPU from the server process.",
+        f"{settings['rounds']} interleaved rounds of {settings['seconds']} s per workload. Medians, with "
+        "min-max over the rounds. The load generators, the server, PostgreSQL and the provider "
+        "simulator share the machine's CPUs.",
         "",
-        "| workload | requests/s | p50 ms | p99 ms | p99.9 ms | commits/req | statements/req | WAL bytes/req | server CPU ms/req | RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
+        "Workloads: `replay` retries one of "
+        f"{settings['replay_keys']} completed keys (uniform); `conflict` sends one of them with another "
+        "amount (422); `fresh_create` a new key each time; `baseline` the same payment without a key "
+        "(the tenant's keys are optional): the same handler, payment transaction, provider call and "
+        "completion, without the idempotency record, stored response or journal; `mix` is 80% fresh "
+        "creates, 15% replays, 4% conflicts and 1% malformed bodies (400). Payments are spread over "
+        f"{settings['accounts']} accounts; `one_account` puts every payment on one account, whose "
+        "balance row each payment locks for its local transaction (a queue of its own, whatever the layer).",
         "",
-        "Ratios (same run):",
+        "## Saturation (closed loop)",
+        "",
+        f"wrk, {settings['threads']} threads and {settings['connections']} connections: latencies at saturation. "
+        "Database work per request from `pg_stat_database` (transactions committed, a statement "
+        "outside a transaction counting as one) and `pg_stat_statements` (statements, BEGIN/COMMIT "
+        "excluded), background work included; WAL bytes from the WAL position; CPU from the server process.",
+        "",
+        *table(closed),
+        "",
+        "Ceilings: pgbench (`-M prepared`, the same connections) against the same cluster in the same "
+        "rounds. `replay statement` is the look-up a replay runs; `fresh-create statements` the look-up "
+        "and the two transactions of a fresh create's request path, on Idem's own tables, indexes and "
+        "triggers, spread over the same accounts.",
+        "",
+        *table(ceilings),
+        "",
+        "## Latency at a fixed arrival rate (open loop)",
+        "",
+        "`server/examples/load.rs` sends requests on a fixed schedule at 50% and 80% of the baseline's "
+        "saturation throughput measured in the same round, and measures each latency from the moment "
+        "its request was due (corrected for coordinated omission, HDR histogram).",
+        "",
+        *table(open_rows),
+        "",
+        "## Duplicate storms over two instances",
+        "",
+        "Two `idem serve` instances on one database, each driven by its own wrk (2 threads, 8 "
+        "connections); every thread walks the same keys, four requests per key, so each key is sent "
+        "concurrently to both instances. Latencies are the worse of the two clients.",
+        "",
+        *table(storm_rows),
+        "",
+        f"Keys {correctness['storm_keys']}, payments {correctness['storm_payments']} (one per key), "
+        f"requests per key: {results[storm_rows[0]]['requests_per_key']['median']:.1f} (median round).",
+        "",
+        "## Growth",
+        "",
+        "The same workloads on a database that already holds that many settled payments, records and "
+        "stored responses (added by SQL between sizes).",
+        "",
+        *table(growth_rows),
+        "",
+        "## The mix while the cleanup worker purges a backlog",
+        "",
+        f"Each round: the mix with the cleanup worker idle, then {settings['cleanup_backlog']:,} expired "
+        "records added and the mix again while the worker purges them (`--cleanup-interval-ms 1000`, "
+        f"default batches). Backlog left at the end of each busy run: "
+        f"{cell(results[cleanup_busy], 'backlog_left')}.",
+        "",
+        *table(cleanup_rows),
+        "",
+        "## Targets (ratios of medians from the same run)",
         "",
         *ratios,
         "",
-        "Not measured yet (issue 13): the baseline route without the idempotency layer (a `bench` "
-        "cargo feature), the pgbench ceiling of a fresh create's own statements, open-loop latency "
-        "at 50% and 80% of the baseline (corrected for coordinated omission), conflicts, duplicate "
-        "storms over two instances, the 80/15/4/1 mix, growth to 10^6 records, and the mix with "
-        "the cleanup worker purging a backlog.",
+        "## Where PostgreSQL's time went (`pg_stat_statements`, the main database, whole run)",
         "",
-        f"Correctness after the run: {report['correctness']['duplicate_payments']} duplicate payments, "
-        f"{report['correctness']['duplicate_charges']} provider keys charged twice, "
-        f"{report['correctness']['payments']} payments and {report['correctness']['charges']} charges.",
+        *statements,
+        "",
+        f"Correctness after the run: {correctness['duplicate_payments']} duplicate payments, "
+        f"{correctness['duplicate_charges']} provider keys charged twice, "
+        f"{correctness['payments']} payments and {correctness['charges']} charges.",
         "",
     ])
 

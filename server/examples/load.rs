@@ -53,6 +53,9 @@ struct Args {
     prefix: String,
     #[arg(long, default_value_t = 1000)]
     replay_keys: u64,
+    /// Payments are spread over accounts `acc_0` … `acc_<accounts - 1>`.
+    #[arg(long, default_value_t = 64)]
+    accounts: u64,
 }
 
 /// One request of the workload: method, path, key and body.
@@ -63,8 +66,10 @@ struct Planned {
     body: String,
 }
 
-fn payment_body(reference: &str, amount: &str) -> String {
-    format!(r#"{{"accountId":"acc_1","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#)
+fn payment_body(account: u64, reference: &str, amount: &str) -> String {
+    format!(
+        r#"{{"accountId":"acc_{account}","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#
+    )
 }
 
 /// A cheap, well-spread hash of the request number (SplitMix64), so that the mix and the
@@ -77,21 +82,25 @@ fn spread(n: u64) -> u64 {
 }
 
 fn plan(args: &Args, n: u64) -> Planned {
-    let replay_key = || format!("r-{}", spread(n) % args.replay_keys);
+    // The replay keys were made with the account their number picks.
+    let replayed = |amount: &str| {
+        let number = spread(n) % args.replay_keys;
+        let key = format!("r-{number}");
+        Planned {
+            get: false,
+            path: "/payments".into(),
+            body: payment_body(number % args.accounts, &key, amount),
+            key: Some(key),
+        }
+    };
     let fresh = || {
         let key = format!("{}-{n}", args.prefix);
         Planned {
             get: false,
             path: "/payments".into(),
-            body: payment_body(&key, "1.00"),
+            body: payment_body(n % args.accounts, &key, "1.00"),
             key: Some(key),
         }
-    };
-    let keyed = |key: String, amount: &str| Planned {
-        get: false,
-        path: "/payments".into(),
-        body: payment_body(&key, amount),
-        key: Some(key),
     };
     match args.workload {
         Workload::GetPayment => Planned {
@@ -100,7 +109,7 @@ fn plan(args: &Args, n: u64) -> Planned {
             key: None,
             body: String::new(),
         },
-        Workload::Replay => keyed(replay_key(), "1.00"),
+        Workload::Replay => replayed("1.00"),
         Workload::FreshCreate => fresh(),
         Workload::Baseline => Planned {
             key: None,
@@ -108,8 +117,8 @@ fn plan(args: &Args, n: u64) -> Planned {
         },
         Workload::Mix => match spread(n ^ 0xA5A5) % 100 {
             0..80 => fresh(),
-            80..95 => keyed(replay_key(), "1.00"),
-            95..99 => keyed(replay_key(), "2.00"),
+            80..95 => replayed("1.00"),
+            95..99 => replayed("2.00"),
             _ => Planned {
                 body: r#"{"accountId":"acc_1","amount":1.00}"#.into(),
                 ..fresh()

@@ -67,15 +67,31 @@ pub trait MetricsStatements {
     const IN_PROGRESS_GAUGES: &'static str;
     /// What follows a bound RFC 3339 text to make it a timestamp in this dialect.
     const AS_TIMESTAMP: &'static str;
+    /// Whether many-row statements number their parameters (`$1`, `$2`, …: PostgreSQL) or
+    /// take them in order (`?`: SQLite, where binding a numbered parameter looks its name up
+    /// in a list as long as the statement's parameters, so that binding a 5,000-parameter
+    /// insert took longer than running it, while the writer waited).
+    const NUMBERED_PARAMETERS: bool;
 }
 
-/// `($1, $2, …), (…), …`: `rows` rows of `columns` parameters; `suffix(column)` follows each
-/// parameter (a cast, or nothing).
-fn multi_row_values(rows: usize, columns: usize, suffix: impl Fn(usize) -> &'static str) -> String {
+/// `($1, $2, …), (…), …` (or `(?, ?, …), …`): `rows` rows of `columns` parameters;
+/// `suffix(column)` follows each parameter (a cast, or nothing).
+fn multi_row_values<D: MetricsStatements>(
+    rows: usize,
+    columns: usize,
+    suffix: impl Fn(usize) -> &'static str,
+) -> String {
     (0..rows)
         .map(|row| {
             let parameters: Vec<String> = (0..columns)
-                .map(|column| format!("${}{}", row * columns + column + 1, suffix(column)))
+                .map(|column| {
+                    let suffix = suffix(column);
+                    if D::NUMBERED_PARAMETERS {
+                        format!("${}{suffix}", row * columns + column + 1)
+                    } else {
+                        format!("?{suffix}")
+                    }
+                })
                 .collect();
             format!("({})", parameters.join(", "))
         })
@@ -88,7 +104,7 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         for chunk in counts.chunks(ROWS_PER_STATEMENT) {
-            let values = multi_row_values(chunk.len(), 5, |column| match column {
+            let values = multi_row_values::<D>(chunk.len(), 5, |column| match column {
                 0 => D::AS_TIMESTAMP,
                 _ => "",
             });
@@ -115,7 +131,7 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-            let values = multi_row_values(chunk.len(), 10, |column| match column {
+            let values = multi_row_values::<D>(chunk.len(), 10, |column| match column {
                 4 => D::AS_TIMESTAMP,
                 _ => "",
             });

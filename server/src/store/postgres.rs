@@ -216,6 +216,7 @@ impl MetricsStatements for Postgres {
          double precision), count(case when locked_until <= now() then 1 end) from \
          idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "::timestamptz";
+    const NUMBERED_PARAMETERS: bool = true;
 }
 
 impl OperatorStatements for Postgres {

@@ -261,6 +261,7 @@ impl MetricsStatements for Sqlite {
          86400.0, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "";
+    const NUMBERED_PARAMETERS: bool = false;
 }
 
 impl OperatorStatements for Sqlite {

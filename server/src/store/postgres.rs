@@ -18,12 +18,16 @@ use super::sealing::SealingStatements;
 use super::target::DialectName;
 use super::tenants::TenantStatements;
 use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use std::str::FromStr;
 use std::time::Duration;
 
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// How long a pooled connection may sit idle before it is checked on its way out.
+const CHECK_CONNECTIONS_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// A pool on the database `url` names.
 pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
@@ -35,6 +39,19 @@ pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
     Ok(PgPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(3))
+        // A connection is checked (a round trip) only after it sat idle: one in steady use is
+        // known to work, and checking it would double a replay's round trips. One that died
+        // meanwhile (a database restart) fails its statement, which the caller answers as
+        // 503 with nothing written; the pool then replaces it.
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= CHECK_CONNECTIONS_IDLE_FOR {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(options)
         .await?)
 }

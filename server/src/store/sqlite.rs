@@ -59,12 +59,16 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(5))
         .foreign_keys(true);
+    // A connection to a local file does not go stale; checking one on its way out of the
+    // pool would only add a round trip to its worker thread.
     let writer = SqlitePoolOptions::new()
+        .test_before_acquire(false)
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options.clone())
         .await?;
     let readers = SqlitePoolOptions::new()
+        .test_before_acquire(false)
         .max_connections(8)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)

@@ -285,18 +285,20 @@ def pgbench(postgres, args, seconds, database="pgbench_bench"):
     return {"throughput": tps, "p50": latency}
 
 
-def measure(idem, postgres, database, workload, seconds, env):
-    """One run: throughput, latency, and the database work and server CPU per request."""
+def measure(idem, postgres, database, workload, seconds, env, right_after=None):
+    """One run: throughput, latency, and the database work and server CPU per request;
+    `right_after()`, if given, is added to the row as read the moment the load stops."""
     before = postgres.counters(database) if postgres else None
     cpu = idem.cpu_seconds()
     result = wrk(idem.url if workload != "healthz" else idem.url + "/healthz", workload, seconds, env)
     cpu = idem.cpu_seconds() - cpu
+    extra = right_after() if right_after else {}
     requests = max(result["requests"], 1)
     row = {
         "throughput": result["requests"] / result["seconds"],
         "p50": result["p50"], "p90": result["p90"], "p99": result["p99"], "p999": result["p999"],
         "non2xx": result["non2xx"], "errors": result["errors"],
-        "cpu_ms_per_request": 1000 * cpu / requests, "rss_mb": idem.rss_mb(),
+        "cpu_ms_per_request": 1000 * cpu / requests, "rss_mb": idem.rss_mb(), **extra,
     }
     if postgres:
         # Idle connections report their transactions after 10 s (PGSTAT_IDLE_INTERVAL).
@@ -524,7 +526,7 @@ def grow(args, postgres, sim_url, work):
             for workload in ("fresh_create", "replay"):
                 run_env = dict(env, IDEM_BENCH_PREFIX=f"g{size}-{round_number}")
                 samples.setdefault(f"postgres {workload} with {size:,} records", []).append(
-                    measure(idem, None, None, workload, args.seconds, run_env))
+                    measure(idem, postgres, "idem_growth", workload, args.seconds, run_env))
         stored = int(postgres.sql("select count(*) from idempotency_records", "idem_growth"))
     idem.stop()
     return samples
@@ -546,14 +548,14 @@ def clean_up(args, postgres, sim_url, work):
             time.sleep(1)
         run_env = dict(env, IDEM_BENCH_PREFIX=f"c{round_number}")
         samples.setdefault("postgres mix, cleanup idle", []).append(
-            measure(idem, None, None, "mix", args.seconds, run_env))
+            measure(idem, postgres, "idem_cleanup", "mix", args.seconds, run_env))
         add_records(postgres, "idem_cleanup", 10_000_000 + added, args.cleanup_backlog, expired=True)
         added += args.cleanup_backlog
         run_env = dict(env, IDEM_BENCH_PREFIX=f"cb{round_number}")
-        row = measure(idem, None, None, "mix", args.seconds, run_env)
-        row["backlog_left"] = int(postgres.sql(
-            "select count(*) from idempotency_records where expires_at < now() and status <> 'EXPIRED'",
-            "idem_cleanup"))
+        row = measure(idem, postgres, "idem_cleanup", "mix", args.seconds, run_env, lambda: {
+            "backlog_left": int(postgres.sql(
+                "select count(*) from idempotency_records where expires_at < now() and status <> 'EXPIRED'",
+                "idem_cleanup"))})
         samples.setdefault(f"postgres mix, cleanup purging {args.cleanup_backlog:,} expired records", []).append(row)
     idem.stop()
     return samples

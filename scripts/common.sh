@@ -94,7 +94,7 @@ ensure_chromium() {
 # A real Prometheus scrapes `idem serve` in the metrics tests (Debian's package; its service is
 # not started).
 ensure_prometheus() {
-  if command -v prometheus >/dev/null; then
+  if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
     return
   fi
   apt_install prometheus

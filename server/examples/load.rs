@@ -111,10 +111,7 @@ fn plan(args: &Args, n: u64) -> Planned {
         },
         Workload::Replay => replayed("1.00"),
         Workload::FreshCreate => fresh(),
-        Workload::Baseline => Planned {
-            key: None,
-            ..fresh()
-        },
+        Workload::Baseline => Planned { key: None, ..fresh() },
         Workload::Mix => match spread(n ^ 0xA5A5) % 100 {
             0..80 => fresh(),
             80..95 => replayed("1.00"),
@@ -152,17 +149,24 @@ async fn main() {
     for n in 0..total {
         let due = start + interval.mul_f64(n as f64);
         tokio::time::sleep_until(due.into()).await;
-        let (client, args, histogram, tally) = (client.clone(), args.clone(), histogram.clone(), tally.clone());
+        let (client, args, histogram, tally) =
+            (client.clone(), args.clone(), histogram.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             let planned = plan(&args, n);
             let url = format!("{}{}", args.url, planned.path);
-            let mut request = if planned.get { client.get(url) } else { client.post(url) }
-                .bearer_auth(&args.api_key);
+            let mut request = if planned.get {
+                client.get(url)
+            } else {
+                client.post(url)
+            }
+            .bearer_auth(&args.api_key);
             if let Some(key) = planned.key {
                 request = request.header("Idempotency-Key", key);
             }
             if !planned.get {
-                request = request.header("Content-Type", "application/json").body(planned.body);
+                request = request
+                    .header("Content-Type", "application/json")
+                    .body(planned.body);
             }
             let status = match request.send().await {
                 Ok(response) => {
@@ -174,7 +178,12 @@ async fn main() {
             let late = due.elapsed();
             match status {
                 Some(status) => {
-                    *tally.lock().unwrap_or_else(PoisonError::into_inner).statuses.entry(status).or_default() += 1;
+                    *tally
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .statuses
+                        .entry(status)
+                        .or_default() += 1;
                     let micros = u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1);
                     histogram
                         .lock()

@@ -186,9 +186,15 @@ impl Application {
             verified_keys: Arc::default(),
         };
         let router = http::router(state, StoreConsole::clone(&console), &settings);
-        let exposition = Exposition::new(metrics::prometheus::install(), store.clone(), expiry.retention);
+        let exposition = Exposition::new(
+            metrics::prometheus::install(),
+            store.clone(),
+            expiry.retention,
+            args.recovery_max_attempts,
+        );
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
+        crate::engine::background::register_metrics();
         let metrics_router = http::metrics_router(Arc::new(exposition), &settings);
         Ok(Application {
             listeners,

@@ -17,6 +17,16 @@ use domain::tenant::TenantId;
 use serde_json::json;
 use std::time::Duration;
 
+/// Charges found under payments an operator had released: money moved for a payment Idem
+/// declined.
+const LATE_CHARGES: &str = "idempotency_released_payment_charged_total";
+
+/// Makes the late-charge counter exist (at 0) from the first scrape, so that the first late
+/// charge is an increase an alert sees, not a new series.
+pub fn register_metrics() {
+    metrics::counter!(LATE_CHARGES).increment(0);
+}
+
 impl PaymentsEngine {
     /// Resolves one record against the provider if it still needs it (an unknown outcome due
     /// for a look, or a dead owner's record); `None` when there was nothing to do.
@@ -126,7 +136,7 @@ impl PaymentsEngine {
                 {
                     Ok(true) => {
                         charged += 1;
-                        metrics::counter!("idempotency_released_payment_charged_total").increment(1);
+                        metrics::counter!(LATE_CHARGES).increment(1);
                         tracing::error!(
                             %payment_id,
                             charge_id = %charge.charge_id,

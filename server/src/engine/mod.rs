@@ -18,7 +18,7 @@
 //! [`decide`]: domain::decision::decide
 
 mod answer;
-mod background;
+pub mod background;
 mod operator;
 mod owner;
 mod request;

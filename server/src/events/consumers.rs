@@ -53,7 +53,10 @@ pub trait Consumer: Send + Sync + 'static {
 
 /// Handles `messages` as one batch; if the batch fails, each message alone, so that the others
 /// are handled and only the failing ones are retried. Per message, the error that stopped it.
-pub async fn handle_isolating(consumer: &dyn Consumer, messages: &[EventMessage]) -> Vec<Option<ConsumerError>> {
+pub async fn handle_isolating(
+    consumer: &dyn Consumer,
+    messages: &[EventMessage],
+) -> Vec<Option<ConsumerError>> {
     let batch_error = match consumer.handle(messages).await {
         Ok(_) => return messages.iter().map(|_| None).collect(),
         Err(error) => error,

@@ -59,7 +59,11 @@ impl NatsJetStream {
 
     /// Sends without waiting for the broker's acknowledgement, which the returned future
     /// brings.
-    async fn send_as(&self, message: &EventMessage, message_id: &str) -> Result<PublishAckFuture, TransportError> {
+    async fn send_as(
+        &self,
+        message: &EventMessage,
+        message_id: &str,
+    ) -> Result<PublishAckFuture, TransportError> {
         let payload = serde_json::to_vec(message).map_err(failed)?;
         self.jetstream
             .send_publish(

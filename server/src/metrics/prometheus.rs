@@ -1,9 +1,9 @@
 //! `/metrics` in the Prometheus text format. Counters and histograms are recorded where things
-//! happen (the `metrics` facade); gauges of live state (unknown outcomes, stale and oldest
-//! in-progress requests, cleanup and outbox backlogs) are read from the database at scrape
-//! time, so every instance reports the same truth. Every series exists from the first scrape
-//! (at 0), as the Prometheus client guidelines ask: a missing series reads as "no data" on a
-//! dashboard and misfires `absent()` alerts.
+//! happen (the `metrics` facade); gauges of live state (unknown outcomes, the oldest of them and
+//! those past automatic recovery, stale and oldest in-progress requests, cleanup and outbox
+//! backlogs) are read from the database at scrape time, so every instance reports the same
+//! truth. Every series exists from the first scrape (at 0), as the Prometheus client guidelines
+//! ask: a missing series reads as "no data" on a dashboard and misfires `absent()` alerts.
 
 use crate::store::Store;
 use crate::store::metrics::LiveGauges;
@@ -43,14 +43,22 @@ pub struct Exposition {
     store: Arc<dyn Store>,
     /// Tombstone retention, to count the tombstones due for deletion.
     retention: Duration,
+    /// Automatic recovery attempts, to count the unknown outcomes that used them up.
+    recovery_max_attempts: i32,
 }
 
 impl Exposition {
-    pub fn new(handle: Option<PrometheusHandle>, store: Arc<dyn Store>, retention: Duration) -> Exposition {
+    pub fn new(
+        handle: Option<PrometheusHandle>,
+        store: Arc<dyn Store>,
+        retention: Duration,
+        recovery_max_attempts: i32,
+    ) -> Exposition {
         Exposition {
             handle,
             store,
             retention,
+            recovery_max_attempts,
         }
     }
 
@@ -58,7 +66,7 @@ impl Exposition {
     pub async fn render(&self) -> Option<String> {
         let handle = self.handle.as_ref()?;
         let store = self.store.as_ref();
-        match store.live_gauges().await {
+        match store.live_gauges(self.recovery_max_attempts).await {
             Ok(rows) => set_gauges(rows),
             Err(error) => tracing::warn!(%error, "metrics: live gauges not refreshed"),
         }
@@ -92,6 +100,10 @@ fn set_gauges(rows: Vec<LiveGauges>) {
             ("operation", row.operation.as_str().to_owned()),
         ];
         metrics::gauge!("idempotency_unknown_state_count", &labels).set(row.unknown_count as f64);
+        metrics::gauge!("idempotency_unknown_oldest_age_seconds", &labels)
+            .set(row.unknown_oldest_age_seconds);
+        metrics::gauge!("idempotency_recovery_exhausted_count", &labels)
+            .set(row.recovery_exhausted_count as f64);
         metrics::gauge!("idempotency_stale_in_progress_count", &labels)
             .set(row.stale_in_progress_count as f64);
         metrics::gauge!("idempotency_in_progress_age_max_seconds", &labels)

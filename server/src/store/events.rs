@@ -335,8 +335,10 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         if dedupe_keys.is_empty() {
             return Ok(());
         }
-        let keys = serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        self.write_one(sqlx::query(D::MARK_RECEIPTS_SENT).bind(keys)).await?;
+        let keys =
+            serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::MARK_RECEIPTS_SENT).bind(keys))
+            .await?;
         Ok(())
     }
 }

@@ -42,6 +42,11 @@ pub struct LiveGauges {
     pub tenant_id: String,
     pub operation: Operation,
     pub unknown_count: i64,
+    /// How long ago the oldest request with an unknown outcome was made: money uncertain.
+    pub unknown_oldest_age_seconds: f64,
+    /// Unknown outcomes that used up their automatic recovery attempts: only an operator
+    /// settles them now.
+    pub recovery_exhausted_count: i64,
     /// Requests in progress whose lease ran out: their owner is gone or stuck.
     pub stale_in_progress_count: i64,
     pub in_progress_age_max_seconds: f64,
@@ -55,9 +60,11 @@ pub trait MetricsStore: Send + Sync {
     /// Appends journal entries, all or nothing.
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError>;
 
-    /// Unknown outcomes, stale in-progress requests and the oldest in-progress request, for
-    /// every tenant and operation (zero where there are none, so that every series exists).
-    async fn live_gauges(&self) -> Result<Vec<LiveGauges>, StoreError>;
+    /// Unknown outcomes (how many, the oldest, those that made `recovery_max_attempts`
+    /// automatic recovery attempts or more), stale in-progress requests and the oldest
+    /// in-progress request, for every tenant and operation (zero where there are none, so that
+    /// every series exists).
+    async fn live_gauges(&self, recovery_max_attempts: i32) -> Result<Vec<LiveGauges>, StoreError>;
 }
 
 /// Metrics statements that differ by dialect.
@@ -65,6 +72,9 @@ pub trait MetricsStatements {
     /// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
     /// oldest, and how many have an expired lease.
     const IN_PROGRESS_GAUGES: &'static str;
+    /// Per tenant and operation with UNKNOWN_REQUIRES_RECOVERY records: how many, the age in
+    /// seconds (float) of the oldest, and how many made `$1` recovery attempts or more.
+    const UNKNOWN_GAUGES: &'static str;
     /// What follows a bound RFC 3339 text to make it a timestamp in this dialect.
     const AS_TIMESTAMP: &'static str;
     /// Whether many-row statements number their parameters (`$1`, `$2`, …: PostgreSQL) or
@@ -159,16 +169,14 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         Ok(())
     }
 
-    async fn live_gauges(&self) -> Result<Vec<LiveGauges>, StoreError> {
+    async fn live_gauges(&self, recovery_max_attempts: i32) -> Result<Vec<LiveGauges>, StoreError> {
         let tenants: Vec<(String,)> = sqlx::query_as("select id from tenants")
             .fetch_all(&self.pool)
             .await?;
-        let unknown: Vec<(String, String, i64)> = sqlx::query_as(
-            "select tenant_id, operation_name, count(*) from idempotency_records \
-             where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let unknown: Vec<(String, String, i64, f64, i64)> = sqlx::query_as(D::UNKNOWN_GAUGES)
+            .bind(recovery_max_attempts)
+            .fetch_all(&self.pool)
+            .await?;
         let in_progress: Vec<(String, String, f64, i64)> = sqlx::query_as(D::IN_PROGRESS_GAUGES)
             .fetch_all(&self.pool)
             .await?;
@@ -181,6 +189,8 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
                         tenant_id: tenant_id.clone(),
                         operation: *operation,
                         unknown_count: 0,
+                        unknown_oldest_age_seconds: 0.0,
+                        recovery_exhausted_count: 0,
                         stale_in_progress_count: 0,
                         in_progress_age_max_seconds: 0.0,
                     },
@@ -190,9 +200,11 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         let key = |tenant_id: String, operation: &str| {
             Ok::<_, StoreError>((tenant_id, StoreError::parse_stored("operation", operation)?))
         };
-        for (tenant_id, operation, count) in unknown {
+        for (tenant_id, operation, count, age, exhausted) in unknown {
             if let Some(gauge) = gauges.get_mut(&key(tenant_id, &operation)?) {
                 gauge.unknown_count = count;
+                gauge.unknown_oldest_age_seconds = age.max(0.0);
+                gauge.recovery_exhausted_count = exhausted;
             }
         }
         for (tenant_id, operation, age, stale) in in_progress {

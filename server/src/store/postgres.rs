@@ -17,8 +17,8 @@ use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
 use super::tenants::TenantStatements;
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::Connection;
+use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use std::str::FromStr;
@@ -232,6 +232,9 @@ impl MetricsStatements for Postgres {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, cast(extract(epoch from now() - min(created_at)) as \
          double precision), count(case when locked_until <= now() then 1 end) from \
          idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
+    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), cast(extract(epoch from now() - \
+         min(created_at)) as double precision), count(case when recovery_attempts >= $1 then 1 end) \
+         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "::timestamptz";
     const NUMBERED_PARAMETERS: bool = true;
 }

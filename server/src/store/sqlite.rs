@@ -264,6 +264,9 @@ impl MetricsStatements for Sqlite {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
          86400.0, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
+    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), (julianday('now') - \
+         julianday(min(created_at))) * 86400.0, count(case when recovery_attempts >= $1 then 1 end) \
+         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "";
     const NUMBERED_PARAMETERS: bool = false;
 }

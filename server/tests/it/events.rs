@@ -197,8 +197,16 @@ async fn a_batch_applies_each_new_message_once_and_a_bad_message_holds_back_only
     }
     let count = |what: Handled| handled.iter().filter(|handled| **handled == what).count();
     assert_eq!(count(Handled::Applied), AUTHORISED - 1, "{handled:?}");
-    assert_eq!(count(Handled::Duplicate), 2, "handled before, and repeated in the batch: {handled:?}");
-    assert_eq!(handled[batch.len() - 1], Handled::Duplicate, "the repeat inside the batch");
+    assert_eq!(
+        count(Handled::Duplicate),
+        2,
+        "handled before, and repeated in the batch: {handled:?}"
+    );
+    assert_eq!(
+        handled[batch.len() - 1],
+        Handled::Duplicate,
+        "the repeat inside the batch"
+    );
 
     let transport = InProcess::new(vec![
         Arc::new(Ledger::new(store.clone())) as Arc<dyn Consumer>,
@@ -309,10 +317,20 @@ async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_th
         .copied()
         .filter(|id| ids.iter().filter(|other| other == id).count() == 2)
         .collect();
-    assert!(!sent_twice.is_empty(), "the batch sent before the crash was sent again: {ids:?}");
-    assert_eq!(ids.len(), AUTHORISED + sent_twice.len(), "nothing sent three times: {ids:?}");
+    assert!(
+        !sent_twice.is_empty(),
+        "the batch sent before the crash was sent again: {ids:?}"
+    );
+    assert_eq!(
+        ids.len(),
+        AUTHORISED + sent_twice.len(),
+        "nothing sent three times: {ids:?}"
+    );
     let before_crash: std::collections::BTreeSet<&String> = ids[..sent_twice.len()].iter().collect();
-    assert_eq!(before_crash, sent_twice, "the batch delivered before the crash: {ids:?}");
+    assert_eq!(
+        before_crash, sent_twice,
+        "the batch delivered before the crash: {ids:?}"
+    );
 }
 
 async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: TestDatabase) {

@@ -725,6 +725,9 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     );
     assert_eq!(value("idempotency_new_execution_total"), 2.0, "{text}");
     assert_eq!(value("idempotency_unknown_state_count"), 1.0, "{text}");
+    let unknown_for = value("idempotency_unknown_oldest_age_seconds");
+    assert!(unknown_for > 0.0 && unknown_for < 60.0, "{text}");
+    assert_eq!(value("idempotency_recovery_exhausted_count"), 0.0, "{text}");
     assert_eq!(value("idempotency_stale_in_progress_count"), 0.0, "{text}");
     assert_eq!(value("idempotency_in_progress_age_max_seconds"), 0.0, "{text}");
     assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
@@ -799,6 +802,78 @@ fn readme_scrape_config(targets: &[std::net::SocketAddr]) -> String {
 }
 
 #[tokio::test]
+async fn an_unknown_outcome_past_its_automatic_recovery_is_counted_as_exhausted() {
+    let api = api(800, &[("--recovery-max-attempts", "0")]).await;
+    api.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(api.pay("k-exhausted", BODY).await.status(), 202);
+    let text = api.metrics().await;
+    let tenant = |name: &str| {
+        let db = &api.db;
+        let sql = format!("select id from tenants where name = '{name}'");
+        async move { format!("tenant=\"{}\"", db.query_one::<String>(&sql).await) }
+    };
+    let (acme, globex) = (tenant("acme").await, tenant("globex").await);
+    let value = |name: &str| metric(&text, name, &[&acme, "operation=\"create_payment\""]);
+    assert_eq!(value("idempotency_unknown_state_count"), 1.0, "{text}");
+    assert_eq!(value("idempotency_recovery_exhausted_count"), 1.0, "{text}");
+    assert!(value("idempotency_unknown_oldest_age_seconds") > 0.0, "{text}");
+    let other = |name: &str| metric(&text, name, &[&globex, "operation=\"create_payment\""]);
+    assert_eq!(other("idempotency_recovery_exhausted_count"), 0.0, "{text}");
+    assert_eq!(other("idempotency_unknown_oldest_age_seconds"), 0.0, "{text}");
+}
+
+/// The metric names in the shipped alert rules (`__name__` alternations expanded).
+fn alert_rule_metrics() -> std::collections::BTreeSet<String> {
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/prometheus/idem-alerts.yml"
+    ))
+    .expect("deploy/prometheus/idem-alerts.yml");
+    let mut names = std::collections::BTreeSet::new();
+    for line in rules.lines() {
+        if let Some((_, alternation)) = line.split_once("__name__=~\"idempotency_(") {
+            let (outcomes, _) = alternation
+                .split_once(")_total")
+                .expect("an alternation of outcomes");
+            names.extend(
+                outcomes
+                    .split('|')
+                    .map(|outcome| format!("idempotency_{outcome}_total")),
+            );
+        }
+        let words = line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        names.extend(
+            words
+                .filter(|word| {
+                    ["idempotency_", "outbox_", "recovery_", "provider_"]
+                        .iter()
+                        .any(|prefix| word.starts_with(prefix) && word.len() > prefix.len())
+                })
+                .map(str::to_owned),
+        );
+    }
+    names
+}
+
+#[tokio::test]
+async fn the_alert_rules_use_only_metrics_an_instance_exports_from_its_first_scrape() {
+    let api = api(5_000, &[]).await;
+    let text = api.metrics().await;
+    let names = alert_rule_metrics();
+    assert!(names.len() >= 14, "{names:?}");
+    for name in &names {
+        assert!(
+            text.lines().any(|line| line
+                .strip_prefix(name.as_str())
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))),
+            "{name}, used by an alert rule, is not exported: {text}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_real_prometheus_scrapes_two_instances_with_the_readme_configuration() {
     let api = api(5_000, &[]).await;
     let second = api.spawn_server(&[]).await;
@@ -856,6 +931,129 @@ async fn a_real_prometheus_scrapes_two_instances_with_the_readme_configuration()
     assert!(unknown.iter().all(|(_, value)| *value == 0.0), "{unknown:?}");
 }
 
+/// A query of the shipped Grafana dashboard: its panel, its legend, and the query with the
+/// dashboard's variables at "all" and its rate interval at a minute.
+struct PanelQuery {
+    panel: String,
+    legend: String,
+    expr: String,
+}
+
+fn dashboard_queries() -> Vec<PanelQuery> {
+    let dashboard: Value = serde_json::from_str(include_str!("../../../deploy/grafana/idem-dashboard.json"))
+        .expect("deploy/grafana/idem-dashboard.json");
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            queries.push(PanelQuery {
+                panel: panel["title"].as_str().expect("a title").to_owned(),
+                legend: target["legendFormat"].as_str().unwrap_or_default().to_owned(),
+                expr: target["expr"]
+                    .as_str()
+                    .expect("a query")
+                    .replace("$tenant", ".*")
+                    .replace("$operation", ".*")
+                    .replace("$__rate_interval", "1m"),
+            });
+        }
+    }
+    queries
+}
+
+#[tokio::test]
+async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
+    // Recovery waits, so that the unknown outcome is still unknown when the panels are read.
+    let api = api(800, &[("--recovery-interval-ms", "3600000")]).await;
+    let prometheus = Prometheus::with_config(&readme_scrape_config(&[api.metrics_address])).await;
+    // A scrape before the traffic: the counters' rise is then in the samples.
+    prometheus
+        .eventually(
+            "up{job=\"idem\"}",
+            |samples| samples.first().is_some_and(|(_, up)| *up == 1.0),
+            "the instance scraped before any traffic",
+        )
+        .await;
+    assert_eq!(api.pay("k-dash-1", BODY).await.status(), 201);
+    assert_eq!(api.pay("k-dash-1", BODY).await.status(), 201, "a replay");
+    assert_eq!(
+        api.pay("k-dash-1", &BODY.replace("10.00", "12.00"))
+            .await
+            .status(),
+        409,
+        "a conflict"
+    );
+    api.sim
+        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
+        .await;
+    assert_eq!(
+        api.pay("k-dash-2", &BODY.replace("invoice-7781", "inv-dash-2"))
+            .await
+            .status(),
+        202,
+        "an unknown outcome"
+    );
+    prometheus
+        .eventually(
+            "sum(idempotency_conflict_different_request_total{job=\"idem\"})",
+            |samples| samples.first().is_some_and(|(_, value)| *value == 1.0),
+            "the traffic scraped",
+        )
+        .await;
+
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{} queries", queries.len());
+    for query in &queries {
+        prometheus
+            .eventually(
+                &query.expr,
+                |samples| !samples.is_empty(),
+                &format!("panel {:?}, {:?} has data", query.panel, query.legend),
+            )
+            .await;
+    }
+    let of_panel =
+        |title: &str| -> Vec<&PanelQuery> { queries.iter().filter(|query| query.panel == title).collect() };
+    let first = |title: &str| of_panel(title).first().expect(title).expr.clone();
+    for outcome in of_panel("Requests by outcome") {
+        // The dropped response counts as a provider error and an unknown outcome.
+        let seen = [
+            "new_execution",
+            "replay",
+            "conflict_different_request",
+            "outcome_unknown",
+            "provider_error",
+        ]
+        .contains(&outcome.legend.as_str());
+        let rate = prometheus.query(&outcome.expr).await[0].1;
+        assert_eq!(rate > 0.0, seen, "{}: {rate}", outcome.legend);
+    }
+    let share = prometheus.query(&first("Replay share")).await;
+    assert!(share[0].1 > 0.0 && share[0].1 < 1.0, "{share:?}");
+    let unknown = prometheus.query(&first("Unknown outcomes")).await;
+    let acme = api
+        .db
+        .query_one::<String>("select id from tenants where name = 'acme'")
+        .await;
+    let per_tenant: Vec<(String, f64)> = unknown
+        .iter()
+        .map(|(labels, count)| (labels["tenant"].as_str().unwrap_or_default().to_owned(), *count))
+        .collect();
+    assert_eq!(per_tenant.len(), 2, "acme and globex: {unknown:?}");
+    for (tenant, count) in per_tenant {
+        let expected = if tenant == acme { 1.0 } else { 0.0 };
+        assert_eq!(count, expected, "the unknown outcome is acme's: {unknown:?}");
+    }
+    let provider = prometheus.query(&first("Provider calls")).await;
+    assert!(
+        provider
+            .iter()
+            .any(|(labels, rate)| labels["result"] == "outcome_unknown" && *rate > 0.0),
+        "{provider:?}"
+    );
+    let up = prometheus.query(&first("Instances up")).await;
+    assert_eq!(up[0].1, 1.0, "{up:?}");
+}
+
 #[tokio::test]
 async fn every_metric_exists_from_the_first_scrape_at_zero() {
     let api = api(5_000, &[]).await;
@@ -872,6 +1070,8 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
     ];
     let gauges = [
         "idempotency_unknown_state_count",
+        "idempotency_unknown_oldest_age_seconds",
+        "idempotency_recovery_exhausted_count",
         "idempotency_stale_in_progress_count",
         "idempotency_in_progress_age_max_seconds",
     ];

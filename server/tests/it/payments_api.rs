@@ -696,24 +696,39 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
     assert_eq!(discovery["operations"][0]["retentionSeconds"], 4);
 }
 
-#[tokio::test]
-async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
-    let api = api(800, &[]).await;
-    assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
-    assert_eq!(api.pay("k-m1", BODY).await.status(), 201);
+/// A new payment, its replay, a retry with another amount (409) and an unknown outcome (the
+/// provider's answer dropped: 202), under the keys `<prefix>1` and `<prefix>2`.
+async fn known_traffic(api: &TestApp, prefix: &str) {
+    let (first, second) = (format!("{prefix}1"), format!("{prefix}2"));
+    assert_eq!(api.pay(&first, BODY).await.status(), 201);
+    assert_eq!(api.pay(&first, BODY).await.status(), 201, "a replay");
     assert_eq!(
-        api.pay("k-m1", &BODY.replace("10.00", "12.00")).await.status(),
-        409
+        api.pay(&first, &BODY.replace("10.00", "12.00")).await.status(),
+        409,
+        "a conflict"
     );
     api.sim
         .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
+    let other_payment = BODY.replace("invoice-7781", &format!("inv-{second}"));
     assert_eq!(
-        api.pay("k-m2", &BODY.replace("invoice-7781", "inv-m2"))
-            .await
-            .status(),
-        202
+        api.pay(&second, &other_payment).await.status(),
+        202,
+        "an unknown outcome"
     );
+}
+
+/// The id of the tenant named `name` (metrics label tenants by id).
+async fn tenant_id(api: &TestApp, name: &str) -> String {
+    api.db
+        .query_one(&format!("select id from tenants where name = '{name}'"))
+        .await
+}
+
+#[tokio::test]
+async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
+    let api = api(800, &[]).await;
+    known_traffic(&api, "k-m").await;
 
     let text = api.metrics().await;
     let value = |name: &str| metric(&text, name, &["operation=\"create_payment\""]);
@@ -809,12 +824,8 @@ async fn an_unknown_outcome_past_its_automatic_recovery_is_counted_as_exhausted(
         .await;
     assert_eq!(api.pay("k-exhausted", BODY).await.status(), 202);
     let text = api.metrics().await;
-    let tenant = |name: &str| {
-        let db = &api.db;
-        let sql = format!("select id from tenants where name = '{name}'");
-        async move { format!("tenant=\"{}\"", db.query_one::<String>(&sql).await) }
-    };
-    let (acme, globex) = (tenant("acme").await, tenant("globex").await);
+    let acme = format!("tenant=\"{}\"", tenant_id(&api, "acme").await);
+    let globex = format!("tenant=\"{}\"", tenant_id(&api, "globex").await);
     let value = |name: &str| metric(&text, name, &[&acme, "operation=\"create_payment\""]);
     assert_eq!(value("idempotency_unknown_state_count"), 1.0, "{text}");
     assert_eq!(value("idempotency_recovery_exhausted_count"), 1.0, "{text}");
@@ -973,25 +984,7 @@ async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
             "the instance scraped before any traffic",
         )
         .await;
-    assert_eq!(api.pay("k-dash-1", BODY).await.status(), 201);
-    assert_eq!(api.pay("k-dash-1", BODY).await.status(), 201, "a replay");
-    assert_eq!(
-        api.pay("k-dash-1", &BODY.replace("10.00", "12.00"))
-            .await
-            .status(),
-        409,
-        "a conflict"
-    );
-    api.sim
-        .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
-        .await;
-    assert_eq!(
-        api.pay("k-dash-2", &BODY.replace("invoice-7781", "inv-dash-2"))
-            .await
-            .status(),
-        202,
-        "an unknown outcome"
-    );
+    known_traffic(&api, "k-dash").await;
     prometheus
         .eventually(
             "sum(idempotency_conflict_different_request_total{job=\"idem\"})",
@@ -1030,10 +1023,7 @@ async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
     let share = prometheus.query(&first("Replay share")).await;
     assert!(share[0].1 > 0.0 && share[0].1 < 1.0, "{share:?}");
     let unknown = prometheus.query(&first("Unknown outcomes")).await;
-    let acme = api
-        .db
-        .query_one::<String>("select id from tenants where name = 'acme'")
-        .await;
+    let acme = tenant_id(&api, "acme").await;
     let per_tenant: Vec<(String, f64)> = unknown
         .iter()
         .map(|(labels, count)| (labels["tenant"].as_str().unwrap_or_default().to_owned(), *count))

@@ -5,7 +5,7 @@
 use crate::dto::{
     AuditEntryView, BulkJobView, CurrentOperator, Dashboard, EventsOverview, OverrideRequestView,
     ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
-    RedriveResult, RevealedResponse,
+    RedriveResult, RetryWindow, RevealedResponse,
 };
 #[cfg(feature = "ssr")]
 use domain::operator::OperatorRole;
@@ -43,6 +43,21 @@ pub async fn get_dashboard(
     let range = crate::dto::DashboardRange::parse(&range).unwrap_or_default();
     crate::backend::backend()?
         .dashboard(range, tenant, operation)
+        .await
+        .map_err(failed)
+}
+
+/// Retry delays against the window, per operation, over `range` (as the dashboard's).
+#[server(endpoint = "console/retry-windows")]
+pub async fn get_retry_windows(
+    range: String,
+    tenant: String,
+    operation: String,
+) -> Result<Vec<RetryWindow>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    let range = crate::dto::DashboardRange::parse(&range).unwrap_or_default();
+    crate::backend::backend()?
+        .retry_windows(range, tenant, operation)
         .await
         .map_err(failed)
 }

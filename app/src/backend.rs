@@ -5,7 +5,7 @@
 use crate::dto::{
     AuditEntryView, BulkJobView, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
     OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage,
-    RecordRef, RecordSummary, RedriveResult, RevealedResponse,
+    RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
 };
 use domain::recovery::OverrideOutcome;
 use domain::recovery::ReconcileAction;
@@ -31,6 +31,15 @@ pub trait ConsoleReads: Send + Sync + 'static {
         tenant: String,
         operation: String,
     ) -> Result<Dashboard, ConsoleError>;
+
+    /// Per operation (all, or `operation`), the retries journalled over `range` against its
+    /// window and shorter and longer ones.
+    async fn retry_windows(
+        &self,
+        range: DashboardRange,
+        tenant: String,
+        operation: String,
+    ) -> Result<Vec<RetryWindow>, ConsoleError>;
 
     async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError>;
 

@@ -107,6 +107,31 @@ pub struct LiveGauges {
     pub charged_after_release: u64,
 }
 
+/// One operation's retries over the dashboard's range (a retry: a request that found its
+/// key's record with the same command), measured from their key's first request, against the
+/// operation's window: the data for sizing it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryWindow {
+    pub operation: String,
+    /// The window this operation is answered with now.
+    pub window_secs: u64,
+    pub retries: u64,
+    /// Nearest-rank quantiles of the delays: p50, p90, p99, p99.9 (0 without retries).
+    pub quantile_secs: [f64; 4],
+    pub longest_secs: f64,
+    /// Shorter and longer windows than the current one (and it), shortest first.
+    pub windows: Vec<WindowFit>,
+}
+
+/// How a window of `window_secs` would have fared with the range's retries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowFit {
+    pub window_secs: u64,
+    /// Retries that came after it (past a window, a retry is no longer replayed).
+    pub outside: u64,
+    pub current: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantOption {
     pub id: String,

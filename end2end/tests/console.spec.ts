@@ -58,6 +58,35 @@ test("the dashboard shows replays and conflicts after traffic that produced them
     ).toBeGreaterThanOrEqual(1);
   }).toPass({ timeout: 10_000 });
   await expect(page.locator('[data-gauge="unknown"]')).toBeVisible();
+
+  // Readable charts: a time axis under each, and every bar's value, rate and share on hover.
+  const replays = page.locator('[data-series="replay"]');
+  await expect(replays.locator(".chart-axis span")).toHaveCount(5);
+  await expect(replays.locator(".chart-axis span").first()).toHaveText(/^\d\d:\d\d$/);
+  await expect(replays.locator("rect title").first()).toContainText(/UTC, 1 min: \d+ \(\d+\.\d\/min, \d+\.\d% of requests\)/);
+  await expect(replays.locator(".chart-summary")).toContainText("% of requests");
+  await page.getByLabel("Show").selectOption("share");
+  await page.getByRole("button", { name: "Apply" }).click();
+  await expect(page).toHaveURL(/show=share/);
+  await expect(page.locator('[data-series="replay"]')).toHaveAttribute("data-scale", "share");
+  await expect(page.locator('[data-series="replay"] .chart-top')).toContainText("%");
+
+  // The replay is a retry milliseconds after its first request, far inside the 24 h window:
+  // no window from an hour up would have left it out.
+  const retries = page.locator('.retry-window[data-operation="create_payment"]');
+  await expect(async () => {
+    await page.reload();
+    expect(Number(await retries.getAttribute("data-retries"))).toBeGreaterThanOrEqual(1);
+  }).toPass({ timeout: 10_000 });
+  await expect(retries.locator('[data-quantile="window"] dd')).toHaveText("24 h");
+  await expect(retries.locator('[data-quantile="p50"] dd')).toHaveText(/ms$|^\d+ s$/);
+  await expect(retries.locator("tr.current")).toHaveAttribute("data-window", "86400");
+  await expect(retries.locator("tr.current")).toContainText("current window");
+  await expect(retries.locator("tr[data-window]")).toHaveCount(8);
+  for (const outside of await retries.locator("td[data-outside]").allTextContents()) expect(outside).toBe("0");
+  await expect(retries.locator("svg.delay-strip .window")).toContainText("window 24 h");
+  await expect(retries.locator("svg.delay-strip line.mark")).toHaveCount(5);
+
   // Pictured as an operator uses it: hydrated, its refresh controls live.
   await hydrated(page);
   await page.screenshot({ path: test.info().outputPath("dashboard.png"), fullPage: true });

@@ -53,9 +53,12 @@ async fn main() {
 }
 
 async fn measure(url: &str, records: i64) -> (Duration, Duration) {
-    let store = store::open(&DatabaseTarget::Postgres { url: url.to_owned() })
-        .await
-        .expect("open");
+    let store = store::open(
+        &DatabaseTarget::Postgres { url: url.to_owned() },
+        store::DEFAULT_MAX_CONNECTIONS,
+    )
+    .await
+    .expect("open");
     store.migrate().await.expect("migrate");
     let pool = sqlx::PgPool::connect(url).await.expect("seed connection");
     sqlx::raw_sql(&format!(

@@ -22,6 +22,7 @@ use crate::supervisor::{Every, Supervisor};
 use crate::workers::recovery::{Recovery, RecoverySettings};
 use crate::workers::retention::{Cleanup, CleanupSettings};
 use axum::Router;
+use domain::command::CreatePayment;
 use domain::expiry::ExpiryPolicy;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -195,6 +196,7 @@ impl Application {
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
         crate::engine::background::register_metrics();
+        metrics::register_window(CreatePayment::OPERATION, expiry.window);
         let metrics_router = http::metrics_router(Arc::new(exposition), &settings);
         Ok(Application {
             listeners,
@@ -311,6 +313,7 @@ fn spawn_jobs(
         store.clone(),
         CleanupSettings {
             retention: Duration::from_secs(args.retention_secs),
+            journal_retention: Duration::from_secs(args.window_secs.saturating_add(args.retention_secs)),
             max_batch: args.cleanup_batch,
             batch_bound: every(args.cleanup_batch_bound_ms),
             pause: Duration::from_millis(20),

@@ -27,6 +27,17 @@ pub struct GlobalArgs {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// Most connections this process opens to PostgreSQL (instances × this must stay below
+    /// the server's max_connections; see docs/deployment.md). The embedded SQLite ignores it.
+    #[arg(
+        long,
+        env = "IDEM_DATABASE_MAX_CONNECTIONS",
+        global = true,
+        default_value_t = crate::store::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=10_000),
+    )]
+    pub database_max_connections: u32,
+
     /// Directory for the embedded database and other local state.
     #[arg(long, env = "IDEM_DATA_DIR", global = true, default_value = "./data")]
     pub data_dir: PathBuf,
@@ -356,6 +367,11 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(args.metrics_listen.to_string(), "127.0.0.1:9464");
         assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
+        assert_eq!(
+            cli.global.database_max_connections,
+            crate::store::DEFAULT_MAX_CONNECTIONS
+        );
+        assert!(Cli::try_parse_from(["idem", "serve", "--database-max-connections", "0"]).is_err());
 
         let cli = Cli::try_parse_from(["idem", "provider-sim"]).expect("provider-sim parses with no flags");
         let Command::ProviderSim(args) = cli.command else {

@@ -37,19 +37,27 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
     let database = || DatabaseTarget::resolve(cli.global.database_url.as_deref(), &cli.global.data_dir);
     match cli.command {
         Command::ProviderSim(args) => Ok(serve::provider_sim(args).await?),
-        Command::Serve(args) => Ok(serve::serve(database()?, &cli.global.data_dir, *args).await?),
+        Command::Serve(args) => Ok(serve::serve(
+            database()?,
+            cli.global.database_max_connections,
+            &cli.global.data_dir,
+            *args,
+        )
+        .await?),
         Command::Migrate => {
             let target = database()?;
             let redacted = target.redacted();
-            with_store(&target, |_| async move {
+            with_store(&target, cli.global.database_max_connections, |_| async move {
                 Ok(format!("migrations applied to {redacted}"))
             })
             .await
         }
         Command::Admin(command) => {
-            with_store(&database()?, |store| async move {
-                admin::run(store.as_ref(), command).await
-            })
+            with_store(
+                &database()?,
+                cli.global.database_max_connections,
+                |store| async move { admin::run(store.as_ref(), command).await },
+            )
             .await
         }
     }
@@ -57,20 +65,24 @@ async fn run(cli: Cli) -> Result<(), CommandError> {
 
 /// Runs a command on a migrated database (so that `tenant create` on a fresh checkout just
 /// works), closes it, and prints the command's output alone on standard output.
-async fn with_store<F, Fut>(target: &DatabaseTarget, command: F) -> Result<(), CommandError>
+async fn with_store<F, Fut>(
+    target: &DatabaseTarget,
+    max_connections: u32,
+    command: F,
+) -> Result<(), CommandError>
 where
     F: FnOnce(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = Result<String, admin::AdminError>>,
 {
-    let store = migrated_store(target).await?;
+    let store = migrated_store(target, max_connections).await?;
     let printed = command(store.clone()).await;
     store.close().await;
     println!("{}", printed?);
     Ok(())
 }
 
-async fn migrated_store(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
-    let store = store::open(target).await?;
+async fn migrated_store(target: &DatabaseTarget, max_connections: u32) -> Result<Arc<dyn Store>, StoreError> {
+    let store = store::open(target, max_connections).await?;
     store.migrate().await?;
     Ok(store)
 }

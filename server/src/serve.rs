@@ -9,8 +9,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use tokio::net::TcpListener;
 
-pub async fn serve(target: DatabaseTarget, data_dir: &Path, args: ServeArgs) -> Result<(), ServeError> {
-    let store = store::open(&target).await?;
+pub async fn serve(
+    target: DatabaseTarget,
+    max_connections: u32,
+    data_dir: &Path,
+    args: ServeArgs,
+) -> Result<(), ServeError> {
+    let store = store::open(&target, max_connections).await?;
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
     let (api, address) = bind(args.listen).await?;

@@ -122,25 +122,140 @@ pub fn load_error(errors: ArcRwSignal<Errors>) -> impl IntoView {
     }
 }
 
-/// A time series as an SVG bar chart, drawn on the server: no script, no chart library.
-/// `data-total` carries the sum for tests and screen readers get it as the title.
+/// What a dashboard bar measures: the count in its step, the count per minute, or its share
+/// of every request counted in that step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChartScale {
+    #[default]
+    Count,
+    PerMinute,
+    Share,
+}
+
+impl ChartScale {
+    pub const ALL: [ChartScale; 3] = [ChartScale::Count, ChartScale::PerMinute, ChartScale::Share];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ChartScale::Count => "count",
+            ChartScale::PerMinute => "rate",
+            ChartScale::Share => "share",
+        }
+    }
+
+    pub const fn label(self) -> &'static str {
+        match self {
+            ChartScale::Count => "Requests per bar",
+            ChartScale::PerMinute => "Per minute",
+            ChartScale::Share => "Share of requests",
+        }
+    }
+
+    /// The scale `text` names; the count for anything else.
+    pub fn parse(text: &str) -> ChartScale {
+        ChartScale::ALL
+            .into_iter()
+            .find(|scale| scale.as_str() == text)
+            .unwrap_or_default()
+    }
+
+    /// `count` of `all` requests over `seconds`, on this scale.
+    fn value(self, count: u64, all: u64, seconds: i64) -> f64 {
+        match self {
+            ChartScale::Count => count as f64,
+            ChartScale::PerMinute => count as f64 * 60.0 / seconds.max(1) as f64,
+            ChartScale::Share if all == 0 => 0.0,
+            ChartScale::Share => count as f64 / all as f64,
+        }
+    }
+
+    fn show(self, value: f64) -> String {
+        match self {
+            ChartScale::Count => format!("{value:.0}"),
+            ChartScale::PerMinute => format!("{value:.1}/min"),
+            ChartScale::Share => format!("{:.1}%", value * 100.0),
+        }
+    }
+}
+
+/// A chart's time axis: where each step starts, as shown under the chart and in each bar's
+/// tooltip (UTC).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimeAxis {
+    pub starts: Vec<String>,
+    pub step_seconds: i64,
+}
+
+impl TimeAxis {
+    /// `points` steps of `step_seconds` from `from` (RFC 3339); labels are `HH:MM`, with the
+    /// day when the range spans days.
+    pub fn new(from: &str, step_seconds: i64, points: usize) -> TimeAxis {
+        let start = chrono::DateTime::parse_from_rfc3339(from)
+            .map(|at| at.to_utc())
+            .ok();
+        let with_day = step_seconds * points as i64 > 24 * 3600;
+        let starts = (0..points)
+            .map(|index| {
+                start
+                    .map(|start| {
+                        let at = start + chrono::TimeDelta::seconds(step_seconds * index as i64);
+                        at.format(if with_day { "%m-%d %H:%M" } else { "%H:%M" })
+                            .to_string()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        TimeAxis { starts, step_seconds }
+    }
+
+    /// Five labels: the first step's start, three between, the last step's.
+    fn ticks(&self) -> Vec<String> {
+        let last = self.starts.len().saturating_sub(1);
+        [0, last / 4, last / 2, 3 * last / 4, last]
+            .into_iter()
+            .filter_map(|index| self.starts.get(index).cloned())
+            .collect()
+    }
+}
+
+/// A time series as an SVG bar chart, drawn on the server: no script, no chart library. Each
+/// bar's tooltip (its SVG `<title>`) says its time, count, rate and share; the caption says
+/// the range's total, rate and share and the scale's top; `data-total` carries the sum for
+/// tests.
 #[component]
 pub fn BarChart(
     #[prop(into)] label: String,
-    points: Vec<u64>,
-    total: u64,
     #[prop(into)] outcome: String,
+    points: Vec<u64>,
+    /// Every outcome counted in each step, for the share.
+    all: Vec<u64>,
+    axis: TimeAxis,
+    scale: ChartScale,
 ) -> impl IntoView {
     const WIDTH: f64 = 300.0;
     const HEIGHT: f64 = 64.0;
-    let max = points.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let step = axis.step_seconds;
+    let values: Vec<f64> = points
+        .iter()
+        .zip(all.iter().chain(std::iter::repeat(&0)))
+        .map(|(count, all)| scale.value(*count, *all, step))
+        .collect();
+    let top = values.iter().copied().fold(0.0_f64, f64::max);
     let slot = WIDTH / points.len().max(1) as f64;
     let bars = points
         .iter()
         .enumerate()
-        .filter(|(_, value)| **value > 0)
-        .map(|(index, value)| {
-            let height = (*value as f64 / max * (HEIGHT - 4.0)).max(1.0);
+        .filter(|(_, count)| **count > 0)
+        .map(|(index, count)| {
+            let height = (values[index] / top.max(f64::MIN_POSITIVE) * (HEIGHT - 4.0)).max(1.0);
+            let all = all.get(index).copied().unwrap_or(0);
+            let tooltip = format!(
+                "{} UTC, {} min: {count} ({}, {} of requests)",
+                axis.starts.get(index).map_or("", String::as_str),
+                step / 60,
+                ChartScale::PerMinute.show(ChartScale::PerMinute.value(*count, all, step)),
+                ChartScale::Share.show(ChartScale::Share.value(*count, all, step)),
+            );
             view! {
                 <rect
                     x=format!("{:.1}", index as f64 * slot + 0.5)
@@ -148,34 +263,62 @@ pub fn BarChart(
                     width=format!("{:.1}", (slot - 1.0).max(0.5))
                     height=format!("{height:.1}")
                 >
-                    <title>{value.to_string()}</title>
+                    <title>{tooltip}</title>
                 </rect>
             }
         })
         .collect_view();
-    let title = format!("{label}: {total} in the range, at most {} per step", max as u64);
+    let total: u64 = points.iter().sum();
+    let range_seconds = step * points.len() as i64;
+    let summary = format!(
+        "{} · {} of requests",
+        ChartScale::PerMinute.show(ChartScale::PerMinute.value(total, 0, range_seconds)),
+        ChartScale::Share.show(ChartScale::Share.value(total, all.iter().sum(), range_seconds)),
+    );
+    let title = format!(
+        "{label}: {total} in the range ({summary}); top of the scale {}",
+        scale.show(top)
+    );
+    let ticks = axis
+        .ticks()
+        .into_iter()
+        .map(|tick| view! { <span>{tick}</span> })
+        .collect_view();
     view! {
-        <figure class="chart" data-series=outcome data-total=total.to_string()>
+        <figure class="chart" data-series=outcome data-total=total.to_string() data-scale=scale.as_str()>
             <figcaption>
                 <span>{label}</span>
                 <strong class="num">{total}</strong>
             </figcaption>
+            <p class="chart-summary muted">
+                <span>{summary}</span>
+                <span class="chart-top">"top " {scale.show(top)}</span>
+            </p>
             <svg viewBox=format!("0 0 {WIDTH} {HEIGHT}") role="img" preserveAspectRatio="none">
                 <title>{title}</title>
+                <line x1="0" y1=HEIGHT / 2.0 x2=WIDTH y2=HEIGHT / 2.0 class="grid" />
                 <line x1="0" y1=HEIGHT x2=WIDTH y2=HEIGHT class="axis" />
                 {bars}
             </svg>
+            <div class="chart-axis" aria-label="Time (UTC)">
+                {ticks}
+            </div>
         </figure>
     }
 }
 
-/// Seconds as an operator reads them: `42 s`, `7 min`, `3 h`.
+/// Seconds as an operator reads them: `250 ms`, `42 s`, `7 min`, `3 h`, `2 d`.
 pub fn age(seconds: f64) -> String {
+    if seconds > 0.0 && seconds < 1.0 {
+        return format!("{} ms", (seconds * 1000.0).round());
+    }
     let seconds = seconds.max(0.0).round() as u64;
     match seconds {
         0..120 => format!("{seconds} s"),
+        3600..172_800 if seconds.is_multiple_of(3600) => format!("{} h", seconds / 3600),
         120..7200 => format!("{} min", seconds / 60),
-        _ => format!("{} h", seconds / 3600),
+        7200..172_800 => format!("{} h", seconds / 3600),
+        _ => format!("{} d", seconds / 86_400),
     }
 }
 

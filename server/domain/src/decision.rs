@@ -79,6 +79,7 @@ fn seconds_until(until: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::RecordAt;
     use chrono::Duration;
 
     const SAME: &str = "aaaa";
@@ -102,6 +103,7 @@ mod tests {
             resource_id: Some("pay_1".to_owned()),
             response_schema_version: Some("2026-05-01".to_owned()),
             next_recovery_at: None,
+            first_request_at: now() - Duration::minutes(5),
         }
     }
 
@@ -220,5 +222,23 @@ mod tests {
             decide(&past_window(RecordStatus::InProgress), SAME, now()),
             Decision::InProgress { .. }
         ));
+    }
+
+    #[test]
+    fn a_retry_is_the_same_command_and_its_delay_runs_from_the_first_request() {
+        let at = RecordAt {
+            record: record(RecordStatus::Completed),
+            now: now(),
+        };
+        assert_eq!(at.retry_delay(SAME), Some(Duration::minutes(5)));
+        assert_eq!(at.retry_delay(OTHER), None, "a conflict is not a retry");
+        let skewed = RecordAt {
+            record: StoredRecord {
+                first_request_at: now() + Duration::seconds(1),
+                ..record(RecordStatus::InProgress)
+            },
+            now: now(),
+        };
+        assert_eq!(skewed.retry_delay(SAME), Some(Duration::zero()));
     }
 }

@@ -1,7 +1,7 @@
 //! The idempotency record's state: its public status, its recovery point, and what the
 //! decision for a retry needs to know of it.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
@@ -93,6 +93,8 @@ pub struct StoredRecord {
     pub response_schema_version: Option<String>,
     /// When an unknown outcome may be asked about again (backoff).
     pub next_recovery_at: Option<DateTime<Utc>>,
+    /// When the key's first request (of this operation: a renewal starts it again) arrived.
+    pub first_request_at: DateTime<Utc>,
 }
 
 /// A record as read, and the database's clock when it was read: leases and windows are
@@ -112,5 +114,13 @@ impl RecordAt {
             RecordStatus::InProgress => self.record.locked_until.is_none_or(|until| until <= self.now),
             _ => false,
         }
+    }
+
+    /// How long after its key's first request a retry arrived, if the request with
+    /// `fingerprint_hex` is one: a request that finds its key's record with the same command
+    /// (a different command is a conflict, not a retry). Windows are sized from these.
+    pub fn retry_delay(&self, fingerprint_hex: &str) -> Option<TimeDelta> {
+        (self.record.request_fingerprint == fingerprint_hex)
+            .then(|| (self.now - self.record.first_request_at).max(TimeDelta::zero()))
     }
 }

@@ -3,17 +3,19 @@
 
 use super::{StoreConsole, scope_of, unavailable, views};
 use crate::events::consumers::{LEDGER, RECEIPTS};
+use crate::store::console::COMPARED_WINDOWS;
 use crate::store::operators::AuditCursor;
 use app::backend::{ConsoleError, ConsoleReads};
 use app::dto::{
     AuditEntryView, BulkJobView, ConsumerLag, Dashboard, DashboardRange, EventsOverview, LiveGauges,
     OverrideRequestView, ReconcileOption, ReconcilePreview, RecordDetail, RecordFilter, RecordPage,
-    RecordRef, RecordSummary, Series, TenantOption,
+    RecordRef, RecordSummary, RetryWindow, Series, TenantOption, WindowFit,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::outcome::Outcome;
 use domain::record::RecordStatus;
 use domain::recovery::{ProviderEvidence, ReconcileAction};
+use domain::scope::Operation;
 use std::time::Duration;
 use strum::VariantArray;
 
@@ -25,6 +27,31 @@ const LAG_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 fn now_text() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The windows a retry window is compared with besides the current one: from an hour to a
+/// month.
+const OTHER_WINDOWS: [Duration; COMPARED_WINDOWS - 1] = [
+    Duration::from_secs(3600),
+    Duration::from_secs(6 * 3600),
+    Duration::from_secs(12 * 3600),
+    Duration::from_secs(24 * 3600),
+    Duration::from_secs(2 * 24 * 3600),
+    Duration::from_secs(3 * 24 * 3600),
+    Duration::from_secs(7 * 24 * 3600),
+    Duration::from_secs(30 * 24 * 3600),
+];
+
+/// A dashboard range in epoch seconds, `[from, to)`: whole steps, the current one last.
+fn epochs_of(range: DashboardRange) -> (i64, i64) {
+    let step = range.step_seconds();
+    let to = (Utc::now().timestamp() / step + 1) * step;
+    (to - range.seconds(), to)
+}
+
+/// A filter's value, empty meaning any.
+fn named(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 /// A count as the console shows it.
@@ -42,9 +69,7 @@ impl ConsoleReads for StoreConsole {
     ) -> Result<Dashboard, ConsoleError> {
         let step = range.step_seconds();
         let points = usize::try_from(range.seconds() / step).unwrap_or(0);
-        let to = (Utc::now().timestamp() / step + 1) * step;
-        let from = to - range.seconds();
-        let named = |text: &str| (!text.is_empty()).then_some(text.to_owned());
+        let (from, to) = epochs_of(range);
         let rows = self
             .store
             .outcome_series(
@@ -110,6 +135,57 @@ impl ConsoleReads for StoreConsole {
                 .collect(),
             read_at: now_text(),
         })
+    }
+
+    async fn retry_windows(
+        &self,
+        range: DashboardRange,
+        tenant: String,
+        operation: String,
+    ) -> Result<Vec<RetryWindow>, ConsoleError> {
+        let (from, to) = epochs_of(range);
+        let current = self.engine.settings().expiry.window;
+        let mut compared = [current; COMPARED_WINDOWS];
+        compared[1..].copy_from_slice(&OTHER_WINDOWS);
+        let rows = self
+            .store
+            .retry_delays(
+                from,
+                to,
+                named(&tenant).as_deref(),
+                named(&operation).as_deref(),
+                compared,
+            )
+            .await
+            .map_err(unavailable("retry delays"))?;
+        let operations = Operation::VARIANTS
+            .iter()
+            .filter(|candidate| operation.is_empty() || candidate.as_str() == operation);
+        Ok(operations
+            .map(|operation| {
+                let row = rows.iter().find(|row| row.operation == operation.as_str());
+                let seconds = |ms: i64| ms as f64 / 1000.0;
+                let mut windows: Vec<WindowFit> = compared
+                    .iter()
+                    .enumerate()
+                    .map(|(index, window)| WindowFit {
+                        window_secs: window.as_secs(),
+                        outside: row.map_or(0, |row| count(row.outside[index])),
+                        current: index == 0,
+                    })
+                    .collect();
+                windows.sort_by_key(|fit| (fit.window_secs, !fit.current));
+                windows.dedup_by_key(|fit| fit.window_secs);
+                RetryWindow {
+                    operation: operation.as_str().to_owned(),
+                    window_secs: current.as_secs(),
+                    retries: row.map_or(0, |row| count(row.retries)),
+                    quantile_secs: row.map_or([0.0; 4], |row| row.quantiles_ms.map(seconds)),
+                    longest_secs: row.map_or(0.0, |row| seconds(row.longest_ms)),
+                    windows,
+                }
+            })
+            .collect())
     }
 
     async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError> {

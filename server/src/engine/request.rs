@@ -9,7 +9,7 @@ use super::owner::{Charging, Owned, Owner};
 use super::sealing::SealingError;
 use crate::store::metrics::JournalEntry;
 use crate::store::records::FoundRecord;
-use chrono::Utc;
+use chrono::{TimeDelta, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, StoredResponse, UnkeyedOutcome};
 use domain::command::CreatePayment;
@@ -75,14 +75,20 @@ impl PaymentsEngine {
             window: self.settings.expiry.window,
             after_expiry: self.settings.expiry.after_expiry,
         };
-        let answer = self.claim_and_answer(&request, &claim, &payment).await;
-        self.journal_answer(&scope, &claim.fingerprint, &answer);
+        let (answer, retry_delay) = self.claim_and_answer(&request, &claim, &payment).await;
+        self.journal_answer(&scope, &claim.fingerprint, &answer, retry_delay);
         answer
     }
 
     /// Notes the request and its answer in the request journal (a conflicting retry with its
-    /// command, for the console's diff).
-    fn journal_answer(&self, scope: &Scope, fingerprint: &Fingerprint, answer: &Answer) {
+    /// command, for the console's diff; a retry with its delay, for sizing the window).
+    fn journal_answer(
+        &self,
+        scope: &Scope,
+        fingerprint: &Fingerprint,
+        answer: &Answer,
+        retry_delay: Option<TimeDelta>,
+    ) {
         let error_code = answer.error_code();
         let conflicting = error_code.as_deref() == Some(ApiError::KeyReusedWithDifferentRequest.code());
         self.journal.record(JournalEntry {
@@ -93,28 +99,68 @@ impl PaymentsEngine {
             status_code: answer.status(),
             error_code,
             replayed: answer.replayed,
+            retry_delay,
         });
     }
 
+    /// The answer, and how long after its key's first request the request came if it is a
+    /// retry.
     async fn claim_and_answer(
         &self,
         request: &CreatePaymentRequest,
         claim: &NewClaim,
         payment: &NewPayment,
-    ) -> Answer {
+    ) -> (Answer, Option<TimeDelta>) {
         let scope = &claim.scope;
-        match self.records.look_up(scope).await {
+        let retry_delay = match self.records.look_up(scope).await {
             Ok(Some(found)) => {
                 // The retry is compared in the fingerprint version its record was made with.
                 let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
+                let retry_delay = found.at.retry_delay(&retry.sha256_hex);
                 if !self.claim_may_renew(&found, &retry.sha256_hex) {
-                    return self.answer_record(scope, found, &retry.sha256_hex).await;
+                    return (
+                        self.answer_record(scope, found, &retry.sha256_hex).await,
+                        retry_delay,
+                    );
                 }
+                retry_delay
             }
-            Ok(None) => {}
+            Ok(None) => None,
             // Nothing was written: the retry starts afresh.
-            Err(error) => return Answer::error(error.as_api_error("look up"), None),
+            Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
+        };
+        if let Some(answer) = self.claim_anew(request, claim, payment).await {
+            return (answer, retry_delay);
         }
+        // Made or changed between the look-up and the claim (a concurrent request): read
+        // again, with its response.
+        match self.records.look_up(scope).await {
+            Ok(Some(found)) => {
+                let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
+                let retry_delay = found.at.retry_delay(&retry.sha256_hex);
+                (
+                    self.answer_record(scope, found, &retry.sha256_hex).await,
+                    retry_delay,
+                )
+            }
+            Ok(None) => (Answer::in_progress(1, None), None),
+            Err(error) => (
+                Answer::error(error.as_api_error("look up after the claim"), None),
+                None,
+            ),
+        }
+    }
+
+    /// The insert-first claim for a key without a record, or whose record may be renewed, and
+    /// the answer to what it decided; `None` when the claim found the key's record made or
+    /// changed since the look-up (by a concurrent request), which is then read again.
+    async fn claim_anew(
+        &self,
+        request: &CreatePaymentRequest,
+        claim: &NewClaim,
+        payment: &NewPayment,
+    ) -> Option<Answer> {
+        let scope = &claim.scope;
         let insufficient_funds = self.sealed(scope, &bound_error(&ApiError::InsufficientFunds));
         let claimed = self
             .records
@@ -129,7 +175,7 @@ impl PaymentsEngine {
         {
             self.count(&scope.tenant_id, Outcome::ExpiredRetry);
         }
-        match claimed {
+        let answer = match claimed {
             Ok(ClaimOutcome::Claimed {
                 lease_version,
                 expires_at,
@@ -155,23 +201,15 @@ impl PaymentsEngine {
                     .await;
                 self.answered(scope, owned, Some(expires_at)).await
             }
-            // Made or changed between the look-up and the claim (a concurrent request): read
-            // again, with its response.
-            Ok(ClaimOutcome::Existing(_)) => match self.records.look_up(scope).await {
-                Ok(Some(found)) => {
-                    let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
-                    self.answer_record(scope, found, &retry.sha256_hex).await
-                }
-                Ok(None) => Answer::in_progress(1, None),
-                Err(error) => Answer::error(error.as_api_error("look up after the claim"), None),
-            },
+            Ok(ClaimOutcome::Existing(_)) => return None,
             Ok(ClaimOutcome::InsufficientFunds { expires_at, .. }) => {
                 Answer::error(ApiError::InsufficientFunds, Some(expires_at))
             }
             Ok(ClaimOutcome::Refused { refusal, .. }) => Answer::refused(refusal),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
             Err(error) => Answer::error(error.as_api_error("claim"), None),
-        }
+        };
+        Some(answer)
     }
 
     /// Whether the claim may take `found` for a new operation (a settled record past its

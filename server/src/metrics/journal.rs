@@ -3,12 +3,23 @@
 //! in a bounded queue and written every `--journal-flush-ms` in multi-row statements (and at
 //! shutdown), so a request costs no round trip for it. A crash loses the entries of the last
 //! flush interval: diagnostics only, never a record, a payment or an answer.
+//!
+//! A retry's delay (since its key's first request) is also observed here, as the histogram
+//! `idempotency_retry_delay_seconds` and the longest this instance has seen: the data for
+//! sizing the window.
 
 use super::Buffered;
 use crate::store::MetricsStore;
 use crate::store::metrics::JournalEntry;
-use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use chrono::TimeDelta;
+use domain::scope::{Operation, Scope};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The histogram of retry delays, per tenant and operation.
+pub const RETRY_DELAY_SECONDS: &str = "idempotency_retry_delay_seconds";
+/// The longest retry delay this instance has seen since it started, per tenant and operation.
+pub const LONGEST_RETRY_DELAY_SECONDS: &str = "idempotency_retry_delay_max_seconds";
 
 /// Entries kept while the database cannot take them; past this the oldest are dropped.
 const MAX_PENDING: usize = 100_000;
@@ -16,6 +27,8 @@ const MAX_PENDING: usize = 100_000;
 #[derive(Default)]
 pub struct RequestJournal {
     pending: Mutex<VecDeque<JournalEntry>>,
+    /// The longest retry delay seen per tenant and operation, in seconds.
+    longest_retry: Mutex<HashMap<(String, Operation), f64>>,
 }
 
 impl RequestJournal {
@@ -26,9 +39,35 @@ impl RequestJournal {
     }
 
     pub fn record(&self, entry: JournalEntry) {
+        if let Some(delay) = entry.retry_delay {
+            self.observe_retry(&entry.scope, delay);
+        }
         let mut pending = self.pending();
         pending.push_back(entry);
         drop_oldest_beyond_bound(&mut pending);
+    }
+
+    fn observe_retry(&self, scope: &Scope, delay: TimeDelta) {
+        let seconds = delay.as_seconds_f64();
+        let tenant = scope.tenant_id.as_str().to_owned();
+        let operation = scope.operation;
+        metrics::histogram!(
+            RETRY_DELAY_SECONDS,
+            "tenant" => tenant.clone(),
+            "operation" => operation.as_str(),
+        )
+        .record(seconds);
+        let mut longest = self.longest_retry.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = longest.entry((tenant.clone(), operation)).or_insert(0.0);
+        if seconds > *known {
+            *known = seconds;
+            metrics::gauge!(
+                LONGEST_RETRY_DELAY_SECONDS,
+                "tenant" => tenant,
+                "operation" => operation.as_str(),
+            )
+            .set(seconds);
+        }
     }
 }
 

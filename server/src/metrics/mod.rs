@@ -51,12 +51,28 @@ fn outcome_counter(tenant_id: &str, operation: Operation, outcome: Outcome) -> m
     )
 }
 
-/// Makes every outcome counter of `tenant_id` and `operation` exist (at 0 until counted), so
-/// that dashboards and `absent()` alerts see a series from the first scrape.
-pub fn register_outcomes(tenant_id: &str, operation: Operation) {
+/// Makes every per-tenant series of `tenant_id` and `operation` exist (at 0 until counted):
+/// the outcome counters, the retry-delay histogram and the longest retry delay, so that
+/// dashboards and `absent()` alerts see a series from the first scrape, and a rate or an
+/// increase counts the first event.
+pub fn register_tenant_series(tenant_id: &str, operation: Operation) {
     for outcome in Outcome::VARIANTS {
         outcome_counter(tenant_id, operation, *outcome).increment(0);
     }
+    let labels = [
+        ("tenant", tenant_id.to_owned()),
+        ("operation", operation.as_str().to_owned()),
+    ];
+    // Registering the histogram is what makes it rendered, with empty buckets.
+    drop(metrics::histogram!(journal::RETRY_DELAY_SECONDS, &labels));
+    metrics::gauge!(journal::LONGEST_RETRY_DELAY_SECONDS, &labels).increment(0.0);
+}
+
+/// `idempotency_window_seconds{operation}`: the window this instance answers `operation`
+/// with, which dashboards draw against the retry delays.
+pub fn register_window(operation: Operation, window: std::time::Duration) {
+    metrics::gauge!("idempotency_window_seconds", "operation" => operation.as_str())
+        .set(window.as_secs_f64());
 }
 
 /// Something kept in memory and written to the store in batches.

@@ -7,7 +7,7 @@
 
 use crate::store::Store;
 use crate::store::metrics::LiveGauges;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -16,13 +16,42 @@ const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
+/// Seconds after a key's first request; from a client's immediate retry to a month, with the
+/// windows teams choose (1 h to 7 days) as bounds, so that "how many came after a window of
+/// this length" is read off exactly.
+const RETRY_DELAY_BUCKETS: [f64; 16] = [
+    1.0,
+    5.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3_600.0,
+    6.0 * 3_600.0,
+    12.0 * 3_600.0,
+    86_400.0,
+    2.0 * 86_400.0,
+    3.0 * 86_400.0,
+    7.0 * 86_400.0,
+    14.0 * 86_400.0,
+    30.0 * 86_400.0,
+    90.0 * 86_400.0,
+];
+
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the process-wide recorder once; later calls share it.
 pub fn install() -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
-            let builder = match PrometheusBuilder::new().set_buckets(&LATENCY_BUCKETS) {
+            let builder = match PrometheusBuilder::new()
+                .set_buckets(&LATENCY_BUCKETS)
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full(super::journal::RETRY_DELAY_SECONDS.to_owned()),
+                        &RETRY_DELAY_BUCKETS,
+                    )
+                }) {
                 Ok(builder) => builder,
                 Err(error) => {
                     tracing::error!(%error, "metrics: invalid buckets");
@@ -94,7 +123,7 @@ impl Exposition {
 /// Every tenant and operation's gauges, and its outcome counters made to exist.
 fn set_gauges(rows: Vec<LiveGauges>) {
     for row in rows {
-        super::register_outcomes(&row.tenant_id, row.operation);
+        super::register_tenant_series(&row.tenant_id, row.operation);
         let labels = [
             ("tenant", row.tenant_id),
             ("operation", row.operation.as_str().to_owned()),

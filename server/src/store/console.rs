@@ -9,6 +9,7 @@ use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ProgressStep, RecordStatus};
 use domain::scope::Scope;
+use std::time::Duration;
 
 /// A record as stored names it. Parsed into a [`Scope`] only to act on it, so that a record of
 /// an operation this binary does not know can still be listed and read.
@@ -114,6 +115,17 @@ pub trait ConsoleStore: Send + Sync {
 
     /// Released payments whose provider key showed a charge after all, not yet refunded.
     async fn late_charges(&self) -> Result<i64, StoreError>;
+
+    /// The retries journalled in `[from, to)` (epoch seconds) per operation, compared with
+    /// `windows`; `tenant`/`operation` `None` for all.
+    async fn retry_delays(
+        &self,
+        from_epoch: i64,
+        to_epoch: i64,
+        tenant: Option<&str>,
+        operation: Option<&str>,
+        windows: [Duration; COMPARED_WINDOWS],
+    ) -> Result<Vec<RetryDelays>, StoreError>;
 }
 
 /// Console statements that differ by dialect.
@@ -130,6 +142,57 @@ pub trait ConsoleStatements {
     const LIST_RECORDS: &'static str;
     /// `$1` limit: [`SummaryRow`]s.
     const RECOVERY_QUEUE: &'static str;
+    /// `$1` from epoch, `$2` to epoch, `$3` tenant, `$4` operation (empty: any), `$5`..`$13`
+    /// windows in milliseconds: [`RetryDelaysRow`]s, one per operation with retries.
+    const RETRY_DELAYS: &'static str;
+}
+
+/// How many windows [`ConsoleStore::retry_delays`] compares the retries with.
+pub const COMPARED_WINDOWS: usize = 9;
+
+/// Retries of one operation in a time range: how long after their key's first request they
+/// came, and how many came after each of the windows asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryDelays {
+    pub operation: String,
+    pub retries: i64,
+    /// Nearest-rank p50, p90, p99 and p99.9, in milliseconds.
+    pub quantiles_ms: [i64; 4],
+    pub longest_ms: i64,
+    /// Per window asked about, in its order: the retries that came after it.
+    pub outside: [i64; COMPARED_WINDOWS],
+}
+
+/// A row of [`ConsoleStatements::RETRY_DELAYS`].
+type RetryDelaysRow = (
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+);
+
+fn retry_delays_of(
+    (operation, retries, p50, p90, p99, p999, longest_ms, w1, w2, w3, w4, w5, w6, w7, w8, w9): RetryDelaysRow,
+) -> RetryDelays {
+    RetryDelays {
+        operation,
+        retries,
+        quantiles_ms: [p50, p90, p99, p999].map(Option::unwrap_or_default),
+        longest_ms,
+        outside: [w1, w2, w3, w4, w5, w6, w7, w8, w9],
+    }
 }
 
 /// A row of the records browser, as selected.
@@ -309,5 +372,25 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
         .fetch_one(&self.pool)
         .await?;
         Ok(count)
+    }
+
+    async fn retry_delays(
+        &self,
+        from_epoch: i64,
+        to_epoch: i64,
+        tenant: Option<&str>,
+        operation: Option<&str>,
+        windows: [Duration; COMPARED_WINDOWS],
+    ) -> Result<Vec<RetryDelays>, StoreError> {
+        let mut statement = sqlx::query_as(D::RETRY_DELAYS)
+            .bind(from_epoch)
+            .bind(to_epoch)
+            .bind(tenant.unwrap_or_default())
+            .bind(operation.unwrap_or_default());
+        for window in windows {
+            statement = statement.bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        }
+        let rows: Vec<RetryDelaysRow> = statement.fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(retry_delays_of).collect())
     }
 }

@@ -35,6 +35,7 @@ pub trait Dialect:
     + for<'q> Imply<Vec<u8>, Is: Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<bool, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<Option<bool>, Is: Encode<'q, Self>>
+    + for<'q> Imply<Option<i64>, Is: Encode<'q, Self>>
     + for<'q> Imply<i16, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<i32, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>
     + for<'q> Imply<i64, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>

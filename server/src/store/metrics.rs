@@ -3,7 +3,7 @@
 
 use super::dialect::{Dialect, SqlStore, rfc3339_millis};
 use super::error::StoreError;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use domain::outcome::Outcome;
 use domain::scope::{Operation, Scope};
 use std::collections::BTreeMap;
@@ -34,6 +34,9 @@ pub struct JournalEntry {
     pub status_code: u16,
     pub error_code: Option<String>,
     pub replayed: bool,
+    /// How long after its key's first request this retry arrived; `None` for a first request
+    /// and a conflicting one.
+    pub retry_delay: Option<TimeDelta>,
 }
 
 /// Live gauges of one tenant and operation.
@@ -141,13 +144,13 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-            let values = multi_row_values::<D>(chunk.len(), 10, |column| match column {
+            let values = multi_row_values::<D>(chunk.len(), 11, |column| match column {
                 4 => D::AS_TIMESTAMP,
                 _ => "",
             });
             let sql = format!(
                 "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-                 fingerprint, canonical_command, status_code, error_code, replayed) values {values}"
+                 fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) values {values}"
             );
             let mut statement = sqlx::query(&sql);
             for entry in chunk {
@@ -161,7 +164,8 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
                     .bind(entry.canonical_command.as_deref())
                     .bind(i32::from(entry.status_code))
                     .bind(entry.error_code.as_deref())
-                    .bind(entry.replayed);
+                    .bind(entry.replayed)
+                    .bind(entry.retry_delay.map(|delay| delay.num_milliseconds()));
             }
             statement.execute(&mut *tx).await?;
         }

@@ -151,11 +151,17 @@ where
     }
 }
 
+/// Connections a PostgreSQL pool opens at most unless told otherwise (`--database-max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
+
 /// Opens the target's database (creating the embedded SQLite file and its directory on
-/// first run). Migrations are not applied here: see [`Store::migrate`].
-pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
+/// first run) with at most `max_connections` to PostgreSQL (SQLite has its own fixed pools).
+/// Migrations are not applied here: see [`Store::migrate`].
+pub async fn open(target: &DatabaseTarget, max_connections: u32) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match target {
-        DatabaseTarget::Postgres { url } => Arc::new(SqlStore::new(postgres::connect(url).await?)),
+        DatabaseTarget::Postgres { url } => {
+            Arc::new(SqlStore::new(postgres::connect(url, max_connections).await?))
+        }
         DatabaseTarget::Sqlite { url } => Arc::new(sqlite::connect_url(url).await?),
         DatabaseTarget::EmbeddedSqlite { path } => Arc::new(sqlite::open_file(path).await?),
     })

@@ -29,15 +29,17 @@ static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 /// How long a pooled connection may sit idle before it is checked on its way out.
 const CHECK_CONNECTIONS_IDLE_FOR: Duration = Duration::from_secs(1);
 
-/// A pool on the database `url` names.
-pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
+/// A pool of at most `max_connections` on the database `url` names.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
     let options = PgConnectOptions::from_str(url)
         .map_err(StoreError::InvalidUrl)?
         // A connection left inside a transaction (a cancelled caller, a bug) is closed by the
         // server instead of holding locks and swallowing later writes.
-        .options([("idle_in_transaction_session_timeout", "30s")]);
+        .options([("idle_in_transaction_session_timeout", "30s")])
+        // Operators find Idem's sessions in pg_stat_activity by this name.
+        .application_name("idem");
     Ok(PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(3))
         // A connection is checked (a round trip) only after it sat idle: one in steady use is
         // known to work, and checking it would double a replay's round trips. One that died
@@ -74,7 +76,7 @@ impl Dialect for Postgres {
 impl RecordStatements for Postgres {
     const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
          r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, now(), r.response_status_code, s.headers, \
+         r.response_schema_version, r.next_recovery_at, r.created_at, now(), r.response_status_code, s.headers, \
          s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
          r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
          r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
@@ -226,6 +228,24 @@ impl ConsoleStatements for Postgres {
          provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
          where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= \
          now()) order by created_at limit $1";
+    const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
+         row_number() over (partition by operation_name order by retry_delay_ms) from \
+         idempotency_requests where retry_delay_ms is not null and at >= to_timestamp($1::bigint) and at < to_timestamp($2::bigint) and ($3::text = '' or \
+         tenant_id = $3) and ($4::text = '' or operation_name = $4)) select \
+         operation_name, retries, max(case when position = (retries + 1) / 2 then delay end), \
+         max(case when position = (9 * retries + 9) / 10 then delay end), max(case when position = \
+         (99 * retries + 99) / 100 then delay end), max(case when position = (999 * retries + 999) \
+         / 1000 then delay end), max(delay), \
+         sum(case when delay > $5::bigint then 1 else 0 end), \
+         sum(case when delay > $6::bigint then 1 else 0 end), \
+         sum(case when delay > $7::bigint then 1 else 0 end), \
+         sum(case when delay > $8::bigint then 1 else 0 end), \
+         sum(case when delay > $9::bigint then 1 else 0 end), \
+         sum(case when delay > $10::bigint then 1 else 0 end), \
+         sum(case when delay > $11::bigint then 1 else 0 end), \
+         sum(case when delay > $12::bigint then 1 else 0 end), \
+         sum(case when delay > $13::bigint then 1 else 0 end) from retries group by operation_name, retries \
+         order by operation_name";
 }
 
 impl MetricsStatements for Postgres {
@@ -292,6 +312,8 @@ impl RetentionStatements for Postgres {
     const DELETE_TOMBSTONES: &'static str = "delete from idempotency_records where ctid = any(array( select ctid from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \
          => $1) order by expires_at limit $2 for update skip locked))";
+    const DELETE_JOURNAL: &'static str = "delete from idempotency_requests where ctid = any(array(select ctid from \
+         idempotency_requests where at <= now() - make_interval(secs => $1) order by at limit $2))";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()), (select count(*) from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \

@@ -158,6 +158,7 @@ type LookUpRow = (
     Option<String>,
     Option<DateTime<Utc>>,
     DateTime<Utc>,
+    DateTime<Utc>,
     Option<i32>,
     Option<String>,
     Option<Vec<u8>>,
@@ -175,6 +176,7 @@ fn found_of(
         resource_id,
         response_schema_version,
         next_recovery_at,
+        first_request_at,
         now,
         response_status,
         response_headers,
@@ -193,6 +195,7 @@ fn found_of(
         resource_id,
         response_schema_version,
         next_recovery_at,
+        first_request_at,
     };
     let response = match (response_headers, response_body) {
         (Some(headers), Some(body)) => {

@@ -1,5 +1,6 @@
 //! The stored responses' lifecycle: purging bodies after the window (records become EXPIRED
-//! tombstones) and deleting tombstones after retention.
+//! tombstones) and deleting tombstones after retention; and the request journal's, deleted
+//! once its records' tombstones may be gone.
 
 use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
@@ -40,6 +41,14 @@ pub trait RetentionStore: Send + Sync {
         bound: Duration,
     ) -> Result<BatchOutcome, StoreError>;
 
+    /// Deletes up to `limit` request journal entries older than `older_than`, oldest first.
+    async fn delete_journal(
+        &self,
+        older_than: Duration,
+        limit: i64,
+        bound: Duration,
+    ) -> Result<BatchOutcome, StoreError>;
+
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError>;
 }
 
@@ -59,6 +68,9 @@ pub trait RetentionStatements {
     const PURGE_BATCH: &'static str;
     /// `$1` retention seconds, `$2` batch size.
     const DELETE_TOMBSTONES: &'static str;
+    /// `$1` age in seconds, `$2` batch size: the oldest journal entries older than that (found
+    /// through the index on `at`), named by their physical row id.
+    const DELETE_JOURNAL: &'static str;
     /// `$1` retention seconds: (records to purge, tombstones to delete).
     const BACKLOG: &'static str;
 }
@@ -104,6 +116,18 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
     ) -> Result<BatchOutcome, StoreError> {
         let statement = sqlx::query(D::DELETE_TOMBSTONES)
             .bind(retention.as_secs_f64())
+            .bind(limit);
+        self.bounded_batch(bound, statement).await
+    }
+
+    async fn delete_journal(
+        &self,
+        older_than: Duration,
+        limit: i64,
+        bound: Duration,
+    ) -> Result<BatchOutcome, StoreError> {
+        let statement = sqlx::query(D::DELETE_JOURNAL)
+            .bind(older_than.as_secs_f64())
             .bind(limit);
         self.bounded_batch(bound, statement).await
     }

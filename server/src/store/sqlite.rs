@@ -94,7 +94,7 @@ impl Dialect for Sqlite {
 impl RecordStatements for Sqlite {
     const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
          r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), r.response_status_code, s.headers, \
+         r.response_schema_version, r.next_recovery_at, r.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), r.response_status_code, s.headers, \
          s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
          r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
          r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
@@ -258,6 +258,25 @@ impl ConsoleStatements for Sqlite {
          provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
          where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) order by created_at limit $1";
+    const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
+         row_number() over (partition by operation_name order by retry_delay_ms) from \
+         idempotency_requests where retry_delay_ms is not null and at >= strftime('%Y-%m-%dT%H:%M:%fZ', $1, 'unixepoch') and at < \
+         strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and ($3 = '' or \
+         tenant_id = $3) and ($4 = '' or operation_name = $4)) select \
+         operation_name, retries, max(case when position = (retries + 1) / 2 then delay end), \
+         max(case when position = (9 * retries + 9) / 10 then delay end), max(case when position = \
+         (99 * retries + 99) / 100 then delay end), max(case when position = (999 * retries + 999) \
+         / 1000 then delay end), max(delay), \
+         sum(case when delay > $5 then 1 else 0 end), \
+         sum(case when delay > $6 then 1 else 0 end), \
+         sum(case when delay > $7 then 1 else 0 end), \
+         sum(case when delay > $8 then 1 else 0 end), \
+         sum(case when delay > $9 then 1 else 0 end), \
+         sum(case when delay > $10 then 1 else 0 end), \
+         sum(case when delay > $11 then 1 else 0 end), \
+         sum(case when delay > $12 then 1 else 0 end), \
+         sum(case when delay > $13 then 1 else 0 end) from retries group by operation_name, retries \
+         order by operation_name";
 }
 
 impl MetricsStatements for Sqlite {
@@ -323,6 +342,9 @@ impl RetentionStatements for Sqlite {
     const DELETE_TOMBSTONES: &'static str = "delete from idempotency_records where rowid in (select rowid from idempotency_records \
          where status = 'EXPIRED' and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 \
          || ' seconds') order by expires_at limit $2)";
+    const DELETE_JOURNAL: &'static str = "delete from idempotency_requests where rowid in (select rowid from \
+         idempotency_requests where at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') \
+         order by at limit $2)";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now')), (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \

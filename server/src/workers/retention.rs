@@ -1,5 +1,6 @@
-//! The retention worker: purges bodies of settled records past their window and deletes
-//! tombstones past retention, in small batches, so that it never fights traffic. Each batch
+//! The retention worker: purges bodies of settled records past their window, deletes
+//! tombstones past retention and request journal entries as old as the oldest tombstone may
+//! be (window + retention), in small batches, so that it never fights traffic. Each batch
 //! is one short transaction, bounded where the database allows (PostgreSQL: statement and lock
 //! timeouts; rows a request holds are skipped, not waited for). The batch size adapts: a batch
 //! that overran its bound halves the next one, a quick one doubles it up to the maximum.
@@ -11,6 +12,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct CleanupSettings {
     pub retention: Duration,
+    /// How long journal entries are kept: the window and the retention, so that a record's
+    /// requests stay as long as its tombstone may.
+    pub journal_retention: Duration,
     /// The largest batch, in records.
     pub max_batch: i64,
     /// The longest a batch may hold its transaction.
@@ -25,6 +29,7 @@ pub struct CleanupSettings {
 pub struct CleanupReport {
     pub purged: u64,
     pub deleted: u64,
+    pub journal_deleted: u64,
     pub batches: u32,
     /// Batches that failed or held their locks longer than the bound (their work was rolled
     /// back where the database enforced the bound, and is retried with a smaller batch).
@@ -46,6 +51,7 @@ const MIN_BATCH: i64 = 10;
 enum Phase {
     Purge,
     DeleteTombstones,
+    DeleteJournal,
 }
 
 impl Phase {
@@ -53,6 +59,7 @@ impl Phase {
         match self {
             Phase::Purge => "idempotency_cleanup_purged_total",
             Phase::DeleteTombstones => "idempotency_cleanup_deleted_total",
+            Phase::DeleteJournal => "idempotency_cleanup_journal_deleted_total",
         }
     }
 }
@@ -67,11 +74,13 @@ impl Cleanup {
         }
     }
 
-    /// Purges, then deletes, until nothing is due (or a phase keeps failing).
+    /// Purges, then deletes tombstones and journal entries, until nothing is due (or a phase
+    /// keeps failing).
     pub async fn run_once(&self) -> CleanupReport {
         let mut report = CleanupReport::default();
         report.purged = self.drain(Phase::Purge, &mut report).await;
         report.deleted = self.drain(Phase::DeleteTombstones, &mut report).await;
+        report.journal_deleted = self.drain(Phase::DeleteJournal, &mut report).await;
         report
     }
 
@@ -94,6 +103,11 @@ impl Cleanup {
                 Phase::DeleteTombstones => {
                     self.store
                         .delete_tombstones(self.settings.retention, size, self.settings.batch_bound)
+                        .await
+                }
+                Phase::DeleteJournal => {
+                    self.store
+                        .delete_journal(self.settings.journal_retention, size, self.settings.batch_bound)
                         .await
                 }
             };
@@ -141,10 +155,11 @@ impl Cleanup {
     /// One pass, logged when it did something.
     pub async fn pass(&self) {
         let report = self.run_once().await;
-        if report.purged + report.deleted > 0 {
+        if report.purged + report.deleted + report.journal_deleted > 0 {
             tracing::info!(
                 purged = report.purged,
                 deleted = report.deleted,
+                journal_deleted = report.journal_deleted,
                 batches = report.batches,
                 longest_hold_ms = report.longest_hold.as_millis(),
                 "retention pass"

@@ -231,6 +231,29 @@ async fn bad_requests_get_stable_errors_and_leave_no_record() {
 }
 
 #[tokio::test]
+async fn an_instance_opens_no_more_database_connections_than_it_is_allowed() {
+    let api = api(5_000, &[("--database-max-connections", "2")]).await;
+    let payments = (0..40).map(|index| {
+        let body = BODY
+            .replace("invoice-7781", &format!("inv-pool-{index}"))
+            .replace("10.00", "1.00");
+        let api = &api;
+        async move { api.pay(&format!("k-pool-{index}"), &body).await.status() }
+    });
+    let statuses = futures_util::future::join_all(payments).await;
+    assert!(statuses.iter().all(|status| *status == 201), "{statuses:?}");
+    // Idle connections stay in the pool: what is open now is the most it opened.
+    let open: i64 = api
+        .db
+        .query_one(
+            "select count(*) from pg_stat_activity where application_name = 'idem' and datname = \
+             current_database()",
+        )
+        .await;
+    assert!((1..=2).contains(&open), "{open} connections open");
+}
+
+#[tokio::test]
 async fn api_versions_shape_the_answer_and_replays_keep_theirs() {
     let api = api(5_000, &[]).await;
     let v3 = api
@@ -780,6 +803,38 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         text.contains("idempotency_cleanup_backlog{phase=\"delete\"} 0"),
         "{text}"
     );
+    // The replay is the one retry (the conflict is another command, not a retry), and the
+    // journal keeps its delay for the console.
+    assert_eq!(value("idempotency_retry_delay_seconds_count"), 1.0, "{text}");
+    let delay = value("idempotency_retry_delay_max_seconds");
+    assert!(delay > 0.0 && delay < 60.0, "{text}");
+    assert_eq!(value("idempotency_window_seconds"), 86_400.0, "{text}");
+    assert!(
+        text.contains("idempotency_retry_delay_seconds_bucket{tenant=") && text.contains("le=\"86400\""),
+        "the window's length is a bucket bound: {text}"
+    );
+    api.db
+        .eventually_i64(
+            "select count(*) from idempotency_requests",
+            |journalled| journalled == 4,
+            "the four requests journalled",
+        )
+        .await;
+    assert_eq!(
+        api.db
+            .query_i64("select count(*) from idempotency_requests where retry_delay_ms is not null")
+            .await,
+        1
+    );
+    assert_eq!(
+        api.db
+            .query_i64(
+                "select count(*) from idempotency_requests where retry_delay_ms is not null and \
+                 replayed and idempotency_key = 'k-m1'"
+            )
+            .await,
+        1
+    );
     assert!(!text.contains(api.key("acme")), "no secret in the metrics");
 
     // Not on the API's listener: callers of the API never read other tenants' figures.
@@ -943,7 +998,7 @@ async fn a_real_prometheus_scrapes_two_instances_with_the_readme_configuration()
 }
 
 /// A query of the shipped Grafana dashboard: its panel, its legend, and the query with the
-/// dashboard's variables at "all" and its rate interval at a minute.
+/// dashboard's variables at "all", its rate interval at a minute and its range an hour.
 struct PanelQuery {
     panel: String,
     legend: String,
@@ -964,7 +1019,8 @@ fn dashboard_queries() -> Vec<PanelQuery> {
                     .expect("a query")
                     .replace("$tenant", ".*")
                     .replace("$operation", ".*")
-                    .replace("$__rate_interval", "1m"),
+                    .replace("$__rate_interval", "1m")
+                    .replace("$__range", "1h"),
             });
         }
     }
@@ -1042,6 +1098,24 @@ async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
     );
     let up = prometheus.query(&first("Instances up")).await;
     assert_eq!(up[0].1, 1.0, "{up:?}");
+
+    // The one retry (the replay, milliseconds after its first request) against the window.
+    for delay in of_panel("Retry delays and the window") {
+        let seconds = prometheus.query(&delay.expr).await;
+        assert_eq!(seconds.len(), 1, "{}: {seconds:?}", delay.legend);
+        let seconds = seconds[0].1;
+        if delay.legend.ends_with("window") {
+            assert_eq!(seconds, 86_400.0, "{}", delay.legend);
+        } else {
+            assert!(seconds > 0.0 && seconds <= 1.0, "{}: {seconds}", delay.legend);
+        }
+    }
+    let after = prometheus.query(&first("Retries after each window length")).await;
+    assert_eq!(after.len(), 17, "every bucket bound and +Inf: {after:?}");
+    assert!(
+        after.iter().all(|(_, retries)| retries.abs() < 1e-9),
+        "the replay came within a second: {after:?}"
+    );
 }
 
 #[tokio::test]
@@ -1064,6 +1138,8 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
         "idempotency_recovery_exhausted_count",
         "idempotency_stale_in_progress_count",
         "idempotency_in_progress_age_max_seconds",
+        "idempotency_retry_delay_max_seconds",
+        "idempotency_retry_delay_seconds_count",
     ];
     let per_tenant = outcomes
         .iter()
@@ -1090,6 +1166,7 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
         assert!(text.contains(&sample), "{sample} in {text}");
     }
     for sample in [
+        "idempotency_window_seconds{operation=\"create_payment\"} 86400",
         "outbox_backlog 0",
         "idempotency_cleanup_backlog{phase=\"purge\"} 0",
     ] {

@@ -1,9 +1,14 @@
-//! Cleanup under load: 10^5 settled records past their window and 10^3 tombstones past
-//! retention, purged and deleted in batches by the cleanup worker while a real `idem serve`
+//! Cleanup under load: 10^5 settled records past their window, 10^3 tombstones past
+//! retention and 2·10^3 request journal entries past both, purged and deleted in batches by the cleanup worker while a real `idem serve`
 //! takes payments and replays on the same database. No request fails, no batch overruns its
 //! bound, every body is gone, every tombstone keeps its metadata, nothing in flight is touched.
 
 use crate::support::{DialectName, TestApp, TestDatabase, conformance};
+use chrono::Utc;
+use domain::key::IdempotencyKey;
+use domain::scope::{Operation, Scope};
+use domain::tenant::TenantId;
+use idem::store::metrics::JournalEntry;
 use idem::workers::retention::{Cleanup, CleanupSettings};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,6 +17,29 @@ use std::time::Duration;
 const EXPIRED: i64 = 100_000;
 const OLD_TOMBSTONES: i64 = 1_000;
 const RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+const OLD_JOURNAL: usize = 2_000;
+/// The window and the retention: journal entries older than this go.
+const JOURNAL_RETENTION: Duration = Duration::from_secs(31 * 24 * 3600);
+
+/// `count` journal entries of acme's, `days` old.
+fn journal_entries(tenant_id: &str, prefix: &str, count: usize, days: i64) -> Vec<JournalEntry> {
+    (0..count)
+        .map(|index| JournalEntry {
+            scope: Scope {
+                tenant_id: TenantId::from_stored(tenant_id.to_owned()),
+                operation: Operation::CreatePayment,
+                key: IdempotencyKey::parse(format!("{prefix}-{index}").as_bytes()).expect("key"),
+            },
+            at: Utc::now() - chrono::Duration::days(days),
+            fingerprint: "f".repeat(64),
+            canonical_command: None,
+            status_code: 201,
+            error_code: None,
+            replayed: true,
+            retry_delay: Some(chrono::Duration::seconds(1)),
+        })
+        .collect()
+}
 
 /// Seeds `EXPIRED` completed records (window ended a day ago) with their bodies,
 /// `OLD_TOMBSTONES` tombstones from 40 days ago, and 3 unknown outcomes past their window,
@@ -131,11 +159,24 @@ async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDat
         .collect();
 
     let store = app.db.store().await;
+    let acme: String = app
+        .db
+        .query_one("select id from tenants where name = 'acme'")
+        .await;
+    store
+        .add_journal_entries(&journal_entries(&acme, "journal-old", OLD_JOURNAL, 32))
+        .await
+        .expect("old journal entries");
+    store
+        .add_journal_entries(&journal_entries(&acme, "journal-kept", 10, 20))
+        .await
+        .expect("recent journal entries");
     let bound = Duration::from_secs(2);
     let cleanup = Cleanup::new(
         store.clone(),
         CleanupSettings {
             retention: RETENTION,
+            journal_retention: JOURNAL_RETENTION,
             max_batch: 1_000,
             batch_bound: bound,
             pause: Duration::from_millis(5),
@@ -161,6 +202,11 @@ async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDat
     assert_eq!(
         report.deleted,
         u64::try_from(OLD_TOMBSTONES).expect("count"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.journal_deleted,
+        u64::try_from(OLD_JOURNAL).expect("count"),
         "{report:?}"
     );
     assert_eq!(
@@ -207,6 +253,19 @@ async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDat
         .await,
         count("select count(*) from idempotency_records where idempotency_key like 'live-%'").await,
         "records inside their window keep their bodies"
+    );
+    assert_eq!(
+        count("select count(*) from idempotency_requests where idempotency_key like 'journal-old-%'").await,
+        0,
+        "journal entries past the window and the retention are gone"
+    );
+    assert_eq!(
+        count("select count(*) from idempotency_requests where idempotency_key like 'journal-kept-%'").await,
+        10
+    );
+    assert!(
+        count("select count(*) from idempotency_requests where idempotency_key like 'live-%'").await > 0,
+        "the live traffic's journal stays"
     );
 }
 

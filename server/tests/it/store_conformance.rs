@@ -460,6 +460,7 @@ mod outcome_buckets {
                 status_code: 201,
                 error_code: None,
                 replayed: index % 3 == 0,
+                retry_delay: (index % 5 == 0).then(|| chrono::Duration::milliseconds(index)),
             })
             .collect();
         store.add_journal_entries(&entries).await.expect("flush");
@@ -472,11 +473,100 @@ mod outcome_buckets {
                 .await,
             371
         );
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests where retry_delay_ms is not null")
+                .await,
+            223
+        );
+        assert_eq!(
+            db.query_i64("select cast(max(retry_delay_ms) as bigint) from idempotency_requests")
+                .await,
+            1_110
+        );
+    }
+
+    /// Retry delays of 1 s to 1,000 s in a range, among first requests, another tenant's
+    /// retries and retries outside the range: nearest-rank quantiles, the longest, and the
+    /// retries past each window asked about, counted only from what the filter selects.
+    async fn retry_delays_are_read_per_operation_against_each_window(db: TestDatabase) {
+        use domain::key::IdempotencyKey;
+        use domain::scope::{Operation, Scope};
+        use domain::tenant::TenantId;
+        use idem::store::console::{COMPARED_WINDOWS, RetryDelays};
+        use idem::store::metrics::JournalEntry;
+        use std::time::Duration;
+        let store = db.migrated_store().await;
+        let start = Utc
+            .with_ymd_and_hms(2026, 11, 29, 0, 0, 0)
+            .single()
+            .expect("time");
+        let entry = |tenant: &str, index: i64, at_minute: i64, delay_secs: Option<i64>| JournalEntry {
+            scope: Scope {
+                tenant_id: TenantId::from_stored(tenant.to_owned()),
+                operation: Operation::CreatePayment,
+                key: IdempotencyKey::parse(format!("k-{index}").as_bytes()).expect("key"),
+            },
+            at: start + chrono::Duration::minutes(at_minute),
+            fingerprint: "f".repeat(64),
+            canonical_command: None,
+            status_code: 201,
+            error_code: None,
+            replayed: delay_secs.is_some(),
+            retry_delay: delay_secs.map(chrono::Duration::seconds),
+        };
+        let mut entries: Vec<JournalEntry> = (1..=1_000)
+            .map(|index| entry("ten_1", index, index % 50, Some(index)))
+            .collect();
+        entries.extend((0..100).map(|index| entry("ten_1", index, 10, None)));
+        entries.extend((0..10).map(|index| entry("ten_2", index, 10, Some(90_000))));
+        entries.extend((0..10).map(|index| entry("ten_1", index, 24 * 60, Some(90_000))));
+        store.add_journal_entries(&entries).await.expect("flush");
+
+        let from = start.timestamp();
+        let to = from + 3600;
+        let windows: [Duration; COMPARED_WINDOWS] = [
+            Duration::from_secs(500),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            Duration::from_secs(100),
+            Duration::from_secs(900),
+            Duration::from_secs(999),
+            Duration::from_secs(1_000),
+            Duration::from_secs(3_600),
+            Duration::from_secs(86_400),
+        ];
+        let tenant = store
+            .retry_delays(from, to, Some("ten_1"), None, windows)
+            .await
+            .expect("retry delays");
+        assert_eq!(
+            tenant,
+            vec![RetryDelays {
+                operation: "create_payment".to_owned(),
+                retries: 1_000,
+                quantiles_ms: [500_000, 900_000, 990_000, 999_000],
+                longest_ms: 1_000_000,
+                outside: [500, 999, 990, 900, 100, 1, 0, 0, 0],
+            }]
+        );
+        let everyone = store
+            .retry_delays(from, to, None, Some("create_payment"), windows)
+            .await
+            .expect("retry delays");
+        assert_eq!(everyone[0].retries, 1_010);
+        assert_eq!(everyone[0].longest_ms, 90_000_000);
+        assert_eq!(everyone[0].outside[8], 10, "another tenant's retries after a day");
+        let none = store
+            .retry_delays(from, to, None, Some("create_refund"), windows)
+            .await
+            .expect("retry delays");
+        assert!(none.is_empty(), "{none:?}");
     }
 
     conformance!(
         counts_from_several_flushes_add_up_in_their_bucket,
-        a_large_flush_writes_every_row
+        a_large_flush_writes_every_row,
+        retry_delays_are_read_per_operation_against_each_window
     );
 }
 

@@ -70,7 +70,9 @@ impl TestDatabase {
     }
 
     pub async fn store(&self) -> Arc<dyn Store> {
-        store::open(&self.target).await.expect("open the store")
+        store::open(&self.target, store::DEFAULT_MAX_CONNECTIONS)
+            .await
+            .expect("open the store")
     }
 
     pub async fn migrated_store(&self) -> Arc<dyn Store> {

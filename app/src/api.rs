@@ -3,9 +3,9 @@
 //! checking the caller's role on the server: deny by default.
 
 use crate::dto::{
-    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, EventsOverview, OverrideRequestView,
-    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
-    RedriveResult, RetryWindow, RevealedResponse,
+    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
+    EventsOverview, OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
+    RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
 };
 #[cfg(feature = "ssr")]
 use domain::operator::OperatorRole;
@@ -229,4 +229,21 @@ pub async fn reveal_response(record: RecordRef) -> Result<Option<RevealedRespons
 pub async fn get_audit(before: String) -> Result<Vec<AuditEntryView>, ServerFnError> {
     crate::auth::require(OperatorRole::Viewer)?;
     crate::backend::backend()?.audit(before).await.map_err(failed)
+}
+
+/// Operators, tenants and their API keys (admins only).
+#[server(endpoint = "console/admin")]
+pub async fn get_administration() -> Result<Administration, ServerFnError> {
+    crate::auth::require(OperatorRole::Admin)?;
+    crate::backend::backend()?.administration().await.map_err(failed)
+}
+
+/// One administrative change (admins only), audited in the admin's name.
+#[server(endpoint = "console/admin/change", input = Json)]
+pub async fn administer(change: AdminChange) -> Result<AdminOutcome, ServerFnError> {
+    let admin = crate::auth::require(OperatorRole::Admin)?;
+    crate::backend::backend()?
+        .administer(&admin, change)
+        .await
+        .map_err(failed)
 }

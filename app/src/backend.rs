@@ -3,9 +3,9 @@
 //! render on the server without ever depending on sqlx or on `server`.
 
 use crate::dto::{
-    AuditEntryView, BulkJobView, CurrentOperator, Dashboard, DashboardRange, EventsOverview,
-    OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage,
-    RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
+    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
+    DashboardRange, EventsOverview, OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail,
+    RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
 };
 use domain::recovery::OverrideOutcome;
 use domain::recovery::ReconcileAction;
@@ -139,10 +139,26 @@ pub trait ConsoleActions: Send + Sync + 'static {
     ) -> Result<Option<RevealedResponse>, ConsoleError>;
 }
 
-/// The whole port: what the server implements.
-pub trait ConsoleBackend: ConsoleReads + ConsoleActions {}
+/// What an admin manages: operators, tenants and API keys. Every change is audited in its
+/// transaction, in the admin's name.
+#[async_trait::async_trait]
+pub trait ConsoleAdmin: Send + Sync + 'static {
+    async fn administration(&self) -> Result<Administration, ConsoleError>;
 
-impl<T: ConsoleReads + ConsoleActions> ConsoleBackend for T {}
+    /// Refuses (`Invalid`) what the command line refuses, and an admin's change of their own
+    /// standing (role, disabled, password): another admin does that, so that nobody locks the
+    /// last admin out by a slip.
+    async fn administer(
+        &self,
+        admin: &CurrentOperator,
+        change: AdminChange,
+    ) -> Result<AdminOutcome, ConsoleError>;
+}
+
+/// The whole port: what the server implements.
+pub trait ConsoleBackend: ConsoleReads + ConsoleActions + ConsoleAdmin {}
+
+impl<T: ConsoleReads + ConsoleActions + ConsoleAdmin> ConsoleBackend for T {}
 
 /// The handle the server provides as Leptos context for every request.
 #[derive(Clone)]

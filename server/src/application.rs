@@ -10,6 +10,7 @@ use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Rec
 use crate::events::nats::{NatsJetStream, NatsSettings};
 use crate::events::publisher::{Publisher, PublisherSettings};
 use crate::events::transport::{InProcess, Transport};
+use crate::http::api_keys::VerifiedKeys;
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, HttpSettings};
 use crate::metrics::journal::RequestJournal;
@@ -167,7 +168,8 @@ impl Application {
             engine.clone(),
             args.recovery_max_attempts,
         ));
-        let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal];
+        let verified_keys = Arc::new(VerifiedKeys::default());
+        let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal, verified_keys.clone()];
         spawn_jobs(&mut workers, &args, &store, &engine, &console, &buffers);
         spawn_heartbeat(&mut workers, &store, &sealer, &instance);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
@@ -184,7 +186,7 @@ impl Application {
             store: store.clone(),
             engine,
             rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
-            verified_keys: Arc::default(),
+            verified_keys,
         };
         let router = http::router(state, StoreConsole::clone(&console), &settings);
         let exposition = Exposition::new(
@@ -263,6 +265,7 @@ fn spawn_jobs(
     let flushers = [
         ("outcome counts flusher", every(args.metrics_flush_ms)),
         ("request journal flusher", every(args.journal_flush_ms)),
+        ("API key use flusher", every(args.metrics_flush_ms)),
     ];
     for ((name, flush), buffer) in flushers.into_iter().zip(buffers) {
         let store = store.clone();

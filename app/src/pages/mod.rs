@@ -1,5 +1,6 @@
 //! The console's pages and the document shell around them.
 
+mod admin;
 mod audit;
 mod dashboard;
 mod events;
@@ -19,6 +20,7 @@ use leptos_router::{
 };
 use widgets::Panel;
 
+pub use admin::AdminPage;
 pub use audit::AuditPage;
 pub use dashboard::DashboardPage;
 pub use events::EventsPage;
@@ -115,6 +117,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("recovery") view=RecoveryPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("events") view=EventsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("admin") view=AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("sign-in") view=SignInPage ssr=SsrMode::Async />
                 </Routes>
             </main>
@@ -164,6 +167,8 @@ fn SignedInAs() -> impl IntoView {
                     Ok(operator) => {
                         view! {
                             <div class="who">
+                                {(operator.role == domain::operator::OperatorRole::Admin)
+                                    .then(|| view! { <A href="/admin">"Administration"</A> })}
                                 <span data-operator=operator.username.clone()>
                                     {operator.username.clone()}
                                     " "

@@ -1,11 +1,13 @@
 //! The server's side of the console: access (operators, sessions, the gate, sign-in limits in
 //! `limits.rs`), and the console
-//! backend port (`app::backend::{ConsoleReads, ConsoleActions}`) implemented over the store and
-//! the engine, its reads in `reads.rs`, its actions in `actions.rs` and `bulk.rs`, the store's
+//! backend port (`app::backend::{ConsoleReads, ConsoleActions, ConsoleAdmin}`) implemented over
+//! the store and the engine, its reads in `reads.rs`, its actions in `actions.rs` and
+//! `bulk.rs`, administration in `admin.rs` (through `crate::admin`, as the command line), the store's
 //! rows shaped into view models in `views.rs`.
 
 pub mod access;
 mod actions;
+mod admin;
 mod bulk;
 mod diff;
 pub mod limits;

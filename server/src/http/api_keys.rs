@@ -2,12 +2,16 @@
 //! [`VERIFIED_FOR`], so a request costs no database round trip for its authentication. That is
 //! also the bound on revocation: a revoked key stops working on every instance within
 //! [`VERIFIED_FOR`] (and a tenant's settings, which ride along, change within it too). Unknown
-//! and revoked keys are never kept: a new key works at once.
+//! and revoked keys are never kept: a new key works at once. Which keys were used is kept in
+//! memory too and written every `--metrics-flush-ms` (an API key's "last used").
 
 use crate::auth::api_key::ApiKeyHash;
-use crate::store::{StoreError, TenantStore};
+use crate::metrics::Buffered;
+use crate::store::{MetricsStore, StoreError, TenantStore};
 use domain::tenant::Principal;
 use moka::sync::Cache;
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// How long a verified key is trusted without asking the database again.
@@ -17,6 +21,8 @@ const CAPACITY: u64 = 100_000;
 
 pub struct VerifiedKeys {
     verified: Cache<ApiKeyHash, Principal>,
+    /// Ids of the keys used since the last flush.
+    used: Mutex<HashSet<String>>,
 }
 
 impl Default for VerifiedKeys {
@@ -26,6 +32,7 @@ impl Default for VerifiedKeys {
                 .max_capacity(CAPACITY)
                 .time_to_live(VERIFIED_FOR)
                 .build(),
+            used: Mutex::default(),
         }
     }
 }
@@ -38,13 +45,38 @@ impl VerifiedKeys {
         store: &dyn TenantStore,
         hash: ApiKeyHash,
     ) -> Result<Option<Principal>, StoreError> {
-        if let Some(principal) = self.verified.get(&hash) {
-            return Ok(Some(principal));
-        }
-        let principal = store.authenticate_api_key(&hash).await?;
+        let principal = match self.verified.get(&hash) {
+            Some(principal) => Some(principal),
+            None => {
+                let principal = store.authenticate_api_key(&hash).await?;
+                if let Some(principal) = &principal {
+                    self.verified.insert(hash, principal.clone());
+                }
+                principal
+            }
+        };
         if let Some(principal) = &principal {
-            self.verified.insert(hash, principal.clone());
+            self.used().insert(principal.api_key_id.as_str().to_owned());
         }
         Ok(principal)
+    }
+
+    fn used(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.used.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl Buffered for VerifiedKeys {
+    /// A failed write keeps the ids for the next one.
+    async fn flush(&self, store: &dyn MetricsStore) {
+        let used: Vec<String> = self.used().drain().collect();
+        if used.is_empty() {
+            return;
+        }
+        if let Err(error) = store.note_api_keys_used(&used).await {
+            tracing::warn!(%error, keys = used.len(), "API key use not noted; kept for the next try");
+            self.used().extend(used);
+        }
     }
 }

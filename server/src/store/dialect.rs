@@ -16,6 +16,7 @@
 use super::error::StoreError;
 use super::target::DialectName;
 use chrono::{DateTime, Utc};
+use domain::operator::AuditEntry;
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::query::Query;
@@ -141,6 +142,24 @@ impl<D: Dialect> SqlStore<D> {
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let affected = statement.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(affected)
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// [`write_one`](Self::write_one) with its audit entry in the same transaction, written
+    /// only when the statement changed something.
+    pub(super) async fn write_audited<'q>(
+        &self,
+        statement: Query<'q, D, <D as Database>::Arguments<'q>>,
+        audit: &AuditEntry,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let affected = statement.execute(&mut *tx).await?.rows_affected();
+        if affected > 0 {
+            super::operators::insert_audit(&mut tx, audit).await?;
+        }
         tx.commit().await?;
         Ok(affected)
     }

@@ -68,6 +68,9 @@ pub trait MetricsStore: Send + Sync {
     /// in-progress request, for every tenant and operation (zero where there are none, so that
     /// every series exists).
     async fn live_gauges(&self, recovery_max_attempts: i32) -> Result<Vec<LiveGauges>, StoreError>;
+
+    /// Marks the API keys with these ids used now (one statement).
+    async fn note_api_keys_used(&self, ids: &[String]) -> Result<(), StoreError>;
 }
 
 /// Metrics statements that differ by dialect.
@@ -85,6 +88,8 @@ pub trait MetricsStatements {
     /// in a list as long as the statement's parameters, so that binding a 5,000-parameter
     /// insert took longer than running it, while the writer waited).
     const NUMBERED_PARAMETERS: bool;
+    /// `$1` a JSON array of API key ids: last used now.
+    const NOTE_API_KEYS_USED: &'static str;
 }
 
 /// `($1, $2, …), (…), …` (or `(?, ?, …), …`): `rows` rows of `columns` parameters;
@@ -170,6 +175,13 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
             statement.execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    async fn note_api_keys_used(&self, ids: &[String]) -> Result<(), StoreError> {
+        let ids = serde_json::to_string(ids).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::NOTE_API_KEYS_USED).bind(ids))
+            .await?;
         Ok(())
     }
 

@@ -257,6 +257,8 @@ impl MetricsStatements for Postgres {
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "::timestamptz";
     const NUMBERED_PARAMETERS: bool = true;
+    const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = now() where id in \
+         (select jsonb_array_elements_text(cast($1 as jsonb)))";
 }
 
 impl OperatorStatements for Postgres {

@@ -288,6 +288,8 @@ impl MetricsStatements for Sqlite {
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const AS_TIMESTAMP: &'static str = "";
     const NUMBERED_PARAMETERS: bool = false;
+    const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
+         (select value from json_each($1))";
 }
 
 impl OperatorStatements for Sqlite {

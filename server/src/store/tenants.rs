@@ -1,11 +1,35 @@
-//! Tenants, their API keys and accounts: what the command line creates and revokes, and the
+//! Tenants, their API keys and accounts: what the command line and the console's
+//! administration create, change and revoke (each change audited in its transaction), and the
 //! look-up that authenticates every API request.
 
 use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use crate::auth::api_key::{ApiKeyHash, NewApiKey};
+use chrono::{DateTime, Utc};
+use domain::operator::AuditEntry;
 use domain::payment::NewAccount;
 use domain::tenant::{ApiKeyId, Principal, TenantId, TenantName};
+
+/// A tenant as its administration lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantSummary {
+    pub id: TenantId,
+    pub name: String,
+    pub require_idempotency_key: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An API key as its administration lists it (never the key, never its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeySummary {
+    pub id: ApiKeyId,
+    pub tenant_id: TenantId,
+    /// An operator's username, `cli:<user>`, or `None` for keys from before it was kept.
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
 
 #[async_trait::async_trait]
 pub trait TenantStore: Send + Sync {
@@ -15,19 +39,39 @@ pub trait TenantStore: Send + Sync {
         id: &TenantId,
         name: &TenantName,
         require_idempotency_key: bool,
+        audit: &AuditEntry,
     ) -> Result<(), StoreError>;
+
+    /// `false` when there is no such tenant.
+    async fn set_idempotency_key_required(
+        &self,
+        id: &TenantId,
+        required: bool,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
 
     async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError>;
 
-    /// Stores the key's id and hash (never the key itself).
-    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError>;
+    /// Every tenant, by name.
+    async fn list_tenants(&self) -> Result<Vec<TenantSummary>, StoreError>;
+
+    /// Stores the key's id and hash (never the key itself), made by the audit entry's actor.
+    async fn create_api_key(
+        &self,
+        tenant_id: &TenantId,
+        key: &NewApiKey,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError>;
+
+    /// Every tenant's keys, newest first, revoked ones included.
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError>;
 
     /// The principal of an active (not revoked) key with this hash. The look-up is by the
     /// hash's exact value, so its time says nothing about how close a guess was.
     async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError>;
 
     /// `false` when no active key has this id.
-    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError>;
+    async fn revoke_api_key(&self, id: &ApiKeyId, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// `Err(AlreadyExists)` when the tenant already has an account with this id.
     async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError>;
@@ -46,15 +90,45 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
         id: &TenantId,
         name: &TenantName,
         require_idempotency_key: bool,
+        audit: &AuditEntry,
     ) -> Result<(), StoreError> {
-        self.write_one(
+        self.write_audited(
             sqlx::query("insert into tenants (id, name, require_idempotency_key) values ($1, $2, $3)")
                 .bind(id.as_str())
                 .bind(name.as_str())
                 .bind(require_idempotency_key),
+            audit,
         )
         .await?;
         Ok(())
+    }
+
+    async fn set_idempotency_key_required(
+        &self,
+        id: &TenantId,
+        required: bool,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let statement = sqlx::query("update tenants set require_idempotency_key = $1 where id = $2")
+            .bind(required)
+            .bind(id.as_str());
+        Ok(self.write_audited(statement, audit).await? == 1)
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<TenantSummary>, StoreError> {
+        let rows: Vec<(String, String, bool, DateTime<Utc>)> =
+            sqlx::query_as("select id, name, require_idempotency_key, created_at from tenants order by name")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, require_idempotency_key, created_at)| TenantSummary {
+                id: TenantId::from_stored(id),
+                name,
+                require_idempotency_key,
+                created_at,
+            })
+            .collect())
     }
 
     async fn tenant_id_by_name(&self, name: &TenantName) -> Result<Option<TenantId>, StoreError> {
@@ -65,15 +139,52 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
         Ok(id.map(TenantId::from_stored))
     }
 
-    async fn create_api_key(&self, tenant_id: &TenantId, key: &NewApiKey) -> Result<(), StoreError> {
-        self.write_one(
-            sqlx::query("insert into api_keys (id, tenant_id, key_hash) values ($1, $2, $3)")
+    async fn create_api_key(
+        &self,
+        tenant_id: &TenantId,
+        key: &NewApiKey,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        self.write_audited(
+            sqlx::query("insert into api_keys (id, tenant_id, key_hash, created_by) values ($1, $2, $3, $4)")
                 .bind(key.id.as_str())
                 .bind(tenant_id.as_str())
-                .bind(key.hash.as_str()),
+                .bind(key.hash.as_str())
+                .bind(audit.actor.as_str()),
+            audit,
         )
         .await?;
         Ok(())
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError> {
+        type Row = (
+            String,
+            String,
+            Option<String>,
+            DateTime<Utc>,
+            Option<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "select id, tenant_id, created_by, created_at, last_used_at, revoked_at from api_keys \
+             order by created_at desc, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, tenant_id, created_by, created_at, last_used_at, revoked_at)| ApiKeySummary {
+                    id: ApiKeyId::from_stored(id),
+                    tenant_id: TenantId::from_stored(tenant_id),
+                    created_by,
+                    created_at,
+                    last_used_at,
+                    revoked_at,
+                },
+            )
+            .collect())
     }
 
     async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError> {
@@ -95,9 +206,9 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
         ))
     }
 
-    async fn revoke_api_key(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
+    async fn revoke_api_key(&self, id: &ApiKeyId, audit: &AuditEntry) -> Result<bool, StoreError> {
         Ok(self
-            .write_one(sqlx::query(D::REVOKE_API_KEY).bind(id.as_str()))
+            .write_audited(sqlx::query(D::REVOKE_API_KEY).bind(id.as_str()), audit)
             .await?
             == 1)
     }

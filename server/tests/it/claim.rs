@@ -28,11 +28,19 @@ async fn fixture(db: &TestDatabase, balance: &str) -> Fixture {
     let store = db.migrated_store().await;
     let tenant_id = TenantId::generate();
     store
-        .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
+        .create_tenant(
+            &tenant_id,
+            &TenantName::parse("acme").expect("name"),
+            true,
+            &crate::support::test_audit(),
+        )
         .await
         .expect("tenant");
     let key = NewApiKey::generate();
-    store.create_api_key(&tenant_id, &key).await.expect("api key");
+    store
+        .create_api_key(&tenant_id, &key, &crate::support::test_audit())
+        .await
+        .expect("api key");
     store
         .create_account(&NewAccount {
             tenant_id: tenant_id.clone(),
@@ -297,7 +305,12 @@ async fn the_same_key_in_another_tenant_is_another_operation(db: TestDatabase) {
     let other = TenantId::generate();
     fixture
         .store
-        .create_tenant(&other, &TenantName::parse("globex").expect("name"), true)
+        .create_tenant(
+            &other,
+            &TenantName::parse("globex").expect("name"),
+            true,
+            &crate::support::test_audit(),
+        )
         .await
         .expect("tenant");
     fixture

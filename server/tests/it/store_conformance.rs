@@ -198,7 +198,7 @@ mod tenants_and_keys {
     use domain::command::AccountId;
     use domain::money::{Balance, Currency};
     use domain::payment::NewAccount;
-    use domain::tenant::{TenantId, TenantName};
+    use domain::tenant::{ApiKeyId, TenantId, TenantName};
     use idem::auth::api_key::{ApiKeyHash, NewApiKey};
     use idem::store::StoreError;
 
@@ -218,12 +218,17 @@ mod tenants_and_keys {
         let store = db.migrated_store().await;
         let id = TenantId::generate();
         store
-            .create_tenant(&id, &name("acme"), true)
+            .create_tenant(&id, &name("acme"), true, &crate::support::test_audit())
             .await
             .expect("create");
         assert!(matches!(
             store
-                .create_tenant(&TenantId::generate(), &name("acme"), true)
+                .create_tenant(
+                    &TenantId::generate(),
+                    &name("acme"),
+                    true,
+                    &crate::support::test_audit()
+                )
                 .await,
             Err(StoreError::AlreadyExists)
         ));
@@ -241,11 +246,14 @@ mod tenants_and_keys {
         let store = db.migrated_store().await;
         let tenant_id = TenantId::generate();
         store
-            .create_tenant(&tenant_id, &name("acme"), true)
+            .create_tenant(&tenant_id, &name("acme"), true, &crate::support::test_audit())
             .await
             .expect("tenant");
         let key = NewApiKey::generate();
-        store.create_api_key(&tenant_id, &key).await.expect("key");
+        store
+            .create_api_key(&tenant_id, &key, &crate::support::test_audit())
+            .await
+            .expect("key");
 
         let principal = store
             .authenticate_api_key(&ApiKeyHash::of(&key.key))
@@ -260,14 +268,83 @@ mod tenants_and_keys {
         let guess = ApiKeyHash::of(&format!("{}A", key.key));
         assert_eq!(store.authenticate_api_key(&guess).await.expect("look up"), None);
 
-        assert!(store.revoke_api_key(&key.id).await.expect("revoke"));
+        assert!(
+            store
+                .revoke_api_key(&key.id, &crate::support::test_audit())
+                .await
+                .expect("revoke")
+        );
         assert_eq!(
             store.authenticate_api_key(&key.hash).await.expect("look up"),
             None
         );
         assert!(
-            !store.revoke_api_key(&key.id).await.expect("revoke again"),
+            !store
+                .revoke_api_key(&key.id, &crate::support::test_audit())
+                .await
+                .expect("revoke again"),
             "already revoked"
+        );
+    }
+
+    /// What the administration lists and changes: tenants with their key rule, keys with
+    /// their creator, last use and revocation; each change audited with it, none without one.
+    async fn tenants_and_keys_are_listed_and_changed_with_their_audit(db: TestDatabase) {
+        use domain::operator::AuditEntry;
+        let store = db.migrated_store().await;
+        let tenant_id = TenantId::generate();
+        let by_alice = |action: &str| AuditEntry::new("alice", action);
+        store
+            .create_tenant(&tenant_id, &name("acme"), true, &by_alice("tenant.create"))
+            .await
+            .expect("tenant");
+        assert!(
+            store
+                .set_idempotency_key_required(&tenant_id, false, &by_alice("tenant.set_keys"))
+                .await
+                .expect("set")
+        );
+        assert!(
+            !store
+                .set_idempotency_key_required(&TenantId::generate(), false, &by_alice("tenant.set_keys"))
+                .await
+                .expect("set"),
+            "no such tenant"
+        );
+        let tenants = store.list_tenants().await.expect("tenants");
+        assert_eq!(tenants.len(), 1);
+        assert_eq!(tenants[0].name, "acme");
+        assert!(!tenants[0].require_idempotency_key);
+
+        let (used, unused) = (NewApiKey::generate(), NewApiKey::generate());
+        for key in [&used, &unused] {
+            store
+                .create_api_key(&tenant_id, key, &by_alice("api_key.create"))
+                .await
+                .expect("key");
+        }
+        store
+            .note_api_keys_used(&[used.id.as_str().to_owned()])
+            .await
+            .expect("noted");
+        assert!(
+            store
+                .revoke_api_key(&unused.id, &by_alice("api_key.revoke"))
+                .await
+                .expect("revoke")
+        );
+        let keys = store.list_api_keys().await.expect("keys");
+        assert_eq!(keys.len(), 2);
+        assert!(keys.iter().all(|key| key.tenant_id == tenant_id));
+        let of = |id: &ApiKeyId| keys.iter().find(|key| &key.id == id).expect("listed");
+        assert_eq!(of(&used.id).created_by.as_deref(), Some("alice"));
+        assert!(of(&used.id).last_used_at.is_some() && of(&used.id).revoked_at.is_none());
+        assert!(of(&unused.id).last_used_at.is_none() && of(&unused.id).revoked_at.is_some());
+        assert_eq!(
+            db.query_i64("select count(*) from audit_log where actor = 'alice'")
+                .await,
+            5,
+            "create, set keys, two keys, one revocation; nothing for what changed nothing"
         );
     }
 
@@ -275,11 +352,11 @@ mod tenants_and_keys {
         let store = db.migrated_store().await;
         let (acme, globex) = (TenantId::generate(), TenantId::generate());
         store
-            .create_tenant(&acme, &name("acme"), true)
+            .create_tenant(&acme, &name("acme"), true, &crate::support::test_audit())
             .await
             .expect("tenant");
         store
-            .create_tenant(&globex, &name("globex"), true)
+            .create_tenant(&globex, &name("globex"), true, &crate::support::test_audit())
             .await
             .expect("tenant");
 
@@ -307,6 +384,7 @@ mod tenants_and_keys {
     conformance!(
         a_tenant_name_is_taken_once,
         an_api_key_authenticates_until_revoked,
+        tenants_and_keys_are_listed_and_changed_with_their_audit,
         account_ids_are_unique_within_a_tenant
     );
 }
@@ -324,7 +402,12 @@ mod account_settings {
         let store = db.migrated_store().await;
         let tenant_id = TenantId::generate();
         store
-            .create_tenant(&tenant_id, &TenantName::parse("acme").expect("name"), true)
+            .create_tenant(
+                &tenant_id,
+                &TenantName::parse("acme").expect("name"),
+                true,
+                &crate::support::test_audit(),
+            )
             .await
             .expect("tenant");
         let account = AccountId::parse("acc_1").expect("id");
@@ -337,7 +420,10 @@ mod account_settings {
             .await
             .expect("account");
         let key = NewApiKey::generate();
-        store.create_api_key(&tenant_id, &key).await.expect("key");
+        store
+            .create_api_key(&tenant_id, &key, &crate::support::test_audit())
+            .await
+            .expect("key");
 
         let store: Arc<dyn idem::store::Store> = store;
         let attempts: Vec<_> = (0..8)

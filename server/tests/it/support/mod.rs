@@ -37,3 +37,8 @@ macro_rules! conformance {
     )*};
 }
 pub(crate) use conformance;
+
+/// The audit entry a test's administrative store call is made under.
+pub fn test_audit() -> domain::operator::AuditEntry {
+    domain::operator::AuditEntry::new("test", "test.setup")
+}

@@ -55,7 +55,7 @@ async fn main() {
 async fn measure(url: &str, records: i64) -> (Duration, Duration) {
     let store = store::open(
         &DatabaseTarget::Postgres { url: url.to_owned() },
-        store::DEFAULT_MAX_CONNECTIONS,
+        idem::cli::DEFAULT_DATABASE_MAX_CONNECTIONS,
     )
     .await
     .expect("open");

@@ -5,7 +5,7 @@
 
 use crate::auth::api_key::NewApiKey;
 use crate::auth::operator::Password;
-use crate::cli::{AccountCommand, AdminCommand, ApiKeyCommand, OperatorCommand, TenantCommand};
+use crate::cli::{AccountCommand, AdminCommand, ApiKeyCommand, KeysRule, OperatorCommand, TenantCommand};
 use crate::store::operators::{OperatorChange, StoredOperator};
 use crate::store::{OperatorStore, Store, StoreError, TenantStore};
 use domain::command::AccountId;
@@ -67,6 +67,31 @@ pub async fn tenant(store: &dyn TenantStore, command: TenantCommand) -> Result<S
             let id = create_tenant(store, &command_line(), &name, !optional_idempotency_key).await?;
             Ok(id.to_string())
         }
+        TenantCommand::Keys { name, rule } => {
+            let id = tenant_id(store, &name).await?;
+            let required = rule == KeysRule::Required;
+            set_idempotency_key_required(store, &command_line(), &id, required).await?;
+            Ok(format!("tenant {name}: {}", keys_rule(required)))
+        }
+        TenantCommand::List => Ok(store
+            .list_tenants()
+            .await?
+            .into_iter()
+            .map(|tenant| {
+                let rule = if tenant.require_idempotency_key {
+                    "required"
+                } else {
+                    "optional"
+                };
+                format!(
+                    "{}\t{}\t{rule}\t{}",
+                    tenant.name,
+                    tenant.id,
+                    crate::store::rfc3339_millis(tenant.created_at)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")),
     }
 }
 
@@ -160,6 +185,29 @@ pub async fn api_key(store: &dyn TenantStore, command: ApiKeyCommand) -> Result<
         ApiKeyCommand::Revoke { key_id } => {
             revoke_api_key(store, &command_line(), &key_id).await?;
             Ok(format!("revoked {key_id}"))
+        }
+        ApiKeyCommand::List { tenant } => {
+            let tenant_id = tenant_id(store, &tenant).await?;
+            let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
+                at.map_or_else(|| "-".to_owned(), crate::store::rfc3339_millis)
+            };
+            Ok(store
+                .list_api_keys()
+                .await?
+                .into_iter()
+                .filter(|key| key.tenant_id == tenant_id)
+                .map(|key| {
+                    format!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        key.id,
+                        key.created_by.as_deref().unwrap_or("-"),
+                        crate::store::rfc3339_millis(key.created_at),
+                        time(key.last_used_at),
+                        time(key.revoked_at),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n"))
         }
     }
 }

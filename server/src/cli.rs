@@ -20,6 +20,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Connections to PostgreSQL a process opens at most unless told otherwise.
+pub const DEFAULT_DATABASE_MAX_CONNECTIONS: u32 = 16;
+
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Database URL: postgres://… for PostgreSQL, sqlite://… for SQLite.
@@ -33,7 +36,7 @@ pub struct GlobalArgs {
         long,
         env = "IDEM_DATABASE_MAX_CONNECTIONS",
         global = true,
-        default_value_t = crate::store::DEFAULT_MAX_CONNECTIONS,
+        default_value_t = DEFAULT_DATABASE_MAX_CONNECTIONS,
         value_parser = clap::value_parser!(u32).range(1..=10_000),
     )]
     pub database_max_connections: u32,
@@ -140,6 +143,21 @@ pub enum TenantCommand {
         #[arg(long)]
         optional_idempotency_key: bool,
     },
+    /// Whether the tenant's payments need an Idempotency-Key (every instance applies it within
+    /// 5 s).
+    Keys {
+        name: String,
+        #[arg(value_enum)]
+        rule: KeysRule,
+    },
+    /// List tenants: name, id, keys required or optional, created (tab-separated).
+    List,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeysRule {
+    Required,
+    Optional,
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,6 +171,13 @@ pub enum ApiKeyCommand {
     },
     /// Revoke an API key by its id (the `key_…` part of the key).
     Revoke { key_id: String },
+    /// List a tenant's API keys: id, created by, created, last used, revoked (tab-separated;
+    /// `-` where there is none).
+    List {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,10 +392,7 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(args.metrics_listen.to_string(), "127.0.0.1:9464");
         assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
-        assert_eq!(
-            cli.global.database_max_connections,
-            crate::store::DEFAULT_MAX_CONNECTIONS
-        );
+        assert_eq!(cli.global.database_max_connections, 16);
         assert!(Cli::try_parse_from(["idem", "serve", "--database-max-connections", "0"]).is_err());
 
         let cli = Cli::try_parse_from(["idem", "provider-sim"]).expect("provider-sim parses with no flags");

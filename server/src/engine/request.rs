@@ -114,14 +114,9 @@ impl PaymentsEngine {
         let scope = &claim.scope;
         let retry_delay = match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                // The retry is compared in the fingerprint version its record was made with.
-                let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
-                let retry_delay = found.at.retry_delay(&retry.sha256_hex);
-                if !self.claim_may_renew(&found, &retry.sha256_hex) {
-                    return (
-                        self.answer_record(scope, found, &retry.sha256_hex).await,
-                        retry_delay,
-                    );
+                let (retry, retry_delay) = as_retry_of(request, &found);
+                if !self.claim_may_renew(&found, &retry) {
+                    return (self.answer_record(scope, found, &retry).await, retry_delay);
                 }
                 retry_delay
             }
@@ -136,12 +131,8 @@ impl PaymentsEngine {
         // again, with its response.
         match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version));
-                let retry_delay = found.at.retry_delay(&retry.sha256_hex);
-                (
-                    self.answer_record(scope, found, &retry.sha256_hex).await,
-                    retry_delay,
-                )
+                let (retry, retry_delay) = as_retry_of(request, &found);
+                (self.answer_record(scope, found, &retry).await, retry_delay)
             }
             Ok(None) => (Answer::in_progress(1, None), None),
             Err(error) => (
@@ -412,6 +403,14 @@ impl PaymentsEngine {
 }
 
 /// The request's fingerprint in `version`.
+/// The request's fingerprint as `found`'s record was fingerprinted (the retry is compared in
+/// the version its record was made with), and its delay if it is a retry of that record.
+fn as_retry_of(request: &CreatePaymentRequest, found: &FoundRecord) -> (String, Option<TimeDelta>) {
+    let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version)).sha256_hex;
+    let retry_delay = found.at.retry_delay(&retry);
+    (retry, retry_delay)
+}
+
 fn fingerprint(request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
     Fingerprint::compute_in(
         version,

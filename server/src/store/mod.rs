@@ -151,9 +151,6 @@ where
     }
 }
 
-/// Connections a PostgreSQL pool opens at most unless told otherwise (`--database-max-connections`).
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
-
 /// Opens the target's database (creating the embedded SQLite file and its directory on
 /// first run) with at most `max_connections` to PostgreSQL (SQLite has its own fixed pools).
 /// Migrations are not applied here: see [`Store::migrate`].

@@ -80,6 +80,52 @@ async fn tenants_keys_and_accounts_are_created_from_the_command_line() {
     let again = idem(data, &["api-key", "revoke", &stored[0].0]).await;
     assert_eq!(again.code, Some(1));
     assert!(again.stderr.contains("no active API key"), "{}", again.stderr);
+
+    // Listed by id, creator, creation, last use and revocation: never the key.
+    let keys = idem(data, &["api-key", "list", "--tenant", "acme"]).await;
+    assert_eq!(keys.code, Some(0), "{}", keys.stderr);
+    let columns: Vec<&str> = keys.stdout.trim_end().split('\t').collect();
+    assert_eq!(columns.len(), 5, "{:?}", keys.stdout);
+    assert_eq!(columns[0], stored[0].0);
+    assert!(columns[1].starts_with("cli:"), "{columns:?}");
+    assert_eq!(columns[3], "-", "never used");
+    assert!(columns[4].ends_with('Z'), "revoked: {columns:?}");
+    assert!(!keys.stdout.contains(&api_key) && !keys.stdout.contains(&stored[0].1));
+
+    let optional = idem(data, &["tenant", "keys", "acme", "optional"]).await;
+    assert_eq!(optional.code, Some(0), "{}", optional.stderr);
+    let tenants = idem(data, &["tenant", "list"]).await;
+    assert_eq!(tenants.code, Some(0), "{}", tenants.stderr);
+    assert!(
+        tenants
+            .stdout
+            .starts_with(&format!("acme\t{tenant_id}\toptional\t")),
+        "{}",
+        tenants.stdout
+    );
+    let nobody = idem(data, &["tenant", "keys", "nobody", "required"]).await;
+    assert_eq!(nobody.code, Some(1));
+    assert!(nobody.stderr.contains("no tenant is named"), "{}", nobody.stderr);
+
+    // Every change audited in the command line's name; the refused ones not at all.
+    let audited: Vec<(String,)> = sqlx::query_as(
+        "select action from audit_log where actor like 'cli:%' and action not like 'operator.%' \
+         order by at, action",
+    )
+    .fetch_all(&mut db)
+    .await
+    .expect("audit");
+    let mut actions: Vec<String> = audited.into_iter().map(|(action,)| action).collect();
+    actions.sort();
+    assert_eq!(
+        actions,
+        [
+            "api_key.create",
+            "api_key.revoke",
+            "tenant.create",
+            "tenant.set_keys"
+        ]
+    );
 }
 
 /// `idem account create` for acme's `acc_1`.

@@ -70,7 +70,7 @@ impl TestDatabase {
     }
 
     pub async fn store(&self) -> Arc<dyn Store> {
-        store::open(&self.target, store::DEFAULT_MAX_CONNECTIONS)
+        store::open(&self.target, idem::cli::DEFAULT_DATABASE_MAX_CONNECTIONS)
             .await
             .expect("open the store")
     }

@@ -182,6 +182,13 @@ stop_throwaway_postgres() {
   rm -rf "$IDEM_PG_DIR"
 }
 
+# The OpenAPI 3.1 validator the document's test runs: openapi-spec-validator, from PyPI.
+ensure_openapi_validator() {
+  python3 -c 'import openapi_spec_validator' 2>/dev/null && return
+  say "installing openapi-spec-validator (checks the served OpenAPI document) from PyPI"
+  python3 -m pip install --quiet openapi-spec-validator
+}
+
 # A real SMTP server for the receipts test: aiosmtpd, from PyPI (the test starts it).
 ensure_smtp_test_server() {
   python3 -c 'import aiosmtpd' 2>/dev/null && return

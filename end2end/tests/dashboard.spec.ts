@@ -76,3 +76,17 @@ test("theme and time zone are the operator's choice, remembered in this browser"
   await expect(page.locator("html")).toHaveAttribute("data-theme", "dark");
   await expect(page.getByRole("button", { name: "Times: local" })).toBeVisible();
 });
+
+test("the API's docs page renders the OpenAPI document from assets the binary serves", async ({ page }) => {
+  const elsewhere: string[] = [];
+  page.on("request", (request) => {
+    const url = new URL(request.url());
+    if (url.protocol !== "data:" && url.hostname !== "127.0.0.1") elsewhere.push(request.url());
+  });
+  await page.goto("/docs/");
+  await expect(page.getByRole("heading", { name: /Idem payments API/ })).toBeVisible();
+  await expect(page.locator(".opblock-summary-path", { hasText: "/payments/{id}" })).toBeVisible();
+  await expect(page.locator(".opblock")).toHaveCount(6);
+  expect(elsewhere).toEqual([]);
+  await page.screenshot({ path: test.info().outputPath("api-docs.png"), fullPage: true });
+});

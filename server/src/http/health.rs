@@ -1,6 +1,7 @@
 //! Liveness and readiness for orchestrators and for the Quick start's checks.
 
 use super::AppState;
+use super::openapi::Health;
 use crate::store::Readiness;
 use axum::Json;
 use axum::extract::State;
@@ -9,11 +10,19 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// The process is up and answering.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Up: `{\"status\":\"ok\"}`", body = Health)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// The process can do its job: the database answers and every migration is applied.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready: `{\"status\":\"ready\"}`", body = Health),
+        (status = 503, description = "Not ready: reason `database_unavailable`, `migrations_pending` or `response_key_missing`", body = Health,
+            headers(("Retry-After" = String, description = "seconds"))),
+    ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if let Some(detail) = state.engine.response_keys_unready() {
         return not_ready(json!({

@@ -3,6 +3,7 @@
 pub mod api_keys;
 pub mod error;
 mod health;
+pub mod openapi;
 mod payments;
 pub mod rate_limit;
 
@@ -19,7 +20,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use domain::api_error::ApiError;
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
@@ -34,6 +35,10 @@ use tower_http::services::ServeDir;
 use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
 
 /// What the router needs besides the store.
 #[derive(Debug, Clone)]
@@ -71,16 +76,16 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         session_lifetime: settings.session_lifetime,
     };
 
-    let api = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/payments", post(payments::create_payment))
-        .route("/payments/{id}", get(payments::get_payment))
-        .route("/idempotency", get(payments::discovery))
-        .route(
-            "/accounts/{account_id}/settings/default-currency",
-            put(payments::set_default_currency),
-        )
+    let (api, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(payments::create_payment))
+        .routes(routes!(payments::get_payment))
+        .routes(routes!(payments::discovery))
+        .routes(routes!(payments::set_default_currency))
+        .split_for_parts();
+    let api = api
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", document))
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));
     let api = bounded(api, settings).layer(axum::middleware::map_response_with_state(

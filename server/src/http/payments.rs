@@ -3,6 +3,9 @@
 
 use super::AppState;
 use super::error::ErrorResponse;
+use super::openapi::{
+    CreatePaymentBody, DefaultCurrencySettings, Discovery, ErrorBody, OutcomeUnknownBody, Payment,
+};
 use crate::auth::api_key::ApiKeyHash;
 use crate::engine::{Answer, CreatePaymentRequest, Reply};
 use axum::Json;
@@ -19,7 +22,43 @@ use domain::representation::{ApiVersion, PaymentStatus};
 use domain::tenant::Principal;
 use serde_json::json;
 
-/// `POST /payments`.
+/// `POST /payments`: a payment, made once per scoped key (tenant, operation, Idempotency-Key);
+/// a retry gets the first answer.
+#[utoipa::path(
+    post,
+    path = "/payments",
+    tag = "payments",
+    security(("apiKey" = [])),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters (0x21-0x7E). Required unless the tenant allows payments without one."),
+        ("Api-Version" = Option<String>, Header, description = "2026-05-01 or 2026-09-01; the tenant's pinned version when absent. Part of the fingerprint."),
+        ("Prefer" = Option<String>, Header, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
+    ),
+    request_body(content = CreatePaymentBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "A new payment, authorised; or the replay of one (Idempotent-Replayed: true, the first body byte for byte).", body = Payment,
+            headers(
+                ("Location" = String, description = "/payments/{id}"),
+                ("Idempotency-Expires" = String, description = "RFC 3339: the end of the key's window"),
+                ("Idempotent-Replayed" = String, description = "`true` on a replay, absent otherwise"),
+            )),
+        (status = 202, description = "PAYMENT_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = OutcomeUnknownBody,
+            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"))),
+        (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED: missing, unknown or revoked API key. Nothing recorded.", body = ErrorBody),
+        (status = 402, description = "PAYMENT_DECLINED (details.paymentId); replayed for the same key.", body = ErrorBody,
+            headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 404, description = "ACCOUNT_NOT_FOUND (also another tenant's account). Nothing recorded.", body = ErrorBody),
+        (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST; IDEMPOTENCY_REQUEST_IN_PROGRESS (Retry-After); DUPLICATE_MERCHANT_REFERENCE (details.paymentId).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds, while the first request runs"))),
+        (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
+        (status = 422, description = "INSUFFICIENT_FUNDS (binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        (status = 500, description = "INTERNAL_ERROR before any side effect; a retry executes.", body = ErrorBody),
+        (status = 503, description = "UNAVAILABLE: the idempotency store is unreachable, or the request timed out; a retry gets the answer.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds"))),
+    )
+)]
 pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match parse_create_payment(&state, &headers, &body).await {
         Ok(request) => request,
@@ -75,6 +114,24 @@ fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<ApiVersion,
 
 /// `GET /payments/{id}`: the payment's current state (a fresh read, not a replay), in the
 /// caller's API version; another tenant's payment does not exist.
+#[utoipa::path(
+    get,
+    path = "/payments/{id}",
+    tag = "payments",
+    security(("apiKey" = [])),
+    params(
+        ("id" = String, Path, description = "The payment's id (pay_…)"),
+        ("Api-Version" = Option<String>, Header, description = "2026-05-01 or 2026-09-01; the tenant's pinned version when absent"),
+    ),
+    responses(
+        (status = 200, description = "The payment now, in the caller's version.", body = Payment),
+        (status = 400, description = "UNSUPPORTED_API_VERSION", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "PAYMENT_NOT_FOUND (also another tenant's payment)", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+    )
+)]
 pub async fn get_payment(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -100,14 +157,34 @@ pub async fn get_payment(
     }
 }
 
-#[derive(serde::Deserialize)]
+/// `PUT /accounts/{accountId}/settings/default-currency`: strict, unknown fields refused.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DefaultCurrencyBody {
+pub struct DefaultCurrencyBody {
+    /// ISO 4217, case-insensitive.
+    #[schema(example = "USD")]
     currency: String,
 }
 
 /// `PUT /accounts/{accountId}/settings/default-currency`: naturally idempotent. Repeating it
 /// leaves the same state and writes no second audit entry.
+#[utoipa::path(
+    put,
+    path = "/accounts/{account_id}/settings/default-currency",
+    tag = "payments",
+    security(("apiKey" = [])),
+    params(("account_id" = String, Path, description = "The tenant's account id (acc_…)")),
+    request_body(content = DefaultCurrencyBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The account's settings (the same when nothing changed).", body = DefaultCurrencySettings),
+        (status = 400, description = "VALIDATION_FAILED (details.fields)", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+    )
+)]
 pub async fn set_default_currency(
     State(state): State<AppState>,
     Path(account_id): Path<String>,
@@ -240,6 +317,12 @@ fn render(answer: Answer, minimal: bool) -> Response {
 }
 
 /// `GET /idempotency`: each operation's window, in-progress lease and policy after expiry.
+#[utoipa::path(
+    get,
+    path = "/idempotency",
+    tag = "operations",
+    responses((status = 200, description = "Each keyed operation's window, lease and policy after expiry; no authentication.", body = Discovery))
+)]
 pub async fn discovery(State(state): State<AppState>) -> Response {
     let settings = state.engine.settings();
     Json(json!({

@@ -1372,3 +1372,147 @@ async fn an_oversized_body_and_a_timeout_are_answered_in_the_contracts_shape() {
     assert_eq!(status, 201, "the operation finished on its own");
     assert_eq!(api.sim.charges().await.len(), 1);
 }
+
+#[tokio::test]
+async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api() {
+    let api = api(5_000, &[]).await;
+    let served = api.get("/openapi.json").await;
+    assert_eq!(served.status(), 200);
+    let text = served.text().await.expect("body");
+    let document: Value = serde_json::from_str(&text).expect("json");
+    assert!(
+        document["openapi"]
+            .as_str()
+            .is_some_and(|version| version.starts_with("3.1.")),
+        "{}",
+        document["openapi"]
+    );
+
+    // Valid by the reference validator (openapi-spec-validator, from PyPI; scripts/test
+    // installs it), against the 3.1 schema.
+    let file = tempfile::NamedTempFile::with_suffix(".json").expect("temporary file");
+    std::fs::write(file.path(), &text).expect("write the document");
+    let validated = std::process::Command::new("python3")
+        .args(["-m", "openapi_spec_validator", "--schema", "3.1"])
+        .arg(file.path())
+        .output()
+        .expect("python3 runs (scripts/test installs openapi-spec-validator)");
+    assert!(
+        validated.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validated.stdout),
+        String::from_utf8_lossy(&validated.stderr)
+    );
+
+    // Exactly the API's routes: the contract's, and nothing else.
+    let mut routes: Vec<String> = document["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("path item")
+                .keys()
+                .filter(|method| ["get", "post", "put", "delete", "patch"].contains(&method.as_str()))
+                .map(move |method| format!("{} {path}", method.to_uppercase()))
+        })
+        .collect();
+    routes.sort();
+    assert_eq!(
+        routes,
+        [
+            "GET /healthz",
+            "GET /idempotency",
+            "GET /payments/{id}",
+            "GET /readyz",
+            "POST /payments",
+            "PUT /accounts/{account_id}/settings/default-currency",
+        ]
+    );
+    // Each documented route answers at that path (a documented path the router lacked would
+    // be 404 with the contract's NOT_FOUND).
+    for (path, wanted) in [
+        ("/healthz", 200),
+        ("/readyz", 200),
+        ("/idempotency", 200),
+        ("/payments/pay_missing", 401),
+    ] {
+        assert_eq!(api.get(path).await.status(), wanted, "{path}");
+    }
+
+    // Every status of the contract's rows for POST /payments, its headers, a strict body.
+    let create = &document["paths"]["/payments"]["post"];
+    let statuses: Vec<&str> = create["responses"]
+        .as_object()
+        .expect("responses")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for status in [
+        "201", "202", "400", "401", "402", "404", "409", "413", "422", "429", "500", "503",
+    ] {
+        assert!(statuses.contains(&status), "{status} in {statuses:?}");
+    }
+    let parameters: Vec<&str> = create["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter(|parameter| parameter["in"] == "header")
+        .filter_map(|parameter| parameter["name"].as_str())
+        .collect();
+    assert_eq!(parameters, ["Idempotency-Key", "Api-Version", "Prefer"]);
+    let headers = |status: &str| -> Vec<String> {
+        create["responses"][status]["headers"]
+            .as_object()
+            .map(|headers| headers.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    for header in ["Location", "Idempotency-Expires", "Idempotent-Replayed"] {
+        assert!(headers("201").contains(&header.to_owned()), "{header}");
+    }
+    for status in ["202", "409", "429", "503"] {
+        assert!(headers(status).contains(&"Retry-After".to_owned()), "{status}");
+    }
+    for code in [
+        "IDEMPOTENCY_KEY_MISSING",
+        "IDEMPOTENCY_KEY_INVALID",
+        "UNSUPPORTED_API_VERSION",
+        "VALIDATION_FAILED",
+        "UNAUTHENTICATED",
+        "PAYMENT_DECLINED",
+        "ACCOUNT_NOT_FOUND",
+        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
+        "IDEMPOTENCY_REQUEST_IN_PROGRESS",
+        "DUPLICATE_MERCHANT_REFERENCE",
+        "PAYLOAD_TOO_LARGE",
+        "INSUFFICIENT_FUNDS",
+        "IDEMPOTENCY_KEY_EXPIRED",
+        "RATE_LIMITED",
+        "INTERNAL_ERROR",
+        "UNAVAILABLE",
+        "PAYMENT_OUTCOME_UNKNOWN",
+    ] {
+        assert!(create["responses"].to_string().contains(code), "{code}");
+    }
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(schemas["CreatePaymentBody"]["additionalProperties"], false);
+    assert_eq!(schemas["DefaultCurrencyBody"]["additionalProperties"], false);
+    assert!(document["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer");
+
+    // The docs page and its assets come from the binary, nothing from elsewhere.
+    let page = api.get("/docs/").await;
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.expect("html");
+    assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
+    for asset in [
+        "/docs/swagger-ui.css",
+        "/docs/swagger-ui-bundle.js",
+        "/docs/swagger-initializer.js",
+    ] {
+        let served = api.get(asset).await;
+        assert_eq!(served.status(), 200, "{asset}");
+        if asset.ends_with("initializer.js") {
+            assert!(served.text().await.expect("js").contains("/openapi.json"));
+        }
+    }
+}

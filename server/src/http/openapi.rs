@@ -1,0 +1,181 @@
+//! The payments API's OpenAPI 3.1 document. Each handler carries its own `#[utoipa::path]`
+//! (method, path, headers, every status with its error codes) and the API router is built from
+//! those annotations (`utoipa_axum::routes!`), so a route cannot exist undocumented or be
+//! documented at another path. The wire formats the handlers parse by hand (strictly, in the
+//! domain) are described here as schemas. Served at `/openapi.json`, with a docs page at
+//! `/docs` whose assets are compiled into the binary.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Idem payments API",
+        description = "Payments with a payment-grade idempotency layer. Every error body has the \
+            shape of `ErrorBody`; `errorCode` values are part of the contract. A keyed request's \
+            scope is (tenant, operation, Idempotency-Key); a retry inside the window gets the \
+            first answer again, byte for byte, with `Idempotent-Replayed: true`.",
+    ),
+    modifiers(&BearerAuth),
+    tags((name = "payments", description = "Payments and their idempotency"), (name = "operations", description = "Health and discovery"))
+)]
+pub struct ApiDoc;
+
+/// `Authorization: Bearer <api key>` (keys are made with `idem api-key create` or in the
+/// console).
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "apiKey",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// `POST /payments`: strict, unknown fields are refused. Money is a decimal string, never a
+/// JSON number.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format; the domain parses it")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreatePaymentBody {
+    #[schema(example = "acc_1", min_length = 1)]
+    account_id: String,
+    /// Positive, with at most the currency's minor-unit digits (EUR 2, JPY 0); "10" = "10.00".
+    #[schema(example = "10.00", pattern = r"^[0-9]+(\.[0-9]+)?$")]
+    amount: String,
+    /// ISO 4217, case-insensitive: CHF, EUR, GBP, JPY, USD.
+    #[schema(example = "EUR", pattern = "^[A-Za-z]{3}$")]
+    currency: String,
+    #[schema(example = "invoice-7781", min_length = 1, max_length = 128)]
+    merchant_reference: String,
+    /// Absent means `web`.
+    channel: Option<Channel>,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "lowercase")]
+pub enum Channel {
+    Web,
+    Mobile,
+    Pos,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentStatusName {
+    Processing,
+    Pending,
+    Settled,
+    Declined,
+}
+
+/// A payment in `Api-Version: 2026-05-01`.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentV2 {
+    #[schema(example = "pay_4f6c0e1d2a3b4c5d")]
+    payment_id: String,
+    status: PaymentStatusName,
+    account_id: String,
+    #[schema(example = "10.00")]
+    amount: String,
+    currency: String,
+    merchant_reference: String,
+}
+
+/// A payment in `Api-Version: 2026-09-01`.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentV3 {
+    id: String,
+    state: PaymentStatusName,
+    account_id: String,
+    amount: String,
+    currency: String,
+    merchant_reference: String,
+    /// RFC 3339, UTC.
+    #[schema(example = "2026-05-07T10:00:00Z")]
+    created_at: String,
+}
+
+/// A payment, in the version the answer was produced in.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(untagged)]
+pub enum Payment {
+    V2(PaymentV2),
+    V3(PaymentV3),
+}
+
+/// `202`: the provider's answer was lost; a retry with the same key gets the reconciled result
+/// once recovery has it.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeUnknownBody {
+    payment_id: String,
+    #[schema(example = "PROCESSING")]
+    status: String,
+    #[schema(example = "PAYMENT_OUTCOME_UNKNOWN")]
+    error_code: String,
+}
+
+/// Every error: a stable code, a sentence, whether repeating the request with the same key can
+/// help, and details where the code has them (`fields`, `paymentId`, `resourceId`,
+/// `limitBytes`).
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    #[schema(example = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST")]
+    error_code: String,
+    message: String,
+    retryable: bool,
+    details: Option<serde_json::Value>,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultCurrencySettings {
+    account_id: String,
+    default_currency: String,
+}
+
+/// One keyed operation's idempotency settings.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct OperationSettings {
+    #[schema(example = "create_payment")]
+    operation: String,
+    method: String,
+    path: String,
+    window_seconds: u64,
+    in_progress_lease_seconds: u64,
+    #[schema(example = "new_operation")]
+    after_expiry: String,
+    retention_seconds: u64,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub struct Discovery {
+    operations: Vec<OperationSettings>,
+}
+
+/// `/healthz` and `/readyz`: `{"status": "ok" | "ready" | "not_ready", "reason": …}`.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub struct Health {
+    status: String,
+    reason: Option<String>,
+}

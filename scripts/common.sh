@@ -189,6 +189,14 @@ ensure_openapi_validator() {
   python3 -m pip install --quiet openapi-spec-validator
 }
 
+# The API fuzzer: schemathesis, from PyPI (run as `python3 -m schemathesis.cli` by the fuzzing
+# test and scripts/fuzz-api, so that it works wherever pip put its scripts).
+ensure_schemathesis() {
+  python3 -c 'import schemathesis' 2>/dev/null && return
+  say "installing schemathesis (generates requests from the OpenAPI document) from PyPI"
+  python3 -m pip install --quiet schemathesis
+}
+
 # A real SMTP server for the receipts test: aiosmtpd, from PyPI (the test starts it).
 ensure_smtp_test_server() {
   python3 -c 'import aiosmtpd' 2>/dev/null && return

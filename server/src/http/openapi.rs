@@ -18,6 +18,8 @@ use utoipa::{Modify, OpenApi, ToSchema};
             first answer again, byte for byte, with `Idempotent-Replayed: true`.",
     ),
     modifiers(&BearerAuth),
+    // Referenced from header parameters, which do not bring their schemas along.
+    components(schemas(ApiVersionName)),
     tags((name = "payments", description = "Payments and their idempotency"), (name = "operations", description = "Health and discovery"))
 )]
 pub struct ApiDoc;
@@ -42,18 +44,45 @@ impl Modify for BearerAuth {
 #[allow(dead_code, reason = "a description of the wire format; the domain parses it")]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreatePaymentBody {
-    #[schema(example = "acc_1", min_length = 1)]
+    #[schema(example = "acc_1", pattern = "^[A-Za-z0-9_-]{1,64}$")]
     account_id: String,
     /// Positive, with at most the currency's minor-unit digits (EUR 2, JPY 0); "10" = "10.00".
-    #[schema(example = "10.00", pattern = r"^[0-9]+(\.[0-9]+)?$")]
+    #[schema(example = "10.00", pattern = r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?$")]
     amount: String,
-    /// ISO 4217, case-insensitive: CHF, EUR, GBP, JPY, USD.
-    #[schema(example = "EUR", pattern = "^[A-Za-z]{3}$")]
-    currency: String,
-    #[schema(example = "invoice-7781", min_length = 1, max_length = 128)]
+    /// ISO 4217 (lower case is accepted too).
+    currency: CurrencyCode,
+    /// No control characters; compared exactly.
+    #[schema(example = "invoice-7781", pattern = r"^[^\u0000-\u001F\u007F-\u009F]{1,128}$")]
     merchant_reference: String,
     /// Absent means `web`.
+    #[schema(nullable = false)]
     channel: Option<Channel>,
+}
+
+/// The supported currencies.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub enum CurrencyCode {
+    #[serde(rename = "CHF")]
+    Chf,
+    #[serde(rename = "EUR")]
+    Eur,
+    #[serde(rename = "GBP")]
+    Gbp,
+    #[serde(rename = "JPY")]
+    Jpy,
+    #[serde(rename = "USD")]
+    Usd,
+}
+
+/// The representations a client may ask for (`Api-Version`); a tenant's pinned one otherwise.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub enum ApiVersionName {
+    #[serde(rename = "2026-05-01")]
+    V2,
+    #[serde(rename = "2026-09-01")]
+    V3,
 }
 
 #[derive(ToSchema, serde::Serialize)]

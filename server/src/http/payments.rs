@@ -4,7 +4,8 @@
 use super::AppState;
 use super::error::ErrorResponse;
 use super::openapi::{
-    CreatePaymentBody, DefaultCurrencySettings, Discovery, ErrorBody, OutcomeUnknownBody, Payment,
+    ApiVersionName, CreatePaymentBody, CurrencyCode, DefaultCurrencySettings, Discovery, ErrorBody,
+    OutcomeUnknownBody, Payment,
 };
 use crate::auth::api_key::ApiKeyHash;
 use crate::engine::{Answer, CreatePaymentRequest, Reply};
@@ -30,9 +31,10 @@ use serde_json::json;
     tag = "payments",
     security(("apiKey" = [])),
     params(
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters (0x21-0x7E). Required unless the tenant allows payments without one."),
-        ("Api-Version" = Option<String>, Header, description = "2026-05-01 or 2026-09-01; the tenant's pinned version when absent. Part of the fingerprint."),
-        ("Prefer" = Option<String>, Header, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
+        ("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
+            description = "1 to 255 visible ASCII characters (0x21-0x7E). A tenant made with optional keys may leave it out."),
+        ("Api-Version" = Option<ApiVersionName>, Header, nullable = false, description = "The tenant's pinned version when absent. Part of the fingerprint."),
+        ("Prefer" = Option<String>, Header, nullable = false, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
     ),
     request_body(content = CreatePaymentBody, content_type = "application/json"),
     responses(
@@ -121,7 +123,7 @@ fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<ApiVersion,
     security(("apiKey" = [])),
     params(
         ("id" = String, Path, description = "The payment's id (pay_…)"),
-        ("Api-Version" = Option<String>, Header, description = "2026-05-01 or 2026-09-01; the tenant's pinned version when absent"),
+        ("Api-Version" = Option<ApiVersionName>, Header, nullable = false, description = "The tenant's pinned version when absent"),
     ),
     responses(
         (status = 200, description = "The payment now, in the caller's version.", body = Payment),
@@ -161,8 +163,8 @@ pub async fn get_payment(
 #[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DefaultCurrencyBody {
-    /// ISO 4217, case-insensitive.
-    #[schema(example = "USD")]
+    /// ISO 4217 (lower case is accepted too).
+    #[schema(value_type = CurrencyCode)]
     currency: String,
 }
 
@@ -173,7 +175,7 @@ pub struct DefaultCurrencyBody {
     path = "/accounts/{account_id}/settings/default-currency",
     tag = "payments",
     security(("apiKey" = [])),
-    params(("account_id" = String, Path, description = "The tenant's account id (acc_…)")),
+    params(("account_id" = String, Path, example = "acc_1", description = "The tenant's account id")),
     request_body(content = DefaultCurrencyBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The account's settings (the same when nothing changed).", body = DefaultCurrencySettings),

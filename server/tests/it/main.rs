@@ -13,6 +13,7 @@ mod cost;
 mod events;
 mod fingerprint;
 mod http_api;
+mod isolation;
 mod payments_api;
 mod process;
 mod provider;

@@ -9,6 +9,7 @@ mod claim;
 mod cli;
 mod console_access;
 mod console_api;
+mod console_security;
 mod cost;
 mod events;
 mod fingerprint;

@@ -1,0 +1,237 @@
+//! The console's security matrix: every server function, called with valid arguments, without
+//! a session, from another origin, and as every role. The role each needs is read from
+//! `app/src/api.rs` itself, so a new server function without a row here fails this test, and
+//! so does one whose role check is missing.
+
+use crate::support::{Console, TestApp};
+use domain::operator::OperatorRole;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+enum Arguments {
+    Form(Vec<(&'static str, &'static str)>),
+    Json(Value),
+}
+
+const RECORD: [(&str, &str); 3] = [
+    ("record[tenant_id]", "ten_missing"),
+    ("record[operation]", "create_payment"),
+    ("record[key]", "k-missing"),
+];
+
+fn with_record(more: &[(&'static str, &'static str)]) -> Arguments {
+    Arguments::Form(RECORD.iter().chain(more).copied().collect())
+}
+
+/// Valid arguments for every server function (naming things that do not exist: the role is
+/// checked before anything is looked up).
+fn calls() -> BTreeMap<&'static str, Arguments> {
+    let record = json!({ "tenant_id": "ten_missing", "operation": "create_payment", "key": "k-missing" });
+    let filters = [("range", "1h"), ("tenant", ""), ("operation", "")];
+    BTreeMap::from([
+        ("console/whoami", Arguments::Form(vec![])),
+        ("console/dashboard", Arguments::Form(filters.to_vec())),
+        ("console/retry-windows", Arguments::Form(filters.to_vec())),
+        (
+            "console/records",
+            Arguments::Form(vec![
+                ("filter[status]", ""),
+                ("filter[step]", ""),
+                ("filter[tenant]", ""),
+                ("filter[operation]", ""),
+                ("filter[key_prefix]", ""),
+                ("filter[from]", ""),
+                ("filter[to]", ""),
+                ("filter[after]", ""),
+            ]),
+        ),
+        ("console/find", Arguments::Form(vec![("needle", "k-missing")])),
+        ("console/record", with_record(&[])),
+        ("console/recovery-queue", Arguments::Form(vec![])),
+        ("console/reconcile/preview", with_record(&[])),
+        (
+            "console/reconcile/apply",
+            with_record(&[
+                ("version", "1"),
+                ("action", "ApplyProviderResult"),
+                ("reason", "provider statement OPS-1"),
+            ]),
+        ),
+        (
+            "console/reconcile/bulk",
+            Arguments::Json(json!({
+                "previews": [[record, 1, "ApplyProviderResult"]],
+                "reason": "provider statement OPS-1",
+            })),
+        ),
+        (
+            "console/reconcile/bulk-job",
+            Arguments::Form(vec![("id", "blk_missing")]),
+        ),
+        (
+            "console/reconcile/bulk-preview",
+            Arguments::Json(json!({ "records": [record] })),
+        ),
+        (
+            "console/overrides/request",
+            Arguments::Json(json!({
+                "record": record,
+                "version": 1,
+                "outcome": "NotCharged",
+                "reason": "the customer's bank statement (OPS-2)",
+            })),
+        ),
+        ("console/overrides", Arguments::Form(vec![])),
+        (
+            "console/overrides/decide",
+            Arguments::Form(vec![
+                ("id", "ovr_missing"),
+                ("approve", "false"),
+                ("reason", "not enough evidence"),
+            ]),
+        ),
+        ("console/events", Arguments::Form(vec![])),
+        (
+            "console/events/redrive",
+            Arguments::Json(json!({
+                "dead_letters": [["evt_missing", "2026-12-01T00:00:00Z"]],
+                "reason": "broker is back (OPS-3)",
+            })),
+        ),
+        (
+            "console/late-charge/resolve",
+            with_record(&[("payment_id", "pay_missing"), ("reference", "refund re_1")]),
+        ),
+        ("console/reveal", with_record(&[])),
+        ("console/audit", Arguments::Form(vec![("before", "")])),
+        ("console/admin", Arguments::Form(vec![])),
+        (
+            "console/admin/change",
+            Arguments::Json(json!({ "change": { "RevokeApiKey": { "key_id": "key_missing" } } })),
+        ),
+    ])
+}
+
+/// Each server function's endpoint and the role its first line requires, from the source.
+fn required_roles() -> BTreeMap<String, OperatorRole> {
+    let source = include_str!("../../../app/src/api.rs");
+    let mut roles = BTreeMap::new();
+    for declared in source.split("#[server(endpoint = \"").skip(1) {
+        let endpoint = declared.split('"').next().expect("an endpoint");
+        let body = declared.split("#[server(").next().expect("the function");
+        let role = body
+            .split("require(OperatorRole::")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .unwrap_or_else(|| panic!("{endpoint} checks no role"));
+        let role: OperatorRole = role.to_lowercase().parse().expect("a role");
+        roles.insert(endpoint.to_owned(), role);
+    }
+    roles
+}
+
+/// Calls `endpoint` as `console` (its session, if any) from `origin` (`None`: no Origin header).
+async fn call(
+    console: &Console,
+    origin: Option<&str>,
+    endpoint: &str,
+    arguments: &Arguments,
+) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let mut request = client.post(console.url(&format!("/api/{endpoint}")));
+    if let Some(cookie) = &console.cookie {
+        request = request.header("cookie", cookie);
+    }
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request = match arguments {
+        Arguments::Form(form) => request.form(form),
+        Arguments::Json(body) => request.json(body),
+    };
+    let response = request.send().await.expect("server function");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn every_server_function_refuses_no_session_another_origin_and_a_lesser_role() {
+    let app = TestApp::on(crate::support::DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .in_process()
+        .await;
+    let roles = required_roles();
+    let calls = calls();
+    assert_eq!(
+        roles.keys().map(String::as_str).collect::<Vec<_>>(),
+        calls.keys().copied().collect::<Vec<_>>(),
+        "every server function has its arguments here"
+    );
+    // What changes something or opens a stored response is never a viewer's; what manages
+    // people, keys and overrides is an admin's.
+    for (endpoint, least) in [
+        ("console/reconcile/preview", OperatorRole::Operator),
+        ("console/reconcile/apply", OperatorRole::Operator),
+        ("console/reconcile/bulk", OperatorRole::Operator),
+        ("console/reconcile/bulk-preview", OperatorRole::Operator),
+        ("console/events/redrive", OperatorRole::Operator),
+        ("console/late-charge/resolve", OperatorRole::Operator),
+        ("console/reveal", OperatorRole::Operator),
+        ("console/overrides/request", OperatorRole::Admin),
+        ("console/overrides/decide", OperatorRole::Admin),
+        ("console/admin", OperatorRole::Admin),
+        ("console/admin/change", OperatorRole::Admin),
+    ] {
+        assert!(roles[endpoint] >= least, "{endpoint} needs {least} at least");
+    }
+    let nobody = app.browser();
+    let signed_in = [
+        (
+            OperatorRole::Viewer,
+            app.console("vera", OperatorRole::Viewer).await,
+        ),
+        (
+            OperatorRole::Operator,
+            app.console("otto", OperatorRole::Operator).await,
+        ),
+        (OperatorRole::Admin, app.console("ada", OperatorRole::Admin).await),
+    ];
+    let admin = &signed_in[2].1;
+    let own = admin.origin().to_owned();
+    let audit_entries = || app.db.query_i64("select count(*) from audit_log");
+    for (endpoint, arguments) in &calls {
+        let required = roles[*endpoint];
+        let (status, body) = call(&nobody, Some(&own), endpoint, arguments).await;
+        assert_eq!(status, 401, "{endpoint} without a session: {body}");
+
+        let before = audit_entries().await;
+        for origin in [Some("http://evil.example"), None] {
+            let (status, body) = call(admin, origin, endpoint, arguments).await;
+            assert_eq!(status, 403, "{endpoint} from {origin:?}: {body}");
+        }
+        assert_eq!(
+            audit_entries().await,
+            before,
+            "{endpoint}: a refused origin writes nothing"
+        );
+
+        for (role, console) in &signed_in {
+            let (status, body) = call(console, Some(&own), endpoint, arguments).await;
+            if *role < required {
+                assert_eq!(status, 403, "{endpoint} as {role}: {body}");
+                assert!(
+                    body.contains(&format!("needs the {required} role")),
+                    "{endpoint}: {body}"
+                );
+            } else {
+                assert!(
+                    ![401, 403, 500].contains(&status),
+                    "{endpoint} as {role} is let through to its own checks: {status} {body}"
+                );
+            }
+        }
+    }
+}

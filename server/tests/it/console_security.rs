@@ -19,6 +19,18 @@ const RECORD: [(&str, &str); 3] = [
     ("record[key]", "k-missing"),
 ];
 
+/// The records browser's filter, as its form names each field.
+const RECORD_FILTER: [&str; 8] = [
+    "filter[status]",
+    "filter[step]",
+    "filter[tenant]",
+    "filter[operation]",
+    "filter[key_prefix]",
+    "filter[from]",
+    "filter[to]",
+    "filter[after]",
+];
+
 fn with_record(more: &[(&'static str, &'static str)]) -> Arguments {
     Arguments::Form(RECORD.iter().chain(more).copied().collect())
 }
@@ -34,16 +46,7 @@ fn calls() -> BTreeMap<&'static str, Arguments> {
         ("console/retry-windows", Arguments::Form(filters.to_vec())),
         (
             "console/records",
-            Arguments::Form(vec![
-                ("filter[status]", ""),
-                ("filter[step]", ""),
-                ("filter[tenant]", ""),
-                ("filter[operation]", ""),
-                ("filter[key_prefix]", ""),
-                ("filter[from]", ""),
-                ("filter[to]", ""),
-                ("filter[after]", ""),
-            ]),
+            Arguments::Form(RECORD_FILTER.iter().map(|name| (*name, "")).collect()),
         ),
         ("console/find", Arguments::Form(vec![("needle", "k-missing")])),
         ("console/record", with_record(&[])),
@@ -288,24 +291,11 @@ async fn hostile_text_in_every_filter_and_field_finds_nothing_renders_escaped_an
             "find {shown:?}"
         );
         for field in ["tenant", "operation", "key_prefix"] {
-            let form: Vec<(String, &str)> = [
-                "status",
-                "step",
-                "tenant",
-                "operation",
-                "key_prefix",
-                "from",
-                "to",
-                "after",
-            ]
-            .iter()
-            .map(|other| {
-                (
-                    format!("filter[{other}]"),
-                    if *other == field { text } else { "" },
-                )
-            })
-            .collect();
+            let named = format!("filter[{field}]");
+            let form: Vec<(String, &str)> = RECORD_FILTER
+                .iter()
+                .map(|name| ((*name).to_owned(), if *name == named { text } else { "" }))
+                .collect();
             let (status, body) = call_form(&operator, &own, "console/records", &form).await;
             assert!(
                 [200, 400].contains(&status),

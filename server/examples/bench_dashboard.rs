@@ -13,7 +13,7 @@ use app::dto::DashboardRange;
 use domain::expiry::{AfterExpiry, ExpiryPolicy};
 use idem::console::StoreConsole;
 use idem::engine::sealing::ResponseSealer;
-use idem::engine::{EngineParts, EngineSettings, PaymentsEngine};
+use idem::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
 use idem::metrics::OutcomeCounter;
 use idem::metrics::journal::RequestJournal;
 use idem::provider::client::ProviderClient;
@@ -94,17 +94,28 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
         EngineParts {
             records: store.clone(),
             payments: store.clone(),
+            refunds: store.clone(),
             provider,
             outcomes: Arc::new(OutcomeCounter::default()),
             journal: Arc::new(RequestJournal::default()),
             sealer: Arc::new(ResponseSealer::load_or_create(keys.path()).expect("sealing key")),
         },
         EngineSettings {
-            lease: Duration::from_secs(30),
-            expiry: ExpiryPolicy {
-                window: Duration::from_secs(86_400),
-                after_expiry: AfterExpiry::NewOperation,
-                retention: Duration::from_secs(30 * 86_400),
+            create_payment: OperationSettings {
+                lease: Duration::from_secs(30),
+                expiry: ExpiryPolicy {
+                    window: Duration::from_secs(86_400),
+                    after_expiry: AfterExpiry::NewOperation,
+                    retention: Duration::from_secs(30 * 86_400),
+                },
+            },
+            create_refund: OperationSettings {
+                lease: Duration::from_secs(30),
+                expiry: ExpiryPolicy {
+                    window: Duration::from_secs(7 * 86_400),
+                    after_expiry: AfterExpiry::Reject,
+                    retention: Duration::from_secs(30 * 86_400),
+                },
             },
             instance_id: "bench".to_owned(),
         },

@@ -5,7 +5,7 @@
 use crate::cli::ServeArgs;
 use crate::console::StoreConsole;
 use crate::engine::sealing::ResponseSealer;
-use crate::engine::{EngineParts, EngineSettings, PaymentsEngine};
+use crate::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
 use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
 use crate::events::nats::{NatsJetStream, NatsSettings};
 use crate::events::publisher::{Publisher, PublisherSettings};
@@ -23,12 +23,13 @@ use crate::supervisor::{Every, Supervisor};
 use crate::workers::recovery::{Recovery, RecoverySettings};
 use crate::workers::retention::{Cleanup, CleanupSettings};
 use axum::Router;
-use domain::command::CreatePayment;
 use domain::expiry::ExpiryPolicy;
+use domain::scope::Operation;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use strum::VariantArray;
 use tokio::net::TcpListener;
 
 #[derive(Debug, thiserror::Error)]
@@ -100,11 +101,13 @@ impl Application {
         args: ServeArgs,
     ) -> Result<Application, ServeError> {
         // An owner still waiting for the provider must never look dead to a retry or the worker.
-        if args.lease_secs.saturating_mul(1000) <= args.provider_timeout_ms {
-            return Err(ServeError::Config(format!(
-                "the in-progress lease ({} s) must be longer than the provider timeout ({} ms)",
-                args.lease_secs, args.provider_timeout_ms
-            )));
+        for lease_secs in [args.lease_secs, args.refund_lease_secs] {
+            if lease_secs.saturating_mul(1000) <= args.provider_timeout_ms {
+                return Err(ServeError::Config(format!(
+                    "the in-progress lease ({lease_secs} s) must be longer than the provider timeout ({} ms)",
+                    args.provider_timeout_ms
+                )));
+            }
         }
         let address = listeners.api.local_addr().map_err(ServeError::Server)?;
         let metrics_address = listeners.metrics.local_addr().map_err(ServeError::Server)?;
@@ -126,16 +129,30 @@ impl Application {
         )
         .map_err(|error| ServeError::Provider(error.to_string()))?;
         let sealer = Arc::new(sealer(&args, store.dialect(), data_dir)?);
-        let expiry = ExpiryPolicy {
-            window: Duration::from_secs(args.window_secs),
-            after_expiry: args.after_expiry,
-            retention: Duration::from_secs(args.retention_secs),
+        let retention = Duration::from_secs(args.retention_secs);
+        let engine_settings = EngineSettings {
+            create_payment: OperationSettings {
+                lease: Duration::from_secs(args.lease_secs),
+                expiry: ExpiryPolicy {
+                    window: Duration::from_secs(args.window_secs),
+                    after_expiry: args.after_expiry,
+                    retention,
+                },
+            },
+            create_refund: OperationSettings {
+                lease: Duration::from_secs(args.refund_lease_secs),
+                expiry: ExpiryPolicy {
+                    window: Duration::from_secs(args.refund_window_secs),
+                    after_expiry: args.refund_after_expiry,
+                    retention,
+                },
+            },
+            instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
         };
-        let lease = Duration::from_secs(args.lease_secs);
         let instance = Instance {
-            id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
+            id: engine_settings.instance_id.clone(),
             heartbeat: Duration::from_millis(args.instance_heartbeat_ms.max(10)),
-            replay_horizon: expiry.window + lease,
+            replay_horizon: engine_settings.longest_replay(),
         };
         sealer
             .join(
@@ -152,16 +169,13 @@ impl Application {
             EngineParts {
                 records: store.clone(),
                 payments: store.clone(),
+                refunds: store.clone(),
                 provider,
                 outcomes: outcomes.clone(),
                 journal: journal.clone(),
                 sealer: sealer.clone(),
             },
-            EngineSettings {
-                lease,
-                expiry,
-                instance_id: instance.id.clone(),
-            },
+            engine_settings.clone(),
         ));
         let console = Arc::new(StoreConsole::new(
             store.clone(),
@@ -192,13 +206,15 @@ impl Application {
         let exposition = Exposition::new(
             metrics::prometheus::install(),
             store.clone(),
-            expiry.retention,
+            retention,
             args.recovery_max_attempts,
         );
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
         crate::engine::background::register_metrics();
-        metrics::register_window(CreatePayment::OPERATION, expiry.window);
+        for operation in Operation::VARIANTS {
+            metrics::register_window(*operation, engine_settings.of(*operation).expiry.window);
+        }
         let metrics_router = http::metrics_router(Arc::new(exposition), &settings);
         Ok(Application {
             listeners,
@@ -316,7 +332,7 @@ fn spawn_jobs(
         store.clone(),
         CleanupSettings {
             retention: Duration::from_secs(args.retention_secs),
-            journal_retention: Duration::from_secs(args.window_secs.saturating_add(args.retention_secs)),
+            journal_retention: engine.settings().longest_memory(),
             max_batch: args.cleanup_batch,
             batch_bound: every(args.cleanup_batch_bound_ms),
             pause: Duration::from_millis(20),

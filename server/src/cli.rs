@@ -354,6 +354,27 @@ pub struct ServeArgs {
     )]
     pub after_expiry: AfterExpiry,
 
+    /// The idempotency window of create_refund, in seconds (refunds are retried from queues
+    /// for days).
+    #[arg(long, env = "IDEM_REFUND_WINDOW_SECS", default_value_t = 7 * 24 * 3600)]
+    pub refund_window_secs: u64,
+
+    /// What a create_refund retry gets after its key's window: 422 IDEMPOTENCY_KEY_EXPIRED
+    /// naming the refund, or a new operation (the refund reference still stops a second
+    /// refund).
+    #[arg(
+        long,
+        env = "IDEM_REFUND_AFTER_EXPIRY",
+        default_value = "reject",
+        value_parser = clap::builder::PossibleValuesParser::new(["new_operation", "reject"])
+            .try_map(|text| text.parse::<AfterExpiry>()),
+    )]
+    pub refund_after_expiry: AfterExpiry,
+
+    /// How long, in seconds, a create_refund request owns its key before a retry may take over.
+    #[arg(long, env = "IDEM_REFUND_LEASE_SECS", default_value_t = 30)]
+    pub refund_lease_secs: u64,
+
     /// How long, in seconds, an expired record's tombstone (scope, key, fingerprint, outcome,
     /// resource and provider reference; no body) is kept after its window.
     #[arg(long, env = "IDEM_RETENTION_SECS", default_value_t = 30 * 24 * 3600)]

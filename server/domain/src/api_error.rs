@@ -36,6 +36,16 @@ pub enum ApiError {
     PaymentDeclined { payment_id: String },
     #[error("The account's balance does not cover the amount.")]
     InsufficientFunds,
+    #[error("The refund does not exist.")]
+    RefundNotFound,
+    #[error("The payment cannot be refunded in its current status.")]
+    PaymentNotRefundable { payment_status: String },
+    #[error("The amount is more than the payment still has to refund.")]
+    RefundExceedsRemaining { remaining: String },
+    #[error("A refund with this reference already exists for this payment.")]
+    DuplicateRefundReference { refund_id: String },
+    #[error("The refund was declined.")]
+    RefundDeclined { refund_id: String },
     #[error("The request body is larger than the {limit_bytes} bytes allowed.")]
     PayloadTooLarge { limit_bytes: usize },
     #[error("Too many requests; retry after the indicated time.")]
@@ -55,12 +65,16 @@ impl ApiError {
             | ApiError::IdempotencyKeyInvalid(_)
             | ApiError::UnsupportedApiVersion(_)
             | ApiError::ValidationFailed(_) => 400,
-            ApiError::AccountNotFound | ApiError::PaymentNotFound => 404,
+            ApiError::AccountNotFound | ApiError::PaymentNotFound | ApiError::RefundNotFound => 404,
             ApiError::DuplicateMerchantReference { .. }
             | ApiError::KeyReusedWithDifferentRequest
-            | ApiError::RequestInProgress { .. } => 409,
-            ApiError::PaymentDeclined { .. } => 402,
-            ApiError::InsufficientFunds | ApiError::IdempotencyKeyExpired { .. } => 422,
+            | ApiError::RequestInProgress { .. }
+            | ApiError::PaymentNotRefundable { .. }
+            | ApiError::DuplicateRefundReference { .. } => 409,
+            ApiError::PaymentDeclined { .. } | ApiError::RefundDeclined { .. } => 402,
+            ApiError::InsufficientFunds
+            | ApiError::IdempotencyKeyExpired { .. }
+            | ApiError::RefundExceedsRemaining { .. } => 422,
             ApiError::PayloadTooLarge { .. } => 413,
             ApiError::RateLimited { .. } => 429,
             ApiError::Unavailable => 503,
@@ -83,6 +97,11 @@ impl ApiError {
             ApiError::IdempotencyKeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
             ApiError::PaymentDeclined { .. } => "PAYMENT_DECLINED",
             ApiError::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            ApiError::RefundNotFound => "REFUND_NOT_FOUND",
+            ApiError::PaymentNotRefundable { .. } => "PAYMENT_NOT_REFUNDABLE",
+            ApiError::RefundExceedsRemaining { .. } => "REFUND_EXCEEDS_REMAINING",
+            ApiError::DuplicateRefundReference { .. } => "DUPLICATE_REFUND_REFERENCE",
+            ApiError::RefundDeclined { .. } => "REFUND_DECLINED",
             ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Unavailable => "UNAVAILABLE",
@@ -92,13 +111,15 @@ impl ApiError {
 
     /// Whether repeating the same request with the same key can help.
     pub fn retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             ApiError::RequestInProgress { .. }
-                | ApiError::RateLimited { .. }
-                | ApiError::Unavailable
-                | ApiError::Internal
-        )
+            | ApiError::RateLimited { .. }
+            | ApiError::Unavailable
+            | ApiError::Internal => true,
+            // Refundable once the payment's outcome is known.
+            ApiError::PaymentNotRefundable { payment_status } => payment_status == "PROCESSING",
+            _ => false,
+        }
     }
 
     fn details(&self) -> Option<Value> {
@@ -108,6 +129,13 @@ impl ApiError {
             | ApiError::PaymentDeclined { payment_id } => Some(json!({ "paymentId": payment_id })),
             ApiError::IdempotencyKeyExpired { resource_id } => Some(json!({ "resourceId": resource_id })),
             ApiError::PayloadTooLarge { limit_bytes } => Some(json!({ "limitBytes": limit_bytes })),
+            ApiError::PaymentNotRefundable { payment_status } => {
+                Some(json!({ "paymentStatus": payment_status }))
+            }
+            ApiError::RefundExceedsRemaining { remaining } => Some(json!({ "remaining": remaining })),
+            ApiError::DuplicateRefundReference { refund_id } | ApiError::RefundDeclined { refund_id } => {
+                Some(json!({ "refundId": refund_id }))
+            }
             _ => None,
         }
     }

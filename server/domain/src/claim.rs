@@ -1,12 +1,15 @@
 //! The insert-first claim of a scoped key, what it can find, and what the owner of a claimed
 //! record writes when it settles it: the rows the store takes and gives back.
 
+use crate::api_error::ApiError;
+use crate::command::FieldProblem;
 use crate::expiry::AfterExpiry;
 use crate::fingerprint::Fingerprint;
 use crate::money::Currency;
 use crate::operator::AuditEntry;
 use crate::payment::PaymentId;
 use crate::record::{ClaimedAs, RecordAt};
+use crate::refund::{RefundId, RefundStatus};
 use crate::scope::Scope;
 use crate::tenant::ApiKeyId;
 use chrono::{DateTime, Utc};
@@ -62,22 +65,25 @@ pub struct KeyRelease {
     pub audit: AuditEntry,
 }
 
-/// What the claim of a new create_payment found.
+/// What the claim of a keyed operation found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// This request owns the key: the record (IN_PROGRESS, PROVIDER_REQUEST_SENT), the
-    /// payment (PROCESSING, amount held on the account) and its PaymentCreated event are
-    /// committed together.
+    /// This request owns the key: the record (IN_PROGRESS, PROVIDER_REQUEST_SENT) and the
+    /// operation's local part (a payment PROCESSING with its amount held, or a refund
+    /// PROCESSING counted against its payment) with its Created event are committed together.
     Claimed {
         lease_version: i64,
         expires_at: DateTime<Utc>,
-        payment_created_at: DateTime<Utc>,
+        /// When the operation's resource (the payment, the refund) was created.
+        created_at: DateTime<Utc>,
         claimed_as: ClaimedAs,
     },
     /// Another request made the record first; `decide` says what this one gets.
     Existing(RecordAt),
-    /// The account cannot cover the amount: the key is bound to the stored 422 answer.
-    InsufficientFunds {
+    /// The command was refused in a way the key is bound to (insufficient funds, a refund
+    /// over what remains): the stored answer is `error`, replayed to every retry.
+    Bound {
+        error: ApiError,
         expires_at: DateTime<Utc>,
         claimed_as: ClaimedAs,
     },
@@ -86,7 +92,7 @@ pub enum ClaimOutcome {
     Refused { refusal: Refusal, claimed_as: ClaimedAs },
 }
 
-/// Why a create_payment was not executed (nothing was written for it).
+/// Why a keyed operation was not executed (nothing was written for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// No such account for this tenant.
@@ -96,6 +102,37 @@ pub enum Refusal {
     /// The tenant already has a payment for this account and merchant reference (under any
     /// key, or none).
     DuplicateMerchantReference { payment_id: PaymentId },
+    /// The payment to refund is not this tenant's (or does not exist).
+    PaymentNotFound,
+    /// Only PENDING and SETTLED payments that were not released can be refunded.
+    PaymentNotRefundable { payment_status: String },
+    /// The payment already has a refund with this reference (under any key).
+    DuplicateRefundReference { refund_id: RefundId },
+}
+
+impl Refusal {
+    /// The contract's error for it.
+    pub fn api_error(self) -> ApiError {
+        match self {
+            Refusal::AccountNotFound => ApiError::AccountNotFound,
+            Refusal::CurrencyMismatch { account_currency } => {
+                ApiError::ValidationFailed(vec![FieldProblem::new(
+                    "currency",
+                    format!("must be the account's currency ({account_currency})"),
+                )])
+            }
+            Refusal::DuplicateMerchantReference { payment_id } => ApiError::DuplicateMerchantReference {
+                payment_id: payment_id.to_string(),
+            },
+            Refusal::PaymentNotFound => ApiError::PaymentNotFound,
+            Refusal::PaymentNotRefundable { payment_status } => {
+                ApiError::PaymentNotRefundable { payment_status }
+            }
+            Refusal::DuplicateRefundReference { refund_id } => ApiError::DuplicateRefundReference {
+                refund_id: refund_id.to_string(),
+            },
+        }
+    }
 }
 
 /// What the local transaction of a create_payment without an idempotency key found.
@@ -122,6 +159,22 @@ pub struct PaymentCompletion {
     pub payment_id: PaymentId,
     pub verdict: ProviderVerdict,
     pub provider_charge_id: String,
+    pub event_id: String,
+    pub event_payload: String,
+    pub response: StoredResponse,
+}
+
+/// A refund's completion transaction, fenced by its owner's lease version: the refund's
+/// outcome (a decline gives its amount back to what remains refundable), its event, and the
+/// record settled with its response.
+#[derive(Debug, Clone)]
+pub struct RefundCompletion {
+    /// The operator's audit entry, when an operator's reconciliation completes the refund.
+    pub audit: Option<AuditEntry>,
+    pub refund_id: RefundId,
+    /// `Succeeded` or `Failed`.
+    pub status: RefundStatus,
+    pub provider_refund_id: String,
     pub event_id: String,
     pub event_payload: String,
     pub response: StoredResponse,

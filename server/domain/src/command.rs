@@ -38,19 +38,25 @@ pub struct MerchantReference(String);
 
 impl MerchantReference {
     pub fn parse(text: &str) -> Result<MerchantReference, &'static str> {
-        let length = text.chars().count();
-        if !(1..=128).contains(&length) {
-            return Err("must be 1 to 128 characters");
-        }
-        if text.chars().any(char::is_control) {
-            return Err("must not contain control characters");
-        }
-        Ok(MerchantReference(text.to_owned()))
+        reference_text(text).map(MerchantReference)
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// A merchant's reference as the contract allows it: 1 to 128 characters, no control
+/// characters.
+pub(crate) fn reference_text(text: &str) -> Result<String, &'static str> {
+    let length = text.chars().count();
+    if !(1..=128).contains(&length) {
+        return Err("must be 1 to 128 characters");
+    }
+    if text.chars().any(char::is_control) {
+        return Err("must not contain control characters");
+    }
+    Ok(text.to_owned())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -97,7 +103,7 @@ pub struct FieldProblem {
 }
 
 impl FieldProblem {
-    fn new(field: &str, problem: impl fmt::Display) -> FieldProblem {
+    pub(crate) fn new(field: &str, problem: impl fmt::Display) -> FieldProblem {
         FieldProblem {
             field: field.to_owned(),
             problem: problem.to_string(),
@@ -111,7 +117,7 @@ pub struct ValidationFailed {
     pub problems: Vec<FieldProblem>,
 }
 
-const KNOWN_FIELDS: [&str; 5] = ["accountId", "amount", "currency", "merchantReference", "channel"];
+const KNOWN_FIELDS: &[&str] = &["accountId", "amount", "currency", "merchantReference", "channel"];
 
 impl CreatePayment {
     pub const OPERATION: Operation = Operation::CreatePayment;
@@ -120,94 +126,125 @@ impl CreatePayment {
     /// fields, repeated fields, missing fields, wrong types (a JSON number for an amount is
     /// refused: money is never a float) and invalid values.
     pub fn parse_json(body: &[u8]) -> Result<CreatePayment, ValidationFailed> {
-        let fields = serde_json::from_slice::<JsonObjectFields>(body).map_err(|error| ValidationFailed {
-            problems: vec![FieldProblem::new("body", body_problem(&error))],
-        })?;
+        let mut fields = BodyFields::read(body, KNOWN_FIELDS)?;
+        let account_id = fields.text("accountId", true);
+        let amount = fields.text("amount", true);
+        let currency = fields.text("currency", true);
+        let merchant_reference = fields.text("merchantReference", true);
+        let channel = fields.text("channel", false);
 
-        let mut problems = Vec::new();
-        let mut values: BTreeMap<&str, Value> = BTreeMap::new();
-        for (name, value) in fields.0 {
-            match KNOWN_FIELDS.iter().find(|known| **known == name) {
-                None => problems.push(FieldProblem::new(&name, "is not a field of this request")),
-                Some(known) if values.contains_key(known) => {
-                    problems.push(FieldProblem::new(known, "appears more than once"))
-                }
-                Some(known) => {
-                    values.insert(known, value);
-                }
-            }
-        }
-
-        let mut text_field = |name: &str, required: bool| -> Option<String> {
-            match values.remove(name) {
-                None if required => {
-                    problems.push(FieldProblem::new(name, "is required"));
-                    None
-                }
-                None => None,
-                Some(Value::String(text)) => Some(text),
-                Some(Value::Number(_)) if name == "amount" => {
-                    problems.push(FieldProblem::new(
-                        name,
-                        "must be a decimal string such as \"10.00\", not a JSON number",
-                    ));
-                    None
-                }
-                Some(_) => {
-                    problems.push(FieldProblem::new(name, "must be a string"));
-                    None
-                }
-            }
-        };
-        let account_id = text_field("accountId", true);
-        let amount = text_field("amount", true);
-        let currency = text_field("currency", true);
-        let merchant_reference = text_field("merchantReference", true);
-        let channel = text_field("channel", false);
-
-        let account_id = account_id.and_then(|text| {
-            AccountId::parse(&text)
-                .map_err(|problem| problems.push(FieldProblem::new("accountId", problem)))
-                .ok()
-        });
-        let currency = currency.and_then(|text| {
-            Currency::parse(&text)
-                .map_err(|problem| problems.push(FieldProblem::new("currency", problem)))
-                .ok()
-        });
+        let account_id = fields.parsed("accountId", account_id, AccountId::parse);
+        let currency = fields.parsed("currency", currency, Currency::parse);
         // An amount can only be judged in its currency (how many decimals it may have).
         let amount = match (amount, currency) {
-            (Some(text), Some(currency)) => Amount::parse(&text, currency)
-                .map_err(|problem| problems.push(FieldProblem::new("amount", problem)))
-                .ok(),
+            (Some(text), Some(currency)) => {
+                fields.parsed("amount", Some(text), |text| Amount::parse(text, currency))
+            }
             _ => None,
         };
-        let merchant_reference = merchant_reference.and_then(|text| {
-            MerchantReference::parse(&text)
-                .map_err(|problem| problems.push(FieldProblem::new("merchantReference", problem)))
-                .ok()
-        });
+        let merchant_reference =
+            fields.parsed("merchantReference", merchant_reference, MerchantReference::parse);
         let channel = match channel {
             None => Some(Channel::default()),
-            Some(text) => Channel::parse(&text)
-                .map_err(|problem| problems.push(FieldProblem::new("channel", problem)))
-                .ok(),
+            Some(text) => fields.parsed("channel", Some(text), Channel::parse),
         };
-
-        // Unknown fields first, then the command's fields in their documented order.
-        problems.sort_by_key(|problem| KNOWN_FIELDS.iter().position(|known| *known == problem.field));
-        match (account_id, amount, merchant_reference, channel) {
-            (Some(account_id), Some(amount), Some(merchant_reference), Some(channel))
-                if problems.is_empty() =>
-            {
-                Ok(CreatePayment {
+        let command = match (account_id, amount, merchant_reference, channel) {
+            (Some(account_id), Some(amount), Some(merchant_reference), Some(channel)) => {
+                Some(CreatePayment {
                     account_id,
                     amount,
                     merchant_reference,
                     channel,
                 })
             }
-            _ => Err(ValidationFailed { problems }),
+            _ => None,
+        };
+        fields.finish(command)
+    }
+}
+
+/// A strict JSON object body being read field by field: every problem is noted with its
+/// field, and reported together at the end (unknown fields first, then the known ones in
+/// their documented order).
+pub(crate) struct BodyFields {
+    known: &'static [&'static str],
+    values: BTreeMap<&'static str, Value>,
+    problems: Vec<FieldProblem>,
+}
+
+impl BodyFields {
+    /// The body's members; unknown and repeated fields are problems already.
+    pub(crate) fn read(body: &[u8], known: &'static [&'static str]) -> Result<BodyFields, ValidationFailed> {
+        let fields = serde_json::from_slice::<JsonObjectFields>(body).map_err(|error| ValidationFailed {
+            problems: vec![FieldProblem::new("body", body_problem(&error))],
+        })?;
+        let mut read = BodyFields {
+            known,
+            values: BTreeMap::new(),
+            problems: Vec::new(),
+        };
+        for (name, value) in fields.0 {
+            match known.iter().find(|known| **known == name) {
+                None => read
+                    .problems
+                    .push(FieldProblem::new(&name, "is not a field of this request")),
+                Some(known) if read.values.contains_key(known) => read
+                    .problems
+                    .push(FieldProblem::new(known, "appears more than once")),
+                Some(known) => {
+                    read.values.insert(known, value);
+                }
+            }
+        }
+        Ok(read)
+    }
+
+    /// A text field's value (`None`, with its problem noted, when it is missing but required,
+    /// or not a string; an amount given as a JSON number is told so).
+    pub(crate) fn text(&mut self, name: &str, required: bool) -> Option<String> {
+        match self.values.remove(name) {
+            None if required => {
+                self.problems.push(FieldProblem::new(name, "is required"));
+                None
+            }
+            None => None,
+            Some(Value::String(text)) => Some(text),
+            Some(Value::Number(_)) if name == "amount" => {
+                self.problems.push(FieldProblem::new(
+                    name,
+                    "must be a decimal string such as \"10.00\", not a JSON number",
+                ));
+                None
+            }
+            Some(_) => {
+                self.problems.push(FieldProblem::new(name, "must be a string"));
+                None
+            }
+        }
+    }
+
+    /// `text` parsed, its problem noted under `name` when it does not parse.
+    pub(crate) fn parsed<T, E: fmt::Display>(
+        &mut self,
+        name: &str,
+        text: Option<String>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Option<T> {
+        parse(&text?)
+            .map_err(|problem| self.problems.push(FieldProblem::new(name, problem)))
+            .ok()
+    }
+
+    /// The command, when every field was read without a problem.
+    pub(crate) fn finish<T>(mut self, command: Option<T>) -> Result<T, ValidationFailed> {
+        let known = self.known;
+        self.problems
+            .sort_by_key(|problem| known.iter().position(|known| *known == problem.field));
+        match command {
+            Some(command) if self.problems.is_empty() => Ok(command),
+            _ => Err(ValidationFailed {
+                problems: self.problems,
+            }),
         }
     }
 }

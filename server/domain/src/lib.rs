@@ -26,6 +26,7 @@ pub mod payment;
 pub mod random;
 pub mod record;
 pub mod recovery;
+pub mod refund;
 pub mod representation;
 pub mod scope;
 pub mod tenant;

@@ -165,19 +165,30 @@ impl Balance {
 /// The canonical decimal string: exactly the currency's minor digits (`"10.00"`, `"1000"` for JPY).
 impl fmt::Display for Amount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digits = self.currency.minor_digits();
-        if digits == 0 {
-            return write!(f, "{}", self.minor_units);
-        }
-        let scale = 10_i64.pow(digits);
-        write!(
-            f,
-            "{}.{:0width$}",
-            self.minor_units / scale,
-            self.minor_units % scale,
-            width = digits as usize
-        )
+        write_decimal(f, self.minor_units, self.currency)
     }
+}
+
+/// Like an amount's (`"0.00"` for nothing).
+impl fmt::Display for Balance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_decimal(f, self.minor_units, self.currency)
+    }
+}
+
+fn write_decimal(f: &mut fmt::Formatter<'_>, minor_units: i64, currency: Currency) -> fmt::Result {
+    let digits = currency.minor_digits();
+    if digits == 0 {
+        return write!(f, "{minor_units}");
+    }
+    let scale = 10_i64.pow(digits);
+    write!(
+        f,
+        "{}.{:0width$}",
+        minor_units / scale,
+        minor_units % scale,
+        width = digits as usize
+    )
 }
 
 #[cfg(test)]

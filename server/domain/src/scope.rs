@@ -25,6 +25,8 @@ use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 pub enum Operation {
     /// `POST /payments`.
     CreatePayment,
+    /// `POST /payments/{paymentId}/refunds`.
+    CreateRefund,
 }
 
 impl Operation {

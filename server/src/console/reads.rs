@@ -104,7 +104,7 @@ impl ConsoleReads for StoreConsole {
             self.store.record_gauges(self.recovery_max_attempts),
             self.store.outbox_backlog(),
             self.store
-                .retention_backlog(self.engine.settings().expiry.retention),
+                .retention_backlog(self.engine.settings().create_payment.expiry.retention),
             self.store.late_charges(),
             self.store.tenants(),
         )
@@ -144,48 +144,49 @@ impl ConsoleReads for StoreConsole {
         operation: String,
     ) -> Result<Vec<RetryWindow>, ConsoleError> {
         let (from, to) = epochs_of(range);
-        let current = self.engine.settings().expiry.window;
-        let mut compared = [current; COMPARED_WINDOWS];
-        compared[1..].copy_from_slice(&OTHER_WINDOWS);
-        let rows = self
-            .store
-            .retry_delays(
-                from,
-                to,
-                named(&tenant).as_deref(),
-                named(&operation).as_deref(),
-                compared,
-            )
-            .await
-            .map_err(unavailable("retry delays"))?;
-        let operations = Operation::VARIANTS
+        let mut shown = Vec::new();
+        // Each operation against its own window: one statement per operation shown.
+        for operation in Operation::VARIANTS
             .iter()
-            .filter(|candidate| operation.is_empty() || candidate.as_str() == operation);
-        Ok(operations
-            .map(|operation| {
-                let row = rows.iter().find(|row| row.operation == operation.as_str());
-                let seconds = |ms: i64| ms as f64 / 1000.0;
-                let mut windows: Vec<WindowFit> = compared
-                    .iter()
-                    .enumerate()
-                    .map(|(index, window)| WindowFit {
-                        window_secs: window.as_secs(),
-                        outside: row.map_or(0, |row| count(row.outside[index])),
-                        current: index == 0,
-                    })
-                    .collect();
-                windows.sort_by_key(|fit| (fit.window_secs, !fit.current));
-                windows.dedup_by_key(|fit| fit.window_secs);
-                RetryWindow {
-                    operation: operation.as_str().to_owned(),
-                    window_secs: current.as_secs(),
-                    retries: row.map_or(0, |row| count(row.retries)),
-                    quantile_secs: row.map_or([0.0; 4], |row| row.quantiles_ms.map(seconds)),
-                    longest_secs: row.map_or(0.0, |row| seconds(row.longest_ms)),
-                    windows,
-                }
-            })
-            .collect())
+            .filter(|candidate| operation.is_empty() || candidate.as_str() == operation)
+        {
+            let current = self.engine.settings().of(*operation).expiry.window;
+            let mut compared = [current; COMPARED_WINDOWS];
+            compared[1..].copy_from_slice(&OTHER_WINDOWS);
+            let rows = self
+                .store
+                .retry_delays(
+                    from,
+                    to,
+                    named(&tenant).as_deref(),
+                    Some(operation.as_str()),
+                    compared,
+                )
+                .await
+                .map_err(unavailable("retry delays"))?;
+            let row = rows.iter().find(|row| row.operation == operation.as_str());
+            let seconds = |ms: i64| ms as f64 / 1000.0;
+            let mut windows: Vec<WindowFit> = compared
+                .iter()
+                .enumerate()
+                .map(|(index, window)| WindowFit {
+                    window_secs: window.as_secs(),
+                    outside: row.map_or(0, |row| count(row.outside[index])),
+                    current: index == 0,
+                })
+                .collect();
+            windows.sort_by_key(|fit| (fit.window_secs, !fit.current));
+            windows.dedup_by_key(|fit| fit.window_secs);
+            shown.push(RetryWindow {
+                operation: operation.as_str().to_owned(),
+                window_secs: current.as_secs(),
+                retries: row.map_or(0, |row| count(row.retries)),
+                quantile_secs: row.map_or([0.0; 4], |row| row.quantiles_ms.map(seconds)),
+                longest_secs: row.map_or(0.0, |row| seconds(row.longest_ms)),
+                windows,
+            });
+        }
+        Ok(shown)
     }
 
     async fn records(&self, filter: RecordFilter) -> Result<RecordPage, ConsoleError> {
@@ -251,7 +252,10 @@ impl ConsoleReads for StoreConsole {
         let status = found.record.status;
         let needs_operator = found.needs_operator();
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
-        let evidence = self.engine.provider_evidence(&payment_id).await;
+        let evidence = self
+            .engine
+            .provider_evidence(scope_of(&record)?.operation, &payment_id)
+            .await;
         let options = if needs_operator {
             options(status, &payment_id, &evidence)
         } else {

@@ -5,9 +5,9 @@
 
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
-use domain::claim::{Refusal, StoredResponse};
-use domain::command::FieldProblem;
+use domain::claim::StoredResponse;
 use domain::representation::{ApiVersion, PaymentView};
+use domain::scope::Operation;
 
 /// The reply itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,10 +15,12 @@ pub enum Reply {
     /// The answer stored for the key (the first execution's own, or a replay of it): status,
     /// headers and body bytes, exactly as stored.
     Stored(StoredResponse),
-    /// `202 PAYMENT_OUTCOME_UNKNOWN`: the provider's answer was lost; retries get the same
-    /// until recovery resolves it.
+    /// `202 PAYMENT_OUTCOME_UNKNOWN` (`REFUND_OUTCOME_UNKNOWN`): the provider's answer was
+    /// lost; retries get the same until recovery resolves it.
     OutcomeUnknown {
-        payment_id: String,
+        operation: Operation,
+        /// The payment's or the refund's id.
+        resource_id: String,
         retry_after_secs: u64,
     },
     /// A contract error that is not bound to the key (it is not stored).
@@ -65,35 +67,20 @@ impl Answer {
     }
 
     pub(super) fn outcome_unknown(
-        payment_id: &str,
+        operation: Operation,
+        resource_id: &str,
         retry_after_secs: u64,
         expires_at: Option<DateTime<Utc>>,
     ) -> Answer {
         Answer {
             reply: Reply::OutcomeUnknown {
-                payment_id: payment_id.to_owned(),
+                operation,
+                resource_id: resource_id.to_owned(),
                 retry_after_secs,
             },
             replayed: false,
             expires_at,
         }
-    }
-
-    /// A refused command: nothing was written for it.
-    pub(super) fn refused(refusal: Refusal) -> Answer {
-        let error = match refusal {
-            Refusal::AccountNotFound => ApiError::AccountNotFound,
-            Refusal::CurrencyMismatch { account_currency } => {
-                ApiError::ValidationFailed(vec![FieldProblem {
-                    field: "currency".to_owned(),
-                    problem: format!("must be the account's currency ({account_currency})"),
-                }])
-            }
-            Refusal::DuplicateMerchantReference { payment_id } => ApiError::DuplicateMerchantReference {
-                payment_id: payment_id.to_string(),
-            },
-        };
-        Answer::error(error, None)
     }
 
     /// The HTTP status this answer has.
@@ -114,9 +101,17 @@ impl Answer {
                     .and_then(|body| body["errorCode"].as_str().map(str::to_owned))
             }
             Reply::Stored(_) => None,
-            Reply::OutcomeUnknown { .. } => Some("PAYMENT_OUTCOME_UNKNOWN".to_owned()),
+            Reply::OutcomeUnknown { operation, .. } => Some(outcome_unknown_code(*operation).to_owned()),
             Reply::Error(error) => Some(error.code().to_owned()),
         }
+    }
+}
+
+/// The code of an unknown outcome's `202` body.
+pub fn outcome_unknown_code(operation: Operation) -> &'static str {
+    match operation {
+        Operation::CreatePayment => "PAYMENT_OUTCOME_UNKNOWN",
+        Operation::CreateRefund => "REFUND_OUTCOME_UNKNOWN",
     }
 }
 
@@ -134,7 +129,11 @@ pub(super) fn bound_error(error: &ApiError) -> StoredResponse {
     json_response(error.status(), error.body(), Vec::new())
 }
 
-fn json_response(status: u16, body: Vec<u8>, mut headers: Vec<(String, String)>) -> StoredResponse {
+pub(super) fn json_response(
+    status: u16,
+    body: Vec<u8>,
+    mut headers: Vec<(String, String)>,
+) -> StoredResponse {
     headers.insert(0, ("content-type".to_owned(), "application/json".to_owned()));
     StoredResponse {
         status,

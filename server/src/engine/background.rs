@@ -155,8 +155,10 @@ impl PaymentsEngine {
         charged
     }
 
+    /// create_payment's lease: how long a payment made without a key may stay PROCESSING
+    /// before recovery asks about it.
     pub fn lease(&self) -> Duration {
-        self.settings.lease
+        self.settings.create_payment.lease
     }
 }
 

@@ -1,7 +1,11 @@
-//! The engine: create_payment end to end, and everything that settles a record later.
+//! The engine: the idempotency layer and its two keyed operations, create_payment and
+//! create_refund, end to end, and everything that settles a record later.
 //!
-//! - `request.rs`: the request path: the insert-first claim, or the answer [`decide`] gives a
-//!   request that finds its key's record; a takeover when the record's owner died.
+//! - `request.rs`: the idempotency layer's request path, one for every keyed operation
+//!   (`KeyedOperation`): one read, then the insert-first claim, or the answer [`decide`]
+//!   gives a request that finds its key's record; a takeover when the record's owner died;
+//!   create_payment's own part.
+//! - `refunds.rs`: create_refund's own part: its claim, its provider call and completion.
 //! - `owner.rs`: what the holder of a record's lease does: ask the provider with no
 //!   transaction open, then complete, every write fenced by the lease version; a taker
 //!   resumes from the last durable step and asks before it sends.
@@ -21,40 +25,86 @@ mod answer;
 pub mod background;
 mod operator;
 mod owner;
+mod refunds;
 mod request;
 pub mod sealing;
 
-pub use answer::{Answer, Reply};
+pub use answer::{Answer, Reply, outcome_unknown_code};
 pub use operator::{ReconcileRefusal, Reconciled};
+pub use refunds::CreateRefundRequest;
 pub use request::CreatePaymentRequest;
 
 use crate::metrics::OutcomeCounter;
 use crate::metrics::journal::RequestJournal;
 use crate::provider::client::ProviderClient;
-use crate::store::{PaymentStore, RecordStore};
+use crate::store::{PaymentStore, RecordStore, RefundStore};
 use domain::claim::StoredResponse;
-use domain::command::CreatePayment;
 use domain::expiry::ExpiryPolicy;
 use domain::outcome::Outcome;
-use domain::scope::Scope;
+use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
 use sealing::ResponseSealer;
 use std::sync::Arc;
 use std::time::Duration;
+use strum::VariantArray;
+
+/// One keyed operation's contract: its lease, window, policy after it, and retention.
+#[derive(Debug, Clone)]
+pub struct OperationSettings {
+    /// How long an owner may work before a retry may take over.
+    pub lease: Duration,
+    /// The window, the policy after it, and tombstone retention.
+    pub expiry: ExpiryPolicy,
+}
 
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// How long an owner may work before a retry may take over.
-    pub lease: Duration,
-    /// create_payment's window, policy after it, and tombstone retention.
-    pub expiry: ExpiryPolicy,
+    pub create_payment: OperationSettings,
+    pub create_refund: OperationSettings,
     /// This instance, as lease owner.
     pub instance_id: String,
+}
+
+impl EngineSettings {
+    /// The settings of one operation.
+    pub fn of(&self, operation: Operation) -> &OperationSettings {
+        match operation {
+            Operation::CreatePayment => &self.create_payment,
+            Operation::CreateRefund => &self.create_refund,
+        }
+    }
+
+    /// How long after its key's first request a record may still be replayed, over every
+    /// operation (its window, and a lease for the owner that was last to answer).
+    pub fn longest_replay(&self) -> Duration {
+        Operation::VARIANTS
+            .iter()
+            .map(|operation| {
+                let of = self.of(*operation);
+                of.expiry.window + of.lease
+            })
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// How long a settled record is remembered at most (its window and its tombstone's
+    /// retention), over every operation: what the request journal and the console look back on.
+    pub fn longest_memory(&self) -> Duration {
+        Operation::VARIANTS
+            .iter()
+            .map(|operation| {
+                let expiry = self.of(*operation).expiry;
+                expiry.window + expiry.retention
+            })
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 pub struct PaymentsEngine {
     records: Arc<dyn RecordStore>,
     payments: Arc<dyn PaymentStore>,
+    refunds: Arc<dyn RefundStore>,
     provider: ProviderClient,
     outcomes: Arc<OutcomeCounter>,
     journal: Arc<RequestJournal>,
@@ -66,6 +116,7 @@ pub struct PaymentsEngine {
 pub struct EngineParts {
     pub records: Arc<dyn RecordStore>,
     pub payments: Arc<dyn PaymentStore>,
+    pub refunds: Arc<dyn RefundStore>,
     pub provider: ProviderClient,
     pub outcomes: Arc<OutcomeCounter>,
     pub journal: Arc<RequestJournal>,
@@ -77,6 +128,7 @@ impl PaymentsEngine {
         PaymentsEngine {
             records: parts.records,
             payments: parts.payments,
+            refunds: parts.refunds,
             provider: parts.provider,
             outcomes: parts.outcomes,
             journal: parts.journal,
@@ -89,8 +141,8 @@ impl PaymentsEngine {
         &self.settings
     }
 
-    fn count(&self, tenant_id: &TenantId, outcome: Outcome) {
-        self.outcomes.record(tenant_id, CreatePayment::OPERATION, outcome);
+    fn count(&self, tenant_id: &TenantId, operation: Operation, outcome: Outcome) {
+        self.outcomes.record(tenant_id, operation, outcome);
     }
 
     /// The response as stored: its body sealed, bound to the record's scope.

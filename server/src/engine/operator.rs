@@ -12,7 +12,7 @@ use domain::operator::AuditEntry;
 use domain::payment::{PaymentId, new_event_id};
 use domain::record::RecordAt;
 use domain::recovery::{OverrideOutcome, ProviderEvidence, ReconcileAction};
-use domain::scope::Scope;
+use domain::scope::{Operation, Scope};
 use serde_json::json;
 
 /// Why an operator's reconciliation was not applied (nothing was written).
@@ -26,6 +26,10 @@ pub enum ReconcileRefusal {
     ProviderUnreachable(String),
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    #[error(
+        "this action is offered for payments only; a refund is reconciled with the provider's answer or sent again"
+    )]
+    NotForOperation,
 }
 
 /// How an applied reconciliation ended.
@@ -39,12 +43,25 @@ pub enum Reconciled {
 }
 
 impl PaymentsEngine {
-    /// What the provider says about a payment right now.
-    pub async fn provider_evidence(&self, payment_id: &str) -> ProviderEvidence {
-        match self.provider.find_charge(payment_id).await {
-            Ok(Some(charge)) => ProviderEvidence::Charged {
-                charge_id: charge.charge_id,
-                status: match charge.status {
+    /// What the provider says right now about the charge of a payment, or the refund of a
+    /// refund (`resource_id`, as `operation` made it).
+    pub async fn provider_evidence(&self, operation: Operation, resource_id: &str) -> ProviderEvidence {
+        let found = match operation {
+            Operation::CreatePayment => self
+                .provider
+                .find_charge(resource_id)
+                .await
+                .map(|found| found.map(|charge| (charge.charge_id, charge.status))),
+            Operation::CreateRefund => self
+                .provider
+                .find_refund(resource_id)
+                .await
+                .map(|found| found.map(|refund| (refund.provider_refund_id, refund.status))),
+        };
+        match found {
+            Ok(Some((charge_id, status))) => ProviderEvidence::Charged {
+                charge_id,
+                status: match status {
                     ChargeStatus::Succeeded => "succeeded".to_owned(),
                     ChargeStatus::Declined => "declined".to_owned(),
                 },
@@ -84,9 +101,12 @@ impl PaymentsEngine {
     ) -> Result<Reconciled, ReconcileRefusal> {
         let found = self.record_needing_operator(scope, previewed_version).await?;
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
-        match (self.provider_evidence(&payment_id).await, action) {
+        match (self.provider_evidence(scope.operation, &payment_id).await, action) {
             (ProviderEvidence::Charged { .. }, ReconcileAction::ApplyProviderResult)
             | (ProviderEvidence::NoCharge, ReconcileAction::RetryCharge) => {}
+            (_, ReconcileAction::MarkFailedAndReleaseKey) if scope.operation != Operation::CreatePayment => {
+                return Err(ReconcileRefusal::NotForOperation);
+            }
             (ProviderEvidence::NoCharge, ReconcileAction::MarkFailedAndReleaseKey) => {
                 return self
                     .release_key(
@@ -119,6 +139,9 @@ impl PaymentsEngine {
         outcome: &OverrideOutcome,
         audit: &AuditEntry,
     ) -> Result<Reconciled, ReconcileRefusal> {
+        if scope.operation != Operation::CreatePayment {
+            return Err(ReconcileRefusal::NotForOperation);
+        }
         let found = self.record_needing_operator(scope, requested_version).await?;
         let payment_id = found.record.resource_id.clone().unwrap_or_default();
         let (charge_id, status) = match outcome {

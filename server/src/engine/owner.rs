@@ -10,12 +10,13 @@ use crate::provider::{Charge, ChargeStatus};
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{PaymentCompletion, ProviderVerdict};
+use domain::command::CreatePayment;
 use domain::operator::AuditEntry;
 use domain::outcome::Outcome;
 use domain::payment::{PaymentId, new_event_id};
 use domain::record::RecordAt;
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
-use domain::scope::Scope;
+use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
 use serde_json::json;
 
@@ -92,9 +93,9 @@ impl PaymentsEngine {
                 // Whatever the failure, a charge may exist or the request may need sending
                 // again with the same provider key: recovery decides by asking, never guessing.
                 tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
-                self.count(tenant_id, Outcome::ProviderError);
-                self.count(tenant_id, Outcome::OutcomeUnknown);
-                return self.outcome_unknown(owner, payment).await;
+                return self
+                    .outcome_unknown(owner, tenant_id, CreatePayment::OPERATION, &payment.id)
+                    .await;
             }
         };
         crash_point(CrashPoint::ProviderAnswered);
@@ -131,19 +132,27 @@ impl PaymentsEngine {
         }
     }
 
-    /// The provider's answer was lost: the record becomes UNKNOWN_REQUIRES_RECOVERY (fenced
-    /// by the lease), and the client is told so.
-    async fn outcome_unknown(&self, owner: Owner<'_>, payment: &PaymentView) -> Owned {
+    /// The provider's answer was lost (counted): the record becomes UNKNOWN_REQUIRES_RECOVERY
+    /// (fenced by the lease), and the client is told so.
+    pub(super) async fn outcome_unknown(
+        &self,
+        owner: Owner<'_>,
+        tenant_id: &TenantId,
+        operation: Operation,
+        resource_id: &str,
+    ) -> Owned {
+        self.count(tenant_id, operation, Outcome::ProviderError);
+        self.count(tenant_id, operation, Outcome::OutcomeUnknown);
         let expires_at = owner.expires_at();
         let Owner::Keyed {
             scope, lease_version, ..
         } = owner
         else {
             // Without a record the payment itself stays PROCESSING for recovery.
-            return Owned::Answered(Answer::outcome_unknown(&payment.id, 1, None));
+            return Owned::Answered(Answer::outcome_unknown(operation, resource_id, 1, None));
         };
         match self.records.mark_outcome_unknown(scope, lease_version).await {
-            Ok(true) => Owned::Answered(Answer::outcome_unknown(&payment.id, 1, expires_at)),
+            Ok(true) => Owned::Answered(Answer::outcome_unknown(operation, resource_id, 1, expires_at)),
             Ok(false) => Owned::FencedOut,
             Err(error) => Owned::Answered(Answer::error(
                 error.as_api_error("mark outcome unknown"),
@@ -153,9 +162,9 @@ impl PaymentsEngine {
     }
 
     /// The owner died (its lease expired) after PROVIDER_REQUEST_SENT, or the provider's
-    /// answer was lost: take the record over (exactly one taker wins) and resume with the same
-    /// payment, asking the provider before sending anything, so the payment is charged at most
-    /// once. The retry path, the recovery worker and operators all come here.
+    /// answer was lost: take the record over (exactly one taker wins) and resume its operation
+    /// with the same resource, asking the provider before sending anything, so that it is
+    /// done at most once. The retry path, the recovery worker and operators all come here.
     pub(super) async fn take_over_and_resume(
         &self,
         scope: &Scope,
@@ -171,7 +180,7 @@ impl PaymentsEngine {
                 scope,
                 stale_lease_version,
                 &self.settings.instance_id,
-                self.settings.lease,
+                self.settings.of(scope.operation).lease,
             )
             .await;
         let (lease_version, expires_at) = match taken {
@@ -180,9 +189,43 @@ impl PaymentsEngine {
             Ok(None) => return Owned::Answered(Answer::in_progress(1, expires_at)),
             Err(error) => return Owned::Answered(Answer::error(error.as_api_error("take over"), expires_at)),
         };
-        self.count(&scope.tenant_id, Outcome::Takeover);
-        tracing::warn!(tenant_id = %scope.tenant_id, lease_version, "took over a stale owner's record");
-        let payment_id = found.record.resource_id.as_deref().unwrap_or_default();
+        self.count(&scope.tenant_id, scope.operation, Outcome::Takeover);
+        tracing::warn!(tenant_id = %scope.tenant_id, operation = %scope.operation, lease_version, "took over a stale owner's record");
+        let owner = Owner::Keyed {
+            scope,
+            lease_version,
+            expires_at,
+            audit,
+        };
+        let resource_id = found.record.resource_id.as_deref().unwrap_or_default();
+        match scope.operation {
+            Operation::CreatePayment => {
+                let version = found
+                    .record
+                    .response_schema_version
+                    .as_deref()
+                    .and_then(ApiVersion::parse)
+                    .unwrap_or(ApiVersion::V2);
+                self.resume_payment(owner, resource_id, version, charging).await
+            }
+            Operation::CreateRefund => self.resume_refund(owner, resource_id, charging).await,
+        }
+    }
+
+    /// A taken-over create_payment, resumed with its payment.
+    async fn resume_payment(
+        &self,
+        owner: Owner<'_>,
+        payment_id: &str,
+        version: ApiVersion,
+        charging: Charging,
+    ) -> Owned {
+        let Owner::Keyed {
+            scope, expires_at, ..
+        } = owner
+        else {
+            return Owned::Answered(Answer::error(ApiError::Internal, None));
+        };
         let payment = match self.payments.payment(&scope.tenant_id, payment_id).await {
             Ok(Some(payment)) => payment,
             Ok(None) => {
@@ -192,18 +235,6 @@ impl PaymentsEngine {
             Err(error) => {
                 return Owned::Answered(Answer::error(error.as_api_error("resume"), Some(expires_at)));
             }
-        };
-        let version = found
-            .record
-            .response_schema_version
-            .as_deref()
-            .and_then(ApiVersion::parse)
-            .unwrap_or(ApiVersion::V2);
-        let owner = Owner::Keyed {
-            scope,
-            lease_version,
-            expires_at,
-            audit,
         };
         self.execute(owner, &scope.tenant_id, &payment, version, charging)
             .await

@@ -1,15 +1,19 @@
-//! The request path of create_payment: one read of the key's record (with its stored
-//! response) answers every retry of a record that exists and cannot be renewed, the replay
-//! included; otherwise the insert-first claim decides every race. A request that finds its
-//! key's record gets what [`decide`] says, and takes the record over when its owner is gone.
+//! The idempotency layer's request path, one for every keyed operation: one read of the
+//! key's record (with its stored response) answers every retry of a record that exists and
+//! cannot be renewed, the replay included; otherwise the insert-first claim decides every
+//! race. A request that finds its key's record gets what [`decide`] says, and takes the
+//! record over when its owner is gone. An operation brings only its own part
+//! ([`KeyedOperation`]): its fingerprint, its claim's local transaction, and what its new
+//! owner does; create_payment's is here, create_refund's in `refunds.rs`.
 
 use super::PaymentsEngine;
 use super::answer::{Answer, bound_error};
 use super::owner::{Charging, Owned, Owner};
 use super::sealing::SealingError;
+use crate::store::StoreError;
 use crate::store::metrics::JournalEntry;
 use crate::store::records::FoundRecord;
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, StoredResponse, UnkeyedOutcome};
 use domain::command::CreatePayment;
@@ -21,7 +25,7 @@ use domain::outcome::Outcome;
 use domain::payment::{NewPayment, PaymentId};
 use domain::record::{ClaimedAs, ProgressStep};
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
-use domain::scope::Scope;
+use domain::scope::{Operation, Scope};
 use domain::tenant::Principal;
 use std::collections::BTreeMap;
 
@@ -50,6 +54,54 @@ enum Verdict {
     Resume { lease_version: i64 },
 }
 
+/// What one keyed operation brings to the idempotency layer.
+#[async_trait::async_trait]
+pub(super) trait KeyedOperation: Sync {
+    /// The request's fingerprint in `version` (a retry is compared in its record's version).
+    fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint;
+
+    /// The insert-first claim of the key with the operation's local transaction.
+    async fn claim(&self, engine: &PaymentsEngine, claim: &NewClaim) -> Result<ClaimOutcome, StoreError>;
+
+    /// The new owner's work once its claim committed (the resource was created at
+    /// `created_at`): the provider, then the completion, fenced by the lease.
+    async fn execute(&self, engine: &PaymentsEngine, owner: Owner<'_>, created_at: DateTime<Utc>) -> Owned;
+}
+
+/// create_payment with a key: its payment, made by the claim.
+struct KeyedPayment<'a> {
+    request: &'a CreatePaymentRequest,
+    payment: NewPayment,
+}
+
+#[async_trait::async_trait]
+impl KeyedOperation for KeyedPayment<'_> {
+    fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint {
+        fingerprint(self.request, version)
+    }
+
+    async fn claim(&self, engine: &PaymentsEngine, claim: &NewClaim) -> Result<ClaimOutcome, StoreError> {
+        let insufficient_funds = engine.sealed(&claim.scope, &bound_error(&ApiError::InsufficientFunds));
+        engine
+            .records
+            .claim_create_payment(claim, &self.payment, &insufficient_funds)
+            .await
+    }
+
+    async fn execute(&self, engine: &PaymentsEngine, owner: Owner<'_>, created_at: DateTime<Utc>) -> Owned {
+        let view = PaymentView::of_new(&self.payment, PaymentStatus::Processing, created_at);
+        engine
+            .execute(
+                owner,
+                &self.payment.tenant_id,
+                &view,
+                self.request.api_version,
+                Charging::Send,
+            )
+            .await
+    }
+}
+
 impl PaymentsEngine {
     pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
         let payment = NewPayment::from_command(
@@ -65,18 +117,36 @@ impl PaymentsEngine {
             operation: CreatePayment::OPERATION,
             key,
         };
-        let claim = NewClaim {
-            scope: scope.clone(),
-            fingerprint: fingerprint(&request, FingerprintVersion::CURRENT),
-            created_by: request.principal.api_key_id.clone(),
-            response_schema_version: request.api_version.as_str().to_owned(),
-            lease_owner: self.settings.instance_id.clone(),
-            lease: self.settings.lease,
-            window: self.settings.expiry.window,
-            after_expiry: self.settings.expiry.after_expiry,
+        let operation = KeyedPayment {
+            request: &request,
+            payment,
         };
-        let (answer, retry_delay) = self.claim_and_answer(&request, &claim, &payment).await;
-        self.journal_answer(&scope, &claim.fingerprint, &answer, retry_delay);
+        self.keyed(&operation, scope, &request.principal, request.api_version)
+            .await
+    }
+
+    /// A keyed request of `operation`, through the idempotency layer: the claim (or the
+    /// answer its key's record gives), journalled.
+    pub(super) async fn keyed(
+        &self,
+        operation: &impl KeyedOperation,
+        scope: Scope,
+        principal: &Principal,
+        api_version: ApiVersion,
+    ) -> Answer {
+        let settings = self.settings.of(scope.operation);
+        let claim = NewClaim {
+            scope,
+            fingerprint: operation.fingerprint(FingerprintVersion::CURRENT),
+            created_by: principal.api_key_id.clone(),
+            response_schema_version: api_version.as_str().to_owned(),
+            lease_owner: self.settings.instance_id.clone(),
+            lease: settings.lease,
+            window: settings.expiry.window,
+            after_expiry: settings.expiry.after_expiry,
+        };
+        let (answer, retry_delay) = self.claim_and_answer(operation, &claim).await;
+        self.journal_answer(&claim.scope, &claim.fingerprint, &answer, retry_delay);
         answer
     }
 
@@ -107,15 +177,14 @@ impl PaymentsEngine {
     /// retry.
     async fn claim_and_answer(
         &self,
-        request: &CreatePaymentRequest,
+        operation: &impl KeyedOperation,
         claim: &NewClaim,
-        payment: &NewPayment,
     ) -> (Answer, Option<TimeDelta>) {
         let scope = &claim.scope;
         let retry_delay = match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(request, &found);
-                if !self.claim_may_renew(&found, &retry) {
+                let (retry, retry_delay) = as_retry_of(operation, &found);
+                if !self.claim_may_renew(scope.operation, &found, &retry) {
                     return (self.answer_record(scope, found, &retry).await, retry_delay);
                 }
                 retry_delay
@@ -124,14 +193,14 @@ impl PaymentsEngine {
             // Nothing was written: the retry starts afresh.
             Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
         };
-        if let Some(answer) = self.claim_anew(request, claim, payment).await {
+        if let Some(answer) = self.claim_anew(operation, claim).await {
             return (answer, retry_delay);
         }
         // Made or changed between the look-up and the claim (a concurrent request): read
         // again, with its response.
         match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(request, &found);
+                let (retry, retry_delay) = as_retry_of(operation, &found);
                 (self.answer_record(scope, found, &retry).await, retry_delay)
             }
             Ok(None) => (Answer::in_progress(1, None), None),
@@ -145,58 +214,40 @@ impl PaymentsEngine {
     /// The insert-first claim for a key without a record, or whose record may be renewed, and
     /// the answer to what it decided; `None` when the claim found the key's record made or
     /// changed since the look-up (by a concurrent request), which is then read again.
-    async fn claim_anew(
-        &self,
-        request: &CreatePaymentRequest,
-        claim: &NewClaim,
-        payment: &NewPayment,
-    ) -> Option<Answer> {
+    async fn claim_anew(&self, operation: &impl KeyedOperation, claim: &NewClaim) -> Option<Answer> {
         let scope = &claim.scope;
-        let insufficient_funds = self.sealed(scope, &bound_error(&ApiError::InsufficientFunds));
-        let claimed = self
-            .records
-            .claim_create_payment(claim, payment, &insufficient_funds)
-            .await;
+        let claimed = operation.claim(self, claim).await;
         if let Ok(
             ClaimOutcome::Claimed { claimed_as, .. }
-            | ClaimOutcome::InsufficientFunds { claimed_as, .. }
+            | ClaimOutcome::Bound { claimed_as, .. }
             | ClaimOutcome::Refused { claimed_as, .. },
         ) = &claimed
             && *claimed_as == ClaimedAs::AfterExpiry
         {
-            self.count(&scope.tenant_id, Outcome::ExpiredRetry);
+            self.count(&scope.tenant_id, scope.operation, Outcome::ExpiredRetry);
         }
         let answer = match claimed {
             Ok(ClaimOutcome::Claimed {
                 lease_version,
                 expires_at,
-                payment_created_at,
+                created_at,
                 ..
             }) => {
-                self.count(&scope.tenant_id, Outcome::NewExecution);
-                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
+                self.count(&scope.tenant_id, scope.operation, Outcome::NewExecution);
                 let owner = Owner::Keyed {
                     scope,
                     lease_version,
                     expires_at,
                     audit: None,
                 };
-                let owned = self
-                    .execute(
-                        owner,
-                        &scope.tenant_id,
-                        &view,
-                        request.api_version,
-                        Charging::Send,
-                    )
-                    .await;
+                let owned = operation.execute(self, owner, created_at).await;
                 self.answered(scope, owned, Some(expires_at)).await
             }
             Ok(ClaimOutcome::Existing(_)) => return None,
-            Ok(ClaimOutcome::InsufficientFunds { expires_at, .. }) => {
-                Answer::error(ApiError::InsufficientFunds, Some(expires_at))
-            }
-            Ok(ClaimOutcome::Refused { refusal, .. }) => Answer::refused(refusal),
+            Ok(ClaimOutcome::Bound {
+                error, expires_at, ..
+            }) => Answer::error(error, Some(expires_at)),
+            Ok(ClaimOutcome::Refused { refusal, .. }) => Answer::error(refusal.api_error(), None),
             // The claim's transaction did not commit: nothing was recorded, a retry executes.
             Err(error) => Answer::error(error.as_api_error("claim"), None),
         };
@@ -206,12 +257,16 @@ impl PaymentsEngine {
     /// Whether the claim may take `found` for a new operation (a settled record past its
     /// window under `new_operation`, or a key an operator released): only then does a request
     /// that found a record go on to the claim, which decides that race.
-    fn claim_may_renew(&self, found: &FoundRecord, fingerprint_hex: &str) -> bool {
+    fn claim_may_renew(&self, operation: Operation, found: &FoundRecord, fingerprint_hex: &str) -> bool {
         match decide(&found.at.record, fingerprint_hex, found.at.now) {
             Decision::Reexecute { .. } => true,
-            Decision::Expired => self.settings.expiry.after_expiry == AfterExpiry::NewOperation,
+            Decision::Expired => self.after_expiry(operation) == AfterExpiry::NewOperation,
             _ => false,
         }
+    }
+
+    fn after_expiry(&self, operation: Operation) -> AfterExpiry {
+        self.settings.of(operation).expiry.after_expiry
     }
 
     /// A tenant that does not require keys: no record, the same local transaction (the
@@ -223,7 +278,11 @@ impl PaymentsEngine {
     ) -> Answer {
         match self.payments.create_payment_without_key(payment).await {
             Ok(UnkeyedOutcome::Created { payment_created_at }) => {
-                self.count(&payment.tenant_id, Outcome::NewExecution);
+                self.count(
+                    &payment.tenant_id,
+                    CreatePayment::OPERATION,
+                    Outcome::NewExecution,
+                );
                 let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
                 match self
                     .execute(
@@ -240,7 +299,7 @@ impl PaymentsEngine {
                 }
             }
             Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
-            Ok(UnkeyedOutcome::Refused(refusal)) => Answer::refused(refusal),
+            Ok(UnkeyedOutcome::Refused(refusal)) => Answer::error(refusal.api_error(), None),
             Err(error) => Answer::error(error.as_api_error("create payment without key"), None),
         }
     }
@@ -305,7 +364,11 @@ impl PaymentsEngine {
         let FoundRecord { at: found, response } = found;
         let expires_at = Some(found.record.expires_at);
         let decision = decide(&found.record, fingerprint_hex, found.now);
-        self.count(&scope.tenant_id, self.outcome_of(&decision));
+        self.count(
+            &scope.tenant_id,
+            scope.operation,
+            self.outcome_of(scope.operation, &decision),
+        );
         Verdict::Answer(match decision {
             Decision::ConflictDifferentRequest => {
                 tracing::warn!(
@@ -334,11 +397,12 @@ impl PaymentsEngine {
                 Answer::in_progress(1, expires_at)
             }
             Decision::OutcomeUnknown { retry_after_secs } => Answer::outcome_unknown(
+                scope.operation,
                 found.record.resource_id.as_deref().unwrap_or_default(),
                 retry_after_secs,
                 expires_at,
             ),
-            Decision::Expired => match self.settings.expiry.after_expiry {
+            Decision::Expired => match self.after_expiry(scope.operation) {
                 AfterExpiry::Reject => {
                     if let Err(error) = self.records.note_expired_retry(scope).await {
                         error.as_api_error("note expired retry");
@@ -357,14 +421,14 @@ impl PaymentsEngine {
         })
     }
 
-    fn outcome_of(&self, decision: &Decision) -> Outcome {
+    fn outcome_of(&self, operation: Operation, decision: &Decision) -> Outcome {
         match decision {
             Decision::ConflictDifferentRequest => Outcome::ConflictDifferentRequest,
             Decision::Replay => Outcome::Replay,
             Decision::InProgress { .. } | Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
                 Outcome::InProgress
             }
-            Decision::Expired => match self.settings.expiry.after_expiry {
+            Decision::Expired => match self.after_expiry(operation) {
                 AfterExpiry::Reject => Outcome::ExpiredRetry,
                 AfterExpiry::NewOperation => Outcome::InProgress,
             },
@@ -402,15 +466,17 @@ impl PaymentsEngine {
     }
 }
 
-/// The request's fingerprint in `version`.
 /// The request's fingerprint as `found`'s record was fingerprinted (the retry is compared in
 /// the version its record was made with), and its delay if it is a retry of that record.
-fn as_retry_of(request: &CreatePaymentRequest, found: &FoundRecord) -> (String, Option<TimeDelta>) {
-    let retry = fingerprint(request, FingerprintVersion(found.at.record.fingerprint_version)).sha256_hex;
+fn as_retry_of(operation: &impl KeyedOperation, found: &FoundRecord) -> (String, Option<TimeDelta>) {
+    let retry = operation
+        .fingerprint(FingerprintVersion(found.at.record.fingerprint_version))
+        .sha256_hex;
     let retry_delay = found.at.retry_delay(&retry);
     (retry, retry_delay)
 }
 
+/// A create_payment's fingerprint in `version`.
 fn fingerprint(request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
     Fingerprint::compute_in(
         version,

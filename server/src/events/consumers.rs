@@ -7,7 +7,9 @@
 //!
 //! - ledger: a double-entry transaction for each authorised payment
 //!   (`ledger_payment_<paymentId>`, unique per entry type and payment): the customer's account
-//!   is debited, the provider clearing account credited; all postings sum to zero.
+//!   is debited, the provider clearing account credited; and one for each succeeded refund
+//!   (`ledger_refund_<refundId>`, unique per entry type and refund), the other way round. All
+//!   postings sum to zero.
 //! - receipts: a receipt row for each authorised payment (`receipt_payment_<paymentId>`,
 //!   unique dedupe key), inserted *before* anything is sent; [`ReceiptSender`] delivers pending
 //!   rows (SMTP when configured, a JSON-lines file by default) and marks them sent. A crash
@@ -74,30 +76,30 @@ pub async fn handle_isolating(
 pub const LEDGER: &str = "ledger";
 pub const RECEIPTS: &str = "receipts";
 const PAYMENT_AUTHORIZED: &str = "PaymentAuthorized";
+const REFUND_SUCCEEDED: &str = "RefundSucceeded";
 
-/// Passes the batch's PaymentAuthorized messages (the only ones either consumer acts on) to
+/// Passes the batch's messages of the `wanted` types (the only ones the consumer acts on) to
 /// `apply`, and says per message what was done.
-async fn on_authorisations<'m, Apply>(
+async fn on_events<'m, Apply>(
     messages: &'m [EventMessage],
+    wanted: &[&str],
     apply: impl FnOnce(Vec<&'m EventMessage>) -> Apply,
 ) -> Result<Vec<Handled>, ConsumerError>
 where
     Apply: Future<Output = Result<Vec<bool>, StoreError>>,
 {
-    let authorised: Vec<&EventMessage> = messages
-        .iter()
-        .filter(|message| message.event_type == PAYMENT_AUTHORIZED)
-        .collect();
-    let mut applied = if authorised.is_empty() {
+    let is_wanted = |message: &EventMessage| wanted.contains(&message.event_type.as_str());
+    let chosen: Vec<&EventMessage> = messages.iter().filter(|message| is_wanted(message)).collect();
+    let mut applied = if chosen.is_empty() {
         Vec::new()
     } else {
-        apply(authorised).await?
+        apply(chosen).await?
     }
     .into_iter();
     Ok(messages
         .iter()
         .map(|message| {
-            if message.event_type != PAYMENT_AUTHORIZED {
+            if !is_wanted(message) {
                 Handled::Ignored
             } else if applied.next() == Some(true) {
                 Handled::Applied
@@ -125,9 +127,11 @@ impl Consumer for Ledger {
     }
 
     async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError> {
-        on_authorisations(messages, |authorised| async move {
-            self.store.consume_into_ledger(LEDGER, &authorised).await
-        })
+        on_events(
+            messages,
+            &[PAYMENT_AUTHORIZED, REFUND_SUCCEEDED],
+            |booked| async move { self.store.consume_into_ledger(LEDGER, &booked).await },
+        )
         .await
     }
 }
@@ -149,7 +153,7 @@ impl Consumer for Receipts {
     }
 
     async fn handle(&self, messages: &[EventMessage]) -> Result<Vec<Handled>, ConsumerError> {
-        on_authorisations(messages, |authorised| async move {
+        on_events(messages, &[PAYMENT_AUTHORIZED], |authorised| async move {
             self.store.consume_into_receipts(RECEIPTS, &authorised).await
         })
         .await

@@ -6,6 +6,7 @@ mod health;
 pub mod openapi;
 mod payments;
 pub mod rate_limit;
+mod refunds;
 
 use crate::console;
 use crate::console::StoreConsole;
@@ -83,6 +84,8 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         .routes(routes!(payments::get_payment))
         .routes(routes!(payments::discovery))
         .routes(routes!(payments::set_default_currency))
+        .routes(routes!(refunds::create_refund))
+        .routes(routes!(refunds::get_refund))
         .split_for_parts();
     let api = api
         .merge(SwaggerUi::new("/docs").url("/openapi.json", document))

@@ -20,7 +20,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
     modifiers(&BearerAuth),
     // Referenced from header parameters, which do not bring their schemas along.
     components(schemas(ApiVersionName)),
-    tags((name = "payments", description = "Payments and their idempotency"), (name = "operations", description = "Health and discovery"))
+    tags((name = "payments", description = "Payments and their idempotency"), (name = "refunds", description = "Refunds: the second keyed operation"), (name = "operations", description = "Health and discovery"))
 )]
 pub struct ApiDoc;
 
@@ -157,9 +157,76 @@ pub struct OutcomeUnknownBody {
     error_code: String,
 }
 
+/// `POST /payments/{paymentId}/refunds`: strict, unknown fields are refused.
+#[derive(ToSchema, serde::Serialize)]
+#[schema(as = RefundBody)]
+#[allow(dead_code, reason = "a description of the wire format; the domain parses it")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RefundBodySchema {
+    /// In the payment's currency: positive, with at most its minor-unit digits.
+    #[schema(example = "4.00", pattern = r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?$")]
+    amount: String,
+    /// Absent means `requested_by_customer`.
+    #[schema(nullable = false)]
+    reason: Option<RefundReasonName>,
+    /// The merchant's refund reference: with the payment, the refund's business key.
+    #[schema(example = "rf-1", pattern = r"^[^\u0000-\u001F\u007F-\u009F]{1,128}$")]
+    reference: String,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "snake_case")]
+pub enum RefundReasonName {
+    RequestedByCustomer,
+    Duplicate,
+    Fraudulent,
+}
+
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefundStatusName {
+    Processing,
+    Succeeded,
+    Failed,
+}
+
+/// A refund (the same in every API version).
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct Refund {
+    #[schema(example = "rf_4f6c0e1d2a3b4c5d")]
+    refund_id: String,
+    payment_id: String,
+    #[schema(example = "4.00")]
+    amount: String,
+    currency: String,
+    reason: RefundReasonName,
+    reference: String,
+    status: RefundStatusName,
+    /// RFC 3339, UTC.
+    #[schema(example = "2026-11-30T10:00:00Z")]
+    created_at: String,
+}
+
+/// `202`: the provider's answer to a refund was lost; a retry with the same key gets the
+/// reconciled result once recovery has it.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+#[serde(rename_all = "camelCase")]
+pub struct RefundOutcomeUnknownBody {
+    refund_id: String,
+    #[schema(example = "PROCESSING")]
+    status: String,
+    #[schema(example = "REFUND_OUTCOME_UNKNOWN")]
+    error_code: String,
+}
+
 /// Every error: a stable code, a sentence, whether repeating the request with the same key can
-/// help, and details where the code has them (`fields`, `paymentId`, `resourceId`,
-/// `limitBytes`).
+/// help, and details where the code has them (`fields`, `paymentId`, `refundId`, `remaining`,
+/// `paymentStatus`, `resourceId`, `limitBytes`).
 #[derive(ToSchema, serde::Serialize)]
 #[allow(dead_code, reason = "a description of the wire format")]
 #[serde(rename_all = "camelCase")]

@@ -8,7 +8,7 @@ use super::openapi::{
     OutcomeUnknownBody, Payment,
 };
 use crate::auth::api_key::ApiKeyHash;
-use crate::engine::{Answer, CreatePaymentRequest, Reply};
+use crate::engine::{Answer, CreatePaymentRequest, Reply, outcome_unknown_code};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -19,7 +19,8 @@ use domain::api_error::ApiError;
 use domain::command::{AccountId, CreatePayment, FieldProblem};
 use domain::key::IdempotencyKey;
 use domain::money::Currency;
-use domain::representation::{ApiVersion, PaymentStatus};
+use domain::representation::ApiVersion;
+use domain::scope::Operation;
 use domain::tenant::Principal;
 use serde_json::json;
 
@@ -84,11 +85,8 @@ async fn parse_create_payment(
     body: &[u8],
 ) -> Result<CreatePaymentRequest, ApiError> {
     let principal = authenticate(state, headers).await?;
-    let key = match headers.get("idempotency-key") {
-        Some(value) => Some(
-            IdempotencyKey::parse(value.as_bytes())
-                .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))?,
-        ),
+    let key = match idempotency_key(headers)? {
+        Some(key) => Some(key),
         None if principal.require_idempotency_key => return Err(ApiError::IdempotencyKeyMissing),
         None => None,
     };
@@ -105,8 +103,19 @@ async fn parse_create_payment(
     })
 }
 
+/// The request's `Idempotency-Key`, parsed, if it has one.
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    headers
+        .get("idempotency-key")
+        .map(|value| {
+            IdempotencyKey::parse(value.as_bytes())
+                .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))
+        })
+        .transpose()
+}
+
 /// The request's `Api-Version`, or the tenant's pinned one.
-fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<ApiVersion, ApiError> {
+pub(super) fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<ApiVersion, ApiError> {
     let text = match headers.get("api-version") {
         Some(value) => value.to_str().unwrap_or_default(),
         None => principal.pinned_api_version.as_str(),
@@ -232,7 +241,7 @@ fn invalid_field(field: &str, problem: impl std::fmt::Display) -> ApiError {
 
 /// `Authorization: Bearer <api key>`, looked up by its hash (kept verified for a few seconds),
 /// then held to its rate limit.
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+pub(super) async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -256,7 +265,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal
     }
 }
 
-fn prefers_minimal(headers: &HeaderMap) -> bool {
+pub(super) fn prefers_minimal(headers: &HeaderMap) -> bool {
     headers
         .get_all("prefer")
         .iter()
@@ -267,7 +276,7 @@ fn prefers_minimal(headers: &HeaderMap) -> bool {
 
 /// The engine's answer as HTTP, with the contract's headers: `Idempotent-Replayed`,
 /// `Idempotency-Expires`, `Retry-After`.
-fn render(answer: Answer, minimal: bool) -> Response {
+pub(super) fn render(answer: Answer, minimal: bool) -> Response {
     let mut response = match answer.reply {
         Reply::Stored(stored) => {
             let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -290,13 +299,18 @@ fn render(answer: Answer, minimal: bool) -> Response {
             response
         }
         Reply::OutcomeUnknown {
-            payment_id,
+            operation,
+            resource_id,
             retry_after_secs,
         } => {
+            let id_field = match operation {
+                Operation::CreatePayment => "paymentId",
+                Operation::CreateRefund => "refundId",
+            };
             let body = json!({
-                "paymentId": payment_id,
-                "status": PaymentStatus::Processing.as_str(),
-                "errorCode": "PAYMENT_OUTCOME_UNKNOWN",
+                id_field: resource_id,
+                "status": "PROCESSING",
+                "errorCode": outcome_unknown_code(operation),
             });
             let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
             response
@@ -327,16 +341,23 @@ fn render(answer: Answer, minimal: bool) -> Response {
 )]
 pub async fn discovery(State(state): State<AppState>) -> Response {
     let settings = state.engine.settings();
-    Json(json!({
-        "operations": [{
-            "operation": CreatePayment::OPERATION,
+    let operations: Vec<serde_json::Value> = [
+        (Operation::CreatePayment, "/payments"),
+        (Operation::CreateRefund, "/payments/{paymentId}/refunds"),
+    ]
+    .into_iter()
+    .map(|(operation, path)| {
+        let of = settings.of(operation);
+        json!({
+            "operation": operation,
             "method": "POST",
-            "path": "/payments",
-            "windowSeconds": settings.expiry.window.as_secs(),
-            "inProgressLeaseSeconds": settings.lease.as_secs(),
-            "afterExpiry": settings.expiry.after_expiry.as_str(),
-            "retentionSeconds": settings.expiry.retention.as_secs(),
-        }]
-    }))
-    .into_response()
+            "path": path,
+            "windowSeconds": of.expiry.window.as_secs(),
+            "inProgressLeaseSeconds": of.lease.as_secs(),
+            "afterExpiry": of.expiry.after_expiry.as_str(),
+            "retentionSeconds": of.expiry.retention.as_secs(),
+        })
+    })
+    .collect();
+    Json(json!({ "operations": operations })).into_response()
 }

@@ -1,9 +1,10 @@
 //! Idem's client of the payment provider. It never guesses: every failure is classified by
 //! what it proves about the money.
 
-use super::{Charge, ChargeRequest, provider_key};
+use super::{Charge, ChargeRequest, ProviderRefund, RefundRequest, provider_key, provider_refund_key};
 use domain::money::Amount;
 use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +65,7 @@ impl ProviderClient {
             .await
             .map_err(classify_transport)?;
         match response.status() {
-            StatusCode::CREATED | StatusCode::OK => read_charge(response).await,
+            StatusCode::CREATED | StatusCode::OK => read_answer(response).await,
             status => Err(classify_status(status, response).await),
         }
     }
@@ -83,7 +84,66 @@ impl ProviderClient {
             .await
             .map_err(classify_transport)?;
         match response.status() {
-            StatusCode::OK => read_charge(response).await.map(Some),
+            StatusCode::OK => read_answer(response).await.map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            status => Err(classify_status(status, response).await),
+        }
+    }
+}
+
+impl ProviderClient {
+    /// Refunds (part of) a charge with the refund's provider key: repeating it with the same
+    /// refund id can never refund twice.
+    pub async fn create_refund(
+        &self,
+        refund_id: &str,
+        charge_id: &str,
+        amount: Amount,
+    ) -> Result<ProviderRefund, ProviderError> {
+        counted(CALLS[2], self.send_refund(refund_id, charge_id, amount).await)
+    }
+
+    async fn send_refund(
+        &self,
+        refund_id: &str,
+        charge_id: &str,
+        amount: Amount,
+    ) -> Result<ProviderRefund, ProviderError> {
+        let request = RefundRequest {
+            charge_id: charge_id.to_owned(),
+            amount: amount.to_string(),
+            currency: amount.currency().code().to_owned(),
+            reference: refund_id.to_owned(),
+        };
+        let response = self
+            .http
+            .post(format!("{}/v1/refunds", self.base_url))
+            .header("idempotency-key", provider_refund_key(refund_id))
+            .json(&request)
+            .send()
+            .await
+            .map_err(classify_transport)?;
+        match response.status() {
+            StatusCode::CREATED | StatusCode::OK => read_answer(response).await,
+            status => Err(classify_status(status, response).await),
+        }
+    }
+
+    /// What the provider knows of a refund: `None` when it never accepted the key.
+    pub async fn find_refund(&self, refund_id: &str) -> Result<Option<ProviderRefund>, ProviderError> {
+        counted(CALLS[3], self.look_up_refund(refund_id).await)
+    }
+
+    async fn look_up_refund(&self, refund_id: &str) -> Result<Option<ProviderRefund>, ProviderError> {
+        let response = self
+            .http
+            .get(format!("{}/v1/refunds", self.base_url))
+            .query(&[("idempotency_key", provider_refund_key(refund_id))])
+            .send()
+            .await
+            .map_err(classify_transport)?;
+        match response.status() {
+            StatusCode::OK => read_answer(response).await.map(Some),
             StatusCode::NOT_FOUND => Ok(None),
             status => Err(classify_status(status, response).await),
         }
@@ -91,7 +151,7 @@ impl ProviderClient {
 }
 
 /// The provider calls, by their `call` label.
-const CALLS: [&str; 2] = ["create", "find"];
+const CALLS: [&str; 4] = ["create", "find", "create_refund", "find_refund"];
 /// What a call's result proves, by its `result` label.
 const RESULTS: [&str; 4] = ["answered", "not_sent", "rejected", "outcome_unknown"];
 
@@ -116,9 +176,9 @@ fn counted<T>(call: &'static str, result: Result<T, ProviderError>) -> Result<T,
     result
 }
 
-async fn read_charge(response: reqwest::Response) -> Result<Charge, ProviderError> {
+async fn read_answer<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, ProviderError> {
     response
-        .json::<Charge>()
+        .json::<T>()
         .await
         .map_err(|error| ProviderError::OutcomeUnknown(format!("unreadable answer: {error}")))
 }

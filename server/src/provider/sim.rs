@@ -5,7 +5,7 @@
 //! produce every outcome by hand, chosen by the last two digits of the amount's minor units
 //! (`10.02` EUR, `1002` JPY):
 //!
-//! | ends in | the first charge call for that payment |
+//! | ends in | the first charge call for that payment (refund call for that refund) |
 //! |---|---|
 //! | `02` | is declined |
 //! | `03` | fails before accepting (503, nothing charged) |
@@ -13,10 +13,12 @@
 //! | `05` | is accepted, then its answer is never sent |
 //! | `06` | is answered after 2 s |
 //!
-//! Repeating a charge (same key) returns the recorded charge, as a real provider does.
+//! Refunds (`POST /v1/refunds`) take the same test values and faults (by their `rf_…`
+//! reference), and are refused (409) beyond what their charge has left. Repeating a charge or
+//! a refund (same key) returns the recorded one, as a real provider does.
 //! Everything else succeeds unless a queued fault says otherwise.
 
-use super::{Charge, ChargeRequest, ChargeStatus};
+use super::{Charge, ChargeRequest, ChargeStatus, ProviderRefund, RefundRequest};
 use crate::supervisor::Worker;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -83,10 +85,33 @@ pub struct SimCharges {
     pub charges: Vec<SimCharge>,
 }
 
+/// One refund as `GET /_sim/refunds` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimRefund {
+    pub provider_refund_id: String,
+    pub idempotency_key: String,
+    pub charge_id: String,
+    /// The refund's id (`rf_…`).
+    pub reference: String,
+    pub amount: String,
+    pub currency: String,
+    pub status: ChargeStatus,
+    /// How many `POST /v1/refunds` arrived with this key.
+    pub create_calls: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimRefunds {
+    pub refunds: Vec<SimRefund>,
+}
+
 #[derive(Default)]
 struct Ledger {
     charges: BTreeMap<String, SimCharge>,
-    /// Every key a charge call arrived with, accepted or not (test values act on the first).
+    refunds: BTreeMap<String, SimRefund>,
+    next_refund: u64,
+    /// Every key a create call arrived with, accepted or not (test values act on the first).
     seen_keys: BTreeSet<String>,
     faults: Vec<FaultRequest>,
     next_charge: u64,
@@ -185,6 +210,8 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/v1/charges", post(create_charge).get(find_charge))
         .route("/_sim/faults", post(queue_fault).delete(clear_faults))
         .route("/_sim/charges", get(list_charges))
+        .route("/v1/refunds", post(create_refund).get(find_refund))
+        .route("/_sim/refunds", get(list_refunds))
         .route("/_sim/settle", post(settle))
         .with_state(simulator)
 }
@@ -193,41 +220,63 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
     (status, Json(json!({ "error": code, "message": message }))).into_response()
 }
 
-async fn create_charge(
-    State(sim): State<Simulator>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let Some(key) = headers
+/// A request the simulator refuses, as it answers it.
+struct Refused {
+    status: StatusCode,
+    code: &'static str,
+    message: &'static str,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        error(self.status, self.code, self.message)
+    }
+}
+
+/// The `Idempotency-Key` of a create call, when it has one.
+fn idempotency_key(headers: &HeaderMap) -> Result<String, Refused> {
+    headers
         .get("idempotency-key")
         .and_then(|value| value.to_str().ok())
         .filter(|key| !key.is_empty())
         .map(str::to_owned)
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "idempotency_key_missing",
-            "Idempotency-Key is required.",
-        );
-    };
-    let Ok(request) = serde_json::from_slice::<ChargeRequest>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "Body must be {amount, currency, reference}.",
-        );
-    };
-    let Some(amount) = Currency::parse(&request.currency)
-        .ok()
-        .and_then(|currency| Amount::parse(&request.amount, currency).ok())
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_amount",
-            "Amount or currency is not valid.",
-        );
-    };
+        .ok_or(Refused {
+            status: StatusCode::BAD_REQUEST,
+            code: "idempotency_key_missing",
+            message: "Idempotency-Key is required.",
+        })
+}
 
+fn amount_of(amount: &str, currency: &str) -> Result<Amount, Refused> {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|currency| Amount::parse(amount, currency).ok())
+        .ok_or(Refused {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_amount",
+            message: "Amount or currency is not valid.",
+        })
+}
+
+/// What went wrong when recording a create call.
+enum NotRecorded {
+    /// The idempotency key already names something else.
+    KeyReused,
+    /// The provider refuses the request itself (a refund over what its charge has left, a
+    /// charge it does not know): nothing was recorded.
+    Refused(Refused),
+}
+
+/// A create call (a charge or a refund) as the simulator answers it: a queued fault for its
+/// reference, or its amount's test value on the key's first call, decides how it misbehaves;
+/// `record` records it (declined or not) and gives its public answer, or why it was not.
+async fn create_call<T: Serialize>(
+    sim: &Simulator,
+    key: String,
+    reference: &str,
+    amount: Amount,
+    record: impl FnOnce(&Simulator, bool) -> Result<T, NotRecorded> + Send + 'static,
+) -> Response {
     let fault = sim.take_fault(
         &[
             FaultMode::Latency,
@@ -237,47 +286,40 @@ async fn create_charge(
             FaultMode::Decline,
             FaultMode::AcceptLate,
         ],
-        Some(&request.reference),
+        Some(reference),
     );
-    let first_call = sim.ledger().seen_keys.insert(key.clone());
+    let first_call = sim.ledger().seen_keys.insert(key);
     let mode = fault
         .as_ref()
         .map(|fault| fault.mode)
         .or_else(|| first_call.then(|| test_value_fault(amount)).flatten());
+    let delay = Duration::from_millis(fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000));
     if mode == Some(FaultMode::Latency) {
-        let delay_ms = fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000);
-        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        tokio::time::sleep(delay).await;
     }
     if mode == Some(FaultMode::AcceptLate) {
-        let delay = Duration::from_millis(fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000));
+        let sim = sim.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             // Whatever a retry did meanwhile under the same key stands.
-            let _ = record_charge(&sim, key, amount, request.reference, false);
+            let _ = record(&sim, false);
         });
         return nothing_charged();
     }
     if mode == Some(FaultMode::FailBeforeAccept) {
         return nothing_charged();
     }
-
-    let charge = match record_charge(
-        &sim,
-        key,
-        amount,
-        request.reference,
-        mode == Some(FaultMode::Decline),
-    ) {
-        Ok(charge) => charge,
-        Err(KeyReused) => {
+    let answer = match record(sim, mode == Some(FaultMode::Decline)) {
+        Ok(answer) => answer,
+        Err(NotRecorded::KeyReused) => {
             return error(
                 StatusCode::CONFLICT,
                 "idempotency_key_reused",
-                "This idempotency key was used for a different charge.",
+                "This idempotency key was used for a different request.",
             );
         }
+        Err(NotRecorded::Refused(refused)) => return refused.into_response(),
     };
-
     match mode {
         Some(FaultMode::DropResponseAfterAccept) => {
             // Accepted and recorded; the answer never comes. The client's timeout ends this
@@ -294,8 +336,37 @@ async fn create_charge(
             "internal_error",
             "Something failed after accepting.",
         ),
-        _ => (StatusCode::CREATED, Json(public_charge(&charge))).into_response(),
+        _ => (StatusCode::CREATED, Json(answer)).into_response(),
     }
+}
+
+async fn create_charge(
+    State(sim): State<Simulator>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let key = match idempotency_key(&headers) {
+        Ok(key) => key,
+        Err(refused) => return refused.into_response(),
+    };
+    let Ok(request) = serde_json::from_slice::<ChargeRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Body must be {amount, currency, reference}.",
+        );
+    };
+    let amount = match amount_of(&request.amount, &request.currency) {
+        Ok(amount) => amount,
+        Err(refused) => return refused.into_response(),
+    };
+    let reference = request.reference.clone();
+    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
+        record_charge(sim, key, amount, request.reference, declined)
+            .map(|charge| public_charge(&charge))
+            .map_err(|KeyReused| NotRecorded::KeyReused)
+    })
+    .await
 }
 
 fn nothing_charged() -> Response {
@@ -346,6 +417,114 @@ fn record_charge(
     };
     ledger.charges.insert(key, charge.clone());
     Ok(charge)
+}
+
+/// `POST /v1/refunds`: refunds part of a succeeded charge, at most what the charge has left
+/// (succeeded refunds count; declined ones do not).
+async fn create_refund(
+    State(sim): State<Simulator>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let key = match idempotency_key(&headers) {
+        Ok(key) => key,
+        Err(refused) => return refused.into_response(),
+    };
+    let Ok(request) = serde_json::from_slice::<RefundRequest>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Body must be {chargeId, amount, currency, reference}.",
+        );
+    };
+    let amount = match amount_of(&request.amount, &request.currency) {
+        Ok(amount) => amount,
+        Err(refused) => return refused.into_response(),
+    };
+    let reference = request.reference.clone();
+    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
+        record_refund(sim, key, amount, request, declined).map(|refund| public_refund(&refund))
+    })
+    .await
+}
+
+/// Records a refund under its idempotency key, or counts one more call for the refund the key
+/// already has.
+fn record_refund(
+    sim: &Simulator,
+    key: String,
+    amount: Amount,
+    request: RefundRequest,
+    declined: bool,
+) -> Result<SimRefund, NotRecorded> {
+    let mut ledger = sim.ledger();
+    if let Some(existing) = ledger.refunds.get_mut(&key) {
+        existing.create_calls += 1;
+        let same_request = existing.charge_id == request.charge_id
+            && existing.amount == amount.to_string()
+            && existing.currency == amount.currency().code()
+            && existing.reference == request.reference;
+        if !same_request {
+            return Err(NotRecorded::KeyReused);
+        }
+        return Ok(existing.clone());
+    }
+    let Some(charge) = ledger
+        .charges
+        .values()
+        .find(|charge| charge.charge_id == request.charge_id)
+    else {
+        return Err(NotRecorded::Refused(Refused {
+            status: StatusCode::NOT_FOUND,
+            code: "charge_not_found",
+            message: "No such charge.",
+        }));
+    };
+    let charged = amount_of(&charge.amount, &charge.currency)
+        .map(Amount::minor_units)
+        .unwrap_or_default();
+    let refunded: i64 = ledger
+        .refunds
+        .values()
+        .filter(|refund| refund.charge_id == request.charge_id && refund.status == ChargeStatus::Succeeded)
+        .filter_map(|refund| amount_of(&refund.amount, &refund.currency).ok())
+        .map(Amount::minor_units)
+        .sum();
+    if charge.status != ChargeStatus::Succeeded
+        || charge.currency != amount.currency().code()
+        || (!declined && refunded + amount.minor_units() > charged)
+    {
+        return Err(NotRecorded::Refused(Refused {
+            status: StatusCode::CONFLICT,
+            code: "refund_exceeds_charge",
+            message: "The charge cannot be refunded by this amount.",
+        }));
+    }
+    ledger.next_refund += 1;
+    let refund = SimRefund {
+        provider_refund_id: format!("re_{:06}", ledger.next_refund),
+        idempotency_key: key.clone(),
+        charge_id: request.charge_id,
+        reference: request.reference,
+        amount: amount.to_string(),
+        currency: amount.currency().code().to_owned(),
+        status: if declined {
+            ChargeStatus::Declined
+        } else {
+            ChargeStatus::Succeeded
+        },
+        create_calls: 1,
+    };
+    ledger.refunds.insert(key, refund.clone());
+    Ok(refund)
+}
+
+fn public_refund(refund: &SimRefund) -> ProviderRefund {
+    ProviderRefund {
+        provider_refund_id: refund.provider_refund_id.clone(),
+        status: refund.status,
+        reference: refund.reference.clone(),
+    }
 }
 
 /// The fault a test value asks for (see the module's table).
@@ -399,18 +578,16 @@ async fn settle(State(sim): State<Simulator>, body: axum::body::Bytes) -> Respon
 }
 
 #[derive(Deserialize)]
-struct FindCharge {
+struct FindByKey {
     idempotency_key: String,
 }
 
-async fn find_charge(State(sim): State<Simulator>, Query(query): Query<FindCharge>) -> Response {
-    let reference = sim
-        .ledger()
-        .charges
-        .get(&query.idempotency_key)
-        .map(|charge| charge.reference.clone());
+/// A look-up by idempotency key (`GET /v1/charges`, `GET /v1/refunds`): what was accepted
+/// under it, or 404; a queued `lookups_unavailable` for its reference answers 503.
+fn look_up<T: Serialize>(sim: &Simulator, found: Option<(String, T)>) -> Response {
+    let reference = found.as_ref().map(|(reference, _)| reference.as_str());
     if sim
-        .take_fault(&[FaultMode::LookupsUnavailable], reference.as_deref())
+        .take_fault(&[FaultMode::LookupsUnavailable], reference)
         .is_some()
     {
         return error(
@@ -419,14 +596,32 @@ async fn find_charge(State(sim): State<Simulator>, Query(query): Query<FindCharg
             "Look-ups are unavailable.",
         );
     }
-    match sim.ledger().charges.get(&query.idempotency_key) {
-        Some(charge) => Json(public_charge(charge)).into_response(),
+    match found {
+        Some((_, answer)) => Json(answer).into_response(),
         None => error(
             StatusCode::NOT_FOUND,
             "not_found",
-            "No charge was accepted with this key.",
+            "Nothing was accepted with this key.",
         ),
     }
+}
+
+async fn find_charge(State(sim): State<Simulator>, Query(query): Query<FindByKey>) -> Response {
+    let found = sim
+        .ledger()
+        .charges
+        .get(&query.idempotency_key)
+        .map(|charge| (charge.reference.clone(), public_charge(charge)));
+    look_up(&sim, found)
+}
+
+async fn find_refund(State(sim): State<Simulator>, Query(query): Query<FindByKey>) -> Response {
+    let found = sim
+        .ledger()
+        .refunds
+        .get(&query.idempotency_key)
+        .map(|refund| (refund.reference.clone(), public_refund(refund)));
+    look_up(&sim, found)
 }
 
 async fn queue_fault(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
@@ -452,5 +647,11 @@ async fn clear_faults(State(sim): State<Simulator>) -> StatusCode {
 async fn list_charges(State(sim): State<Simulator>) -> Json<SimCharges> {
     Json(SimCharges {
         charges: sim.ledger().charges.values().cloned().collect(),
+    })
+}
+
+async fn list_refunds(State(sim): State<Simulator>) -> Json<SimRefunds> {
+    Json(SimRefunds {
+        refunds: sim.ledger().refunds.values().cloned().collect(),
     })
 }

@@ -297,7 +297,13 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     ) -> Result<Vec<bool>, StoreError> {
         let tx = self.begin().await?;
         consume_batch(tx, consumer, messages, |tx, message| {
-            Box::pin(book_payment(tx, &message.payment_id))
+            Box::pin(async move {
+                if message.event_type == "RefundSucceeded" {
+                    book_refund(tx, message).await
+                } else {
+                    book_payment(tx, &message.payment_id).await
+                }
+            })
         })
         .await
     }
@@ -351,35 +357,93 @@ async fn book_payment<D: Dialect>(
     payment_id: &str,
 ) -> Result<bool, StoreError> {
     let (tenant_id, account_id, amount, currency) = payment_for_events(tx, payment_id).await?;
-    let transaction_id = format!("ledger_payment_{payment_id}");
     let created = sqlx::query(
         "insert into ledger_transactions (id, entry_type, source_payment_id) \
          values ($1, 'payment_authorized', $2) on conflict do nothing",
     )
-    .bind(transaction_id.as_str())
+    .bind(format!("ledger_payment_{payment_id}"))
     .bind(payment_id)
     .execute(&mut **tx)
     .await?
     .rows_affected()
         == 1;
     if created {
-        for (account, signed) in [
-            (format!("customer:{tenant_id}:{account_id}"), -amount),
-            (format!("provider_clearing:{currency}"), amount),
-        ] {
-            sqlx::query(
-                "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
-                 values ($1, $2, $3, $4)",
-            )
-            .bind(transaction_id.as_str())
-            .bind(account)
-            .bind(signed)
-            .bind(currency.as_str())
-            .execute(&mut **tx)
-            .await?;
-        }
+        let customer = format!("customer:{tenant_id}:{account_id}");
+        post_in(
+            tx,
+            &format!("ledger_payment_{payment_id}"),
+            &customer,
+            -amount,
+            &currency,
+        )
+        .await?;
     }
     Ok(created)
+}
+
+/// A succeeded refund in the ledger, once (`ledger_refund_<refundId>`): the provider clearing
+/// account pays the customer's account back. `false`: it was booked before.
+async fn book_refund<D: Dialect>(
+    tx: &mut Transaction<'static, D>,
+    message: &EventMessage,
+) -> Result<bool, StoreError> {
+    let payload: serde_json::Value = serde_json::from_str(&message.payload)
+        .map_err(|error| StoreError::Corrupt(format!("event {}: {error}", message.event_id)))?;
+    let refund_id = payload["refundId"]
+        .as_str()
+        .ok_or_else(|| StoreError::corrupt("refund event without a refund", &message.event_id))?;
+    let (tenant_id, account_id, _, currency) = payment_for_events(tx, &message.payment_id).await?;
+    let amount: i64 =
+        sqlx::query_scalar("select amount_minor from refunds where id = $1 and payment_id = $2")
+            .bind(refund_id)
+            .bind(message.payment_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::corrupt("event for unknown refund", refund_id))?;
+    let transaction_id = format!("ledger_refund_{refund_id}");
+    let created = sqlx::query(
+        "insert into ledger_transactions (id, entry_type, source_payment_id, source_refund_id) \
+         values ($1, 'refund_succeeded', $2, $3) on conflict do nothing",
+    )
+    .bind(transaction_id.as_str())
+    .bind(message.payment_id.as_str())
+    .bind(refund_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if created {
+        let customer = format!("customer:{tenant_id}:{account_id}");
+        post_in(tx, &transaction_id, &customer, amount, &currency).await?;
+    }
+    Ok(created)
+}
+
+/// A ledger transaction's two postings: `customer_amount` to the customer's account and its
+/// opposite to the provider clearing account of the currency, so that they sum to zero.
+async fn post_in<D: Dialect>(
+    tx: &mut Transaction<'static, D>,
+    transaction_id: &str,
+    customer: &str,
+    customer_amount: i64,
+    currency: &str,
+) -> Result<(), StoreError> {
+    for (account, signed) in [
+        (customer.to_owned(), customer_amount),
+        (format!("provider_clearing:{currency}"), -customer_amount),
+    ] {
+        sqlx::query(
+            "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
+             values ($1, $2, $3, $4)",
+        )
+        .bind(transaction_id)
+        .bind(account)
+        .bind(signed)
+        .bind(currency)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The receipt of an authorised payment, pending until the sender delivers it

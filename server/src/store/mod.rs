@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`RecordStore`] | the engine: claims, owners' fenced writes, takeovers, releases |
 //! | [`PaymentStore`] | the engine and the API: payments, their settlement, accounts |
+//! | [`RefundStore`] | the engine and the API: refunds, claimed and completed with their records |
 //! | [`TenantStore`] | the command line and the API's authentication |
 //! | [`EventStore`] | the outbox publisher, the consumers, the console's events page |
 //! | [`ConsoleStore`], [`HistoryStore`] | the console's reads; a record's whole story |
@@ -33,6 +34,7 @@ pub mod operators;
 pub mod payments;
 mod postgres;
 pub mod records;
+pub mod refunds;
 pub mod retention;
 pub mod sealing;
 mod sqlite;
@@ -50,6 +52,7 @@ pub use metrics::MetricsStore;
 pub use operators::OperatorStore;
 pub use payments::PaymentStore;
 pub use records::RecordStore;
+pub use refunds::RefundStore;
 pub use retention::RetentionStore;
 pub use sealing::SealingKeyStore;
 pub use target::{DatabaseTarget, DialectName};
@@ -69,6 +72,7 @@ pub enum Readiness {
 #[async_trait::async_trait]
 pub trait Store:
     RecordStore
+    + RefundStore
     + PaymentStore
     + TenantStore
     + EventStore
@@ -102,6 +106,7 @@ where
     D: Dialect
         + records::RecordStatements
         + payments::PaymentStatements
+        + refunds::RefundStatements
         + tenants::TenantStatements
         + events::EventStatements
         + console::ConsoleStatements

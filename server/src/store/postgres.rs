@@ -13,6 +13,7 @@ use super::metrics::MetricsStatements;
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::records::RecordStatements;
+use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
@@ -84,14 +85,14 @@ impl RecordStatements for Postgres {
         insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
             request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
             response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
-        values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', $7, $8, $9, 1, \
-            now() + make_interval(secs => $10), $11, now() + make_interval(secs => $12)) \
+        values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
+            now() + make_interval(secs => $11), $12, now() + make_interval(secs => $13)) \
         on conflict (tenant_id, operation_name, idempotency_key) do update set \
             fingerprint_version = excluded.fingerprint_version, \
             request_fingerprint = excluded.request_fingerprint, \
             canonical_command = excluded.canonical_command, \
             status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
-            resource_type = 'payment', resource_id = excluded.resource_id, \
+            resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
             provider_reference = null, response_status_code = null, \
             response_schema_version = excluded.response_schema_version, \
             lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
@@ -107,11 +108,11 @@ impl RecordStatements for Postgres {
                 and idempotency_records.expires_at > now() \
                 and idempotency_records.fingerprint_version = excluded.fingerprint_version \
                 and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
-            or ($13 and idempotency_records.expires_at <= now() \
+            or ($14 and idempotency_records.expires_at <= now() \
                 and idempotency_records.status in \
                     ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
         returning lease_version, expires_at, claimed_as";
-    const BIND_INSUFFICIENT_FUNDS: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
+    const BIND_STORED_ERROR: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
          response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
          completed_at = now(), updated_at = now() where tenant_id = $2 and operation_name = $3 and \
          idempotency_key = $4";
@@ -172,6 +173,15 @@ impl PaymentStatements for Postgres {
          released_at is not null and late_charge_id is not null and late_charge_resolved_at is null";
     const SET_DEFAULT_CURRENCY: &'static str = "update accounts set default_currency = $1, updated_at = now() where tenant_id = $2 and id \
          = $3 and (default_currency is null or default_currency <> $1)";
+}
+
+impl RefundStatements for Postgres {
+    // The row lock serialises refunds of one payment across instances: each sees what the
+    // previous one counted.
+    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, amount_minor, refunded_minor from payments where tenant_id \
+         = $1 and id = $2 for update";
+    const SETTLE_REFUND: &'static str = "update refunds set status = $1, provider_refund_id = $2, updated_at = now() where id = $3 \
+         and status = 'PROCESSING' returning payment_id, amount_minor";
 }
 
 impl TenantStatements for Postgres {

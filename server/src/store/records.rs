@@ -11,6 +11,7 @@ use super::payments::{
 };
 use crate::crash::{CrashPoint, crash_point};
 use chrono::{DateTime, Utc};
+use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
 use domain::expiry::AfterExpiry;
 use domain::key::IdempotencyKey;
@@ -124,8 +125,8 @@ pub trait RecordStatements {
     /// nothing is returned. Returns the lease version, the expiry and how it was claimed
     /// (`new`, `after_expiry`, `after_release`).
     const CLAIM_RECORD: &'static str;
-    /// `$1` response status, `$2`..`$4` scope: the record is bound to the stored 422.
-    const BIND_INSUFFICIENT_FUNDS: &'static str;
+    /// `$1` response status, `$2`..`$4` scope: the record is bound to a stored refusal (a 422).
+    const BIND_STORED_ERROR: &'static str;
     /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
     /// lease version: IN_PROGRESS at that version -> settled.
     const SETTLE_RECORD: &'static str;
@@ -215,7 +216,7 @@ fn found_of(
 /// The stored response of a settled record: its status, its headers (JSON) and its body.
 /// Writes a record's response inside `tx`.
 async fn insert_response_in<D: Dialect>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut Transaction<'static, D>,
     scope: &Scope,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
@@ -231,6 +232,128 @@ async fn insert_response_in<D: Dialect>(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The insert-first claim of `claim`'s scoped key inside `tx`, for an operation whose
+/// resource (`resource_type`, `resource_id`) the same transaction creates: exactly one request
+/// wins the key; the others wait for its transaction and then find its row (`None`). A
+/// renewed record loses its old answer, which is not this operation's.
+pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
+    tx: &mut Transaction<'static, D>,
+    claim: &NewClaim,
+    resource_type: &str,
+    resource_id: &str,
+) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
+    let scope = &claim.scope;
+    let inserted: Option<(i64, DateTime<Utc>, String)> = sqlx::query_as(D::CLAIM_RECORD)
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+        .bind(claim.fingerprint.sha256_hex.as_str())
+        .bind(claim.fingerprint.canonical.as_str())
+        .bind(resource_type)
+        .bind(resource_id)
+        .bind(claim.response_schema_version.as_str())
+        .bind(claim.lease_owner.as_str())
+        .bind(claim.lease.as_secs_f64())
+        .bind(claim.created_by.as_str())
+        .bind(claim.window.as_secs_f64())
+        .bind(claim.after_expiry == AfterExpiry::NewOperation)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some((lease_version, expires_at, claimed_as)) = inserted else {
+        return Ok(None);
+    };
+    crash_point(CrashPoint::InsideLocalTransaction);
+    let claimed_as: ClaimedAs = StoreError::parse_stored("claimed_as", &claimed_as)?;
+    if claimed_as != ClaimedAs::New {
+        sqlx::query(
+            "delete from idempotency_responses \
+             where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
+        )
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(Some((lease_version, expires_at, claimed_as)))
+}
+
+/// Binds a just-claimed record to a refusal the contract replays (`response`), inside `tx`.
+pub(super) async fn bind_error_in<D: Dialect + RecordStatements>(
+    tx: &mut Transaction<'static, D>,
+    scope: &Scope,
+    response: &StoredResponse,
+) -> Result<(), StoreError> {
+    sqlx::query(D::BIND_STORED_ERROR)
+        .bind(i32::from(response.status))
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .execute(&mut **tx)
+        .await?;
+    insert_response_in(tx, scope, response).await
+}
+
+/// Settles a claimed record (`record_status`: COMPLETED or FAILED_REPLAYABLE) with its
+/// response and the provider's reference, inside `tx`, fenced by `lease_version`: the fence
+/// comes first, so an owner that lost its lease writes nothing at all (`false`).
+pub(super) async fn settle_record_in<D: Dialect + RecordStatements>(
+    tx: &mut Transaction<'static, D>,
+    scope: &Scope,
+    lease_version: i64,
+    record_status: &str,
+    response: &StoredResponse,
+    provider_reference: &str,
+) -> Result<bool, StoreError> {
+    let settled = sqlx::query(D::SETTLE_RECORD)
+        .bind(record_status)
+        .bind(i32::from(response.status))
+        .bind(provider_reference)
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .bind(lease_version)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    if settled == 0 {
+        return Ok(false);
+    }
+    insert_response_in(tx, scope, response).await?;
+    Ok(true)
+}
+
+impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
+    /// The claim found the key's record: `tx` is rolled back and the record read.
+    pub(super) async fn existing(
+        &self,
+        tx: Transaction<'static, D>,
+        scope: &Scope,
+    ) -> Result<ClaimOutcome, StoreError> {
+        tx.rollback().await?;
+        match self.look_up(scope).await? {
+            Some(found) => Ok(ClaimOutcome::Existing(found.at)),
+            // Gone between the insert and the read (deleted by cleanup): the caller may
+            // simply try again.
+            None => Err(StoreError::Corrupt("claimed record vanished".into())),
+        }
+    }
+
+    /// A refused command wrote nothing; a renewal of an expired record is still noted as an
+    /// expired retry (the rollback took the claim's note with it).
+    pub(super) async fn note_refused_renewal(
+        &self,
+        scope: &Scope,
+        claimed_as: ClaimedAs,
+    ) -> Result<(), StoreError> {
+        if claimed_as == ClaimedAs::AfterExpiry {
+            self.note_expired_retry(scope).await?;
+        }
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -253,72 +376,25 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
     ) -> Result<ClaimOutcome, StoreError> {
         let scope = &claim.scope;
         let mut tx = self.begin().await?;
-
-        // Insert first: exactly one request wins the scoped key; the others wait for its
-        // transaction and then find its row.
-        let inserted: Option<(i64, DateTime<Utc>, String)> = sqlx::query_as(D::CLAIM_RECORD)
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
-            .bind(claim.fingerprint.sha256_hex.as_str())
-            .bind(claim.fingerprint.canonical.as_str())
-            .bind(payment.id.as_str())
-            .bind(claim.response_schema_version.as_str())
-            .bind(claim.lease_owner.as_str())
-            .bind(claim.lease.as_secs_f64())
-            .bind(claim.created_by.as_str())
-            .bind(claim.window.as_secs_f64())
-            .bind(claim.after_expiry == AfterExpiry::NewOperation)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some((lease_version, expires_at, claimed_as)) = inserted else {
-            tx.rollback().await?;
-            return match self.load_record(scope).await? {
-                Some(found) => Ok(ClaimOutcome::Existing(found)),
-                // Gone between the insert and the read (deleted by cleanup): the caller may
-                // simply try again.
-                None => Err(StoreError::Corrupt("claimed record vanished".into())),
-            };
+        let Some((lease_version, expires_at, claimed_as)) =
+            claim_record_in(&mut tx, claim, "payment", payment.id.as_str()).await?
+        else {
+            return self.existing(tx, scope).await;
         };
-
-        crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed_as: ClaimedAs = StoreError::parse_stored("claimed_as", &claimed_as)?;
-        // A renewed record: its old answer is not this operation's.
-        if claimed_as != ClaimedAs::New {
-            sqlx::query(
-                "delete from idempotency_responses \
-                 where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
-            )
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .execute(&mut *tx)
-            .await?;
-        }
-        let payment_created_at = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
-            LocalStep::Created(payment_created_at) => payment_created_at,
+        let created_at = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
+            LocalStep::Created(created_at) => created_at,
             LocalStep::InsufficientFunds => {
-                sqlx::query(D::BIND_INSUFFICIENT_FUNDS)
-                    .bind(i32::from(insufficient_funds.status))
-                    .bind(scope.tenant_id.as_str())
-                    .bind(scope.operation.as_str())
-                    .bind(scope.key.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                insert_response_in(&mut tx, scope, insufficient_funds).await?;
+                bind_error_in(&mut tx, scope, insufficient_funds).await?;
                 tx.commit().await?;
-                return Ok(ClaimOutcome::InsufficientFunds {
+                return Ok(ClaimOutcome::Bound {
+                    error: ApiError::InsufficientFunds,
                     expires_at,
                     claimed_as,
                 });
             }
             refused => {
                 tx.rollback().await?;
-                // The rollback took the renewal's note of an expired retry with it.
-                if claimed_as == ClaimedAs::AfterExpiry {
-                    self.note_expired_retry(scope).await?;
-                }
+                self.note_refused_renewal(scope, claimed_as).await?;
                 let refusal = refusal(&self.pool, refused, payment).await?;
                 return Ok(ClaimOutcome::Refused { refusal, claimed_as });
             }
@@ -327,7 +403,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         Ok(ClaimOutcome::Claimed {
             lease_version,
             expires_at,
-            payment_created_at,
+            created_at,
             claimed_as,
         })
     }
@@ -343,23 +419,19 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             ProviderVerdict::Declined => "FAILED_REPLAYABLE",
         };
         let mut tx = self.begin().await?;
-        // The fence first: an owner that lost its lease writes nothing at all.
-        let settled = sqlx::query(D::SETTLE_RECORD)
-            .bind(record_status)
-            .bind(i32::from(completion.response.status))
-            .bind(completion.provider_charge_id.as_str())
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .bind(lease_version)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if settled == 0 {
+        let settled = settle_record_in(
+            &mut tx,
+            scope,
+            lease_version,
+            record_status,
+            &completion.response,
+            &completion.provider_charge_id,
+        )
+        .await?;
+        if !settled {
             tx.rollback().await?;
             return Ok(false);
         }
-        insert_response_in(&mut tx, scope, &completion.response).await?;
         settle_payment_in(&mut tx, completion).await?;
         if let Some(audit) = &completion.audit {
             insert_audit(&mut tx, audit).await?;

@@ -1,6 +1,7 @@
 //! The insert-first claim of create_payment, on both databases.
 
 use crate::support::{TestDatabase, conformance};
+use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, StoredResponse};
 use domain::command::{AccountId, CreatePayment};
 use domain::expiry::AfterExpiry;
@@ -231,7 +232,10 @@ async fn insufficient_funds_binds_the_key_to_its_answer(db: TestDatabase) {
     let fixture = fixture(&db, "5.00").await;
     assert!(matches!(
         fixture.claim("k1", &request_body("10.00", "inv-1")).await,
-        ClaimOutcome::InsufficientFunds { .. }
+        ClaimOutcome::Bound {
+            error: ApiError::InsufficientFunds,
+            ..
+        }
     ));
     let scope = fixture.attempt("k1", &request_body("10.00", "inv-1")).0.scope;
     let record = fixture.record(&scope).await;

@@ -20,6 +20,7 @@ mod payments_api;
 mod process;
 mod provider;
 mod recovery;
+mod refunds;
 mod retention;
 mod soak;
 mod store_conformance;

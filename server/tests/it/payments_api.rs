@@ -1425,7 +1425,9 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
             "GET /idempotency",
             "GET /payments/{id}",
             "GET /readyz",
+            "GET /refunds/{refundId}",
             "POST /payments",
+            "POST /payments/{paymentId}/refunds",
             "PUT /accounts/{account_id}/settings/default-currency",
         ]
     );
@@ -1436,6 +1438,7 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
         ("/readyz", 200),
         ("/idempotency", 200),
         ("/payments/pay_missing", 401),
+        ("/refunds/rf_missing", 401),
     ] {
         assert_eq!(api.get(path).await.status(), wanted, "{path}");
     }
@@ -1501,6 +1504,26 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
     }
     assert_eq!(schemas["CreatePaymentBody"]["additionalProperties"], false);
     assert_eq!(schemas["DefaultCurrencyBody"]["additionalProperties"], false);
+    assert_eq!(schemas["RefundBody"]["additionalProperties"], false);
+    // Every row of the refunds table: its status and its code.
+    let refund = &document["paths"]["/payments/{paymentId}/refunds"]["post"];
+    for (status, code) in [
+        ("201", "Location"),
+        ("202", "REFUND_OUTCOME_UNKNOWN"),
+        ("402", "REFUND_DECLINED"),
+        ("404", "PAYMENT_NOT_FOUND"),
+        ("409", "PAYMENT_NOT_REFUNDABLE"),
+        ("409", "DUPLICATE_REFUND_REFERENCE"),
+        ("409", "IDEMPOTENCY_REQUEST_IN_PROGRESS"),
+        ("422", "REFUND_EXCEEDS_REMAINING"),
+        ("422", "IDEMPOTENCY_KEY_EXPIRED"),
+        ("503", "UNAVAILABLE"),
+    ] {
+        assert!(
+            refund["responses"][status].to_string().contains(code),
+            "{status} {code}"
+        );
+    }
     assert!(document["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer");
 
     // The docs page and its assets come from the binary, nothing from elsewhere.

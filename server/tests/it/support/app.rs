@@ -128,10 +128,11 @@ impl Setup {
         self
     }
 
-    /// Recovery tests' tuning: a 1 s lease, an 800 ms provider timeout, the recovery worker
+    /// Recovery tests' tuning: a 1 s lease (both operations), an 800 ms provider timeout, the recovery worker
     /// every 200 ms, no rate limit.
     pub fn recovering(self) -> Setup {
         self.serve("--lease-secs", "1")
+            .serve("--refund-lease-secs", "1")
             .serve("--provider-timeout-ms", "800")
             .serve("--recovery-interval-ms", "200")
             .serve("--rate-limit-per-sec", "0")
@@ -390,6 +391,37 @@ impl TestApp {
             .send()
             .await
             .expect("POST /payments")
+    }
+
+    /// `POST /payments/{payment_id}/refunds` as the first tenant, with `idempotency_key`.
+    pub async fn refund(
+        &self,
+        payment_id: &str,
+        idempotency_key: &str,
+        body: impl AsRef<str>,
+    ) -> reqwest::Response {
+        self.refund_at(self.address, payment_id, idempotency_key, body)
+            .await
+    }
+
+    /// `POST /payments/{payment_id}/refunds` as the first tenant, to the instance at `address`.
+    pub async fn refund_at(
+        &self,
+        address: SocketAddr,
+        payment_id: &str,
+        idempotency_key: &str,
+        body: impl AsRef<str>,
+    ) -> reqwest::Response {
+        let (_, first) = self.keys.first().expect("a tenant");
+        self.http
+            .post(format!("http://{address}/payments/{payment_id}/refunds"))
+            .bearer_auth(first)
+            .header("idempotency-key", idempotency_key)
+            .header("content-type", "application/json")
+            .body(body.as_ref().to_owned())
+            .send()
+            .await
+            .expect("POST /payments/{id}/refunds")
     }
 
     /// `GET /idempotency`.

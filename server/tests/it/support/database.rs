@@ -132,6 +132,30 @@ impl TestDatabase {
         }
     }
 
+    /// Runs a query that returns rows (tuples), bypassing the store.
+    pub async fn query_all<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + Send
+            + Unpin,
+    {
+        match &self.target {
+            DatabaseTarget::Postgres { url } => {
+                let pool = PgPool::connect(url).await.expect("connect");
+                let rows = sqlx::query_as(sql).fetch_all(&pool).await.expect("query");
+                pool.close().await;
+                rows
+            }
+            _ => {
+                let pool = SqlitePool::connect(&self.url()).await.expect("connect");
+                let rows = sqlx::query_as(sql).fetch_all(&pool).await.expect("query");
+                pool.close().await;
+                rows
+            }
+        }
+    }
+
     /// Polls `query_i64(sql)` until `wanted` holds (workers run on their own schedule);
     /// panics naming `what` after 20 s.
     pub async fn eventually_i64(&self, sql: &str, wanted: impl Fn(i64) -> bool, what: &str) -> i64 {

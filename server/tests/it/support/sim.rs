@@ -2,7 +2,7 @@
 //! same router served in this process.
 
 use super::process::IdemProcess;
-use idem::provider::sim::{self, SimCharge, SimCharges};
+use idem::provider::sim::{self, SimCharge, SimCharges, SimRefund, SimRefunds};
 use serde_json::Value;
 use std::net::SocketAddr;
 
@@ -46,6 +46,17 @@ impl Sim {
             .await
             .expect("charges json");
         list.charges
+    }
+
+    /// Every refund the simulator recorded.
+    pub async fn refunds(&self) -> Vec<SimRefund> {
+        let list: SimRefunds = reqwest::get(format!("{}/_sim/refunds", self.url()))
+            .await
+            .expect("list refunds")
+            .json()
+            .await
+            .expect("refunds json");
+        list.refunds
     }
 
     /// Queues a fault (see `provider::sim`).

@@ -1,0 +1,142 @@
+//! The refunds API: `POST /payments/{paymentId}/refunds` through the same idempotency layer as
+//! payments, and `GET /refunds/{refundId}`. Parsing follows the contract's precedence:
+//! authentication, the key, the version, the body, then the payment (a refund's amount is
+//! read in its payment's currency); nothing is recorded before all of them pass.
+
+use super::AppState;
+use super::error::ErrorResponse;
+use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
+use super::payments::{api_version, authenticate, idempotency_key, prefers_minimal, render};
+use crate::engine::CreateRefundRequest;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use domain::api_error::ApiError;
+use domain::refund::RefundBody;
+
+/// `POST /payments/{paymentId}/refunds`: a refund, made once per scoped key (tenant,
+/// create_refund, Idempotency-Key); a retry gets the first answer.
+#[utoipa::path(
+    post,
+    path = "/payments/{paymentId}/refunds",
+    tag = "refunds",
+    security(("apiKey" = [])),
+    params(
+        ("paymentId" = String, Path, description = "The payment to refund (pay_…); part of the fingerprint"),
+        ("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
+            description = "1 to 255 visible ASCII characters (0x21-0x7E). Always required for refunds."),
+        ("Api-Version" = Option<ApiVersionName>, Header, nullable = false, description = "Checked; a refund looks the same in every version, so it is not part of the fingerprint."),
+        ("Prefer" = Option<String>, Header, nullable = false, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
+    ),
+    request_body(content = RefundBodySchema, content_type = "application/json"),
+    responses(
+        (status = 201, description = "A refund made by the provider; or the replay of one (Idempotent-Replayed: true, the first body byte for byte).", body = Refund,
+            headers(
+                ("Location" = String, description = "/refunds/{refundId}"),
+                ("Idempotency-Expires" = String, description = "RFC 3339: the end of the key's window"),
+                ("Idempotent-Replayed" = String, description = "`true` on a replay, absent otherwise"),
+            )),
+        (status = 202, description = "REFUND_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = RefundOutcomeUnknownBody,
+            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"))),
+        (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED. Nothing recorded.", body = ErrorBody),
+        (status = 402, description = "REFUND_DECLINED (details.refundId); replayed for the same key.", body = ErrorBody,
+            headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 404, description = "PAYMENT_NOT_FOUND (also another tenant's payment). Nothing recorded.", body = ErrorBody),
+        (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST; IDEMPOTENCY_REQUEST_IN_PROGRESS (Retry-After); DUPLICATE_REFUND_REFERENCE (details.refundId); PAYMENT_NOT_REFUNDABLE (details.paymentStatus, nothing recorded).", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds, while the first request runs"))),
+        (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
+        (status = 422, description = "REFUND_EXCEEDS_REMAINING (details.remaining; binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        (status = 500, description = "INTERNAL_ERROR before any side effect; a retry executes.", body = ErrorBody),
+        (status = 503, description = "UNAVAILABLE: the idempotency store is unreachable, or the request timed out; a retry gets the answer.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds"))),
+    )
+)]
+pub async fn create_refund(
+    State(state): State<AppState>,
+    Path(payment_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = match parse_create_refund(&state, &payment_id, &headers, &body).await {
+        Ok(request) => request,
+        Err(error) => return ErrorResponse(error).into_response(),
+    };
+    let minimal = prefers_minimal(&headers);
+    let engine = state.engine.clone();
+    // Its own task: a client hanging up cannot cancel the operation halfway.
+    match tokio::spawn(async move { engine.create_refund(request).await }).await {
+        Ok(answer) => render(answer, minimal),
+        Err(error) => {
+            tracing::error!(%error, "create_refund task failed");
+            ErrorResponse(ApiError::Internal).into_response()
+        }
+    }
+}
+
+async fn parse_create_refund(
+    state: &AppState,
+    payment_id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<CreateRefundRequest, ApiError> {
+    let principal = authenticate(state, headers).await?;
+    let key = idempotency_key(headers)?.ok_or(ApiError::IdempotencyKeyMissing)?;
+    let api_version = api_version(headers, &principal)?;
+    let body =
+        RefundBody::parse_json(body).map_err(|invalid| ApiError::ValidationFailed(invalid.problems))?;
+    let payment = state
+        .store
+        .refundable_payment(&principal.tenant_id, payment_id)
+        .await
+        .map_err(|error| error.as_api_error("payment read for a refund"))?
+        .ok_or(ApiError::PaymentNotFound)?;
+    let command = body
+        .command(payment.id, payment.currency)
+        .map_err(|invalid| ApiError::ValidationFailed(invalid.problems))?;
+    Ok(CreateRefundRequest {
+        principal,
+        key,
+        api_version,
+        command,
+    })
+}
+
+/// `GET /refunds/{refundId}`: the refund's current state (a fresh read, not a replay);
+/// another tenant's refund does not exist.
+#[utoipa::path(
+    get,
+    path = "/refunds/{refundId}",
+    tag = "refunds",
+    security(("apiKey" = [])),
+    params(("refundId" = String, Path, description = "The refund's id (rf_…)")),
+    responses(
+        (status = 200, description = "The refund now.", body = Refund),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "REFUND_NOT_FOUND (also another tenant's refund)", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+    )
+)]
+pub async fn get_refund(
+    State(state): State<AppState>,
+    Path(refund_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match authenticate(&state, &headers).await {
+        Ok(principal) => principal,
+        Err(error) => return ErrorResponse(error).into_response(),
+    };
+    match state.store.refund(&principal.tenant_id, &refund_id).await {
+        Ok(Some(refund)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            refund.view.body(),
+        )
+            .into_response(),
+        Ok(None) => ErrorResponse(ApiError::RefundNotFound).into_response(),
+        Err(error) => ErrorResponse(error.as_api_error("refund read")).into_response(),
+    }
+}

@@ -34,6 +34,7 @@ on_both!(
     only_authorised_payments_are_refundable,
     a_declined_refund_is_replayed_and_gives_its_amount_back,
     an_unknown_refund_outcome_is_answered_202_and_resolved_by_a_retry,
+    a_lost_refund_answer_is_resolved_by_the_recovery_worker_alone,
     bad_refund_requests_are_refused_before_anything_is_recorded,
     a_refund_retried_after_its_window_is_rejected_by_default,
     a_retry_while_the_refund_runs_is_told_to_wait,
@@ -423,6 +424,37 @@ async fn an_unknown_refund_outcome_is_answered_202_and_resolved_by_a_retry(diale
         refunds[0].create_calls, 1,
         "the taker asked first and never sent again"
     );
+}
+
+async fn a_lost_refund_answer_is_resolved_by_the_recovery_worker_alone(dialect: DialectName) {
+    let api = TestApp::on(dialect)
+        .tenant("acme", "100.00")
+        .recovering()
+        .in_process()
+        .await;
+    let payment_id = paid(&api, "10.00").await;
+    // 2.05: the simulator makes the refund and never answers (past the 800 ms timeout).
+    let unknown = api.refund(&payment_id, "k-1", refund_body("2.05", "rf-1")).await;
+    assert_eq!(unknown.status(), 202);
+    api.db
+        .eventually_i64(
+            "select count(*) from refunds where status = 'SUCCEEDED'",
+            |count| count == 1,
+            "the worker resolved the refund by asking the provider",
+        )
+        .await;
+    let resolved = api.refund(&payment_id, "k-1", refund_body("2.05", "rf-1")).await;
+    assert_eq!(resolved.status(), 201);
+    assert_eq!(
+        resolved
+            .headers()
+            .get("idempotent-replayed")
+            .map(|value| value.as_bytes()),
+        Some(&b"true"[..]),
+        "the worker's answer is the key's"
+    );
+    let refunds = api.sim.refunds().await;
+    assert_eq!((refunds.len(), refunds[0].create_calls), (1, 1), "{refunds:?}");
 }
 
 async fn bad_refund_requests_are_refused_before_anything_is_recorded(dialect: DialectName) {

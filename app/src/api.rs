@@ -4,8 +4,9 @@
 
 use crate::dto::{
     AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
-    EventsOverview, OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter,
-    RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
+    EventsOverview, LateChargeRefundPreview, OverrideRequestView, ReconcilePreview, ReconcileResult,
+    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow,
+    RevealedResponse,
 };
 #[cfg(feature = "ssr")]
 use domain::operator::OperatorRole;
@@ -197,6 +198,34 @@ pub async fn redrive_events(
     let operator = crate::auth::require(OperatorRole::Operator)?;
     crate::backend::backend()?
         .redrive(&operator, dead_letters, reason)
+        .await
+        .map_err(failed)
+}
+
+/// What refunding a released payment's late charge would ask the provider (read-only).
+#[server(endpoint = "console/late-charge/refund-preview")]
+pub async fn preview_late_charge_refund(
+    record: RecordRef,
+    payment_id: String,
+) -> Result<LateChargeRefundPreview, ServerFnError> {
+    crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .preview_late_charge_refund(record, payment_id)
+        .await
+        .map_err(failed)
+}
+
+/// Refunds a released payment's late charge through create_refund (one refund, whoever
+/// clicks how often), audited with `reason`.
+#[server(endpoint = "console/late-charge/refund")]
+pub async fn refund_late_charge(
+    record: RecordRef,
+    payment_id: String,
+    reason: String,
+) -> Result<ReconcileResult, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .refund_late_charge(&operator, record, payment_id, reason)
         .await
         .map_err(failed)
 }

@@ -4,8 +4,9 @@
 
 use crate::dto::{
     AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
-    DashboardRange, EventsOverview, OverrideRequestView, ReconcilePreview, ReconcileResult, RecordDetail,
-    RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow, RevealedResponse,
+    DashboardRange, EventsOverview, LateChargeRefundPreview, OverrideRequestView, ReconcilePreview,
+    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult,
+    RetryWindow, RevealedResponse,
 };
 use domain::recovery::OverrideOutcome;
 use domain::recovery::ReconcileAction;
@@ -120,6 +121,25 @@ pub trait ConsoleActions: Send + Sync + 'static {
         dead_letters: Vec<(String, String)>,
         reason: String,
     ) -> Result<Vec<RedriveResult>, ConsoleError>;
+
+    /// What refunding a released payment's late charge would ask the provider, read-only.
+    async fn preview_late_charge_refund(
+        &self,
+        record: RecordRef,
+        payment_id: String,
+    ) -> Result<LateChargeRefundPreview, ConsoleError>;
+
+    /// Refunds a released payment's late charge through create_refund, under a key derived
+    /// from the charge (so that a second click or a second operator gets the same refund's
+    /// answer, never a second refund), then marks the late charge refunded with the refund's
+    /// id; audited with `reason`.
+    async fn refund_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reason: String,
+    ) -> Result<ReconcileResult, ConsoleError>;
 
     /// Records an operator's word that a payment's late charge was refunded at the provider
     /// (`reference`: the refund's id or ticket), audited; the dashboard stops counting it.

@@ -259,6 +259,21 @@ pub struct PaymentSummary {
     pub provider_charge_id: Option<String>,
 }
 
+/// A refund as the record page shows it, with the record of the key it was made under.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundSummary {
+    pub id: String,
+    pub payment_id: String,
+    pub amount: String,
+    pub currency: String,
+    pub reason: String,
+    pub reference: String,
+    pub status: String,
+    pub provider_refund_id: Option<String>,
+    pub record: Option<RecordRef>,
+    pub created_at: String,
+}
+
 /// Everything the record page shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordDetail {
@@ -290,7 +305,12 @@ pub struct RecordDetail {
     pub steps: Vec<StepView>,
     /// Payments this key made earlier that an operator released, oldest first.
     pub released_payments: Vec<ReleasedPaymentView>,
+    /// The record's payment: the one it made, or the one its refund refunds.
     pub payment: Option<PaymentSummary>,
+    /// The refund a create_refund record made.
+    pub refund: Option<RefundSummary>,
+    /// Every refund of the record's payment, oldest first.
+    pub refunds: Vec<RefundSummary>,
     pub events: Vec<EventView>,
     pub requests: Vec<RequestView>,
     pub audit: Vec<AuditEntryView>,
@@ -343,6 +363,19 @@ pub struct ReleasedPaymentView {
     pub late_charge_id: Option<String>,
     /// Who said that charge was refunded, when, and with what reference.
     pub late_charge_resolved: Option<LateChargeResolution>,
+}
+
+/// What refunding a late charge asks the provider, shown before an operator applies it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateChargeRefundPreview {
+    pub payment_id: String,
+    pub charge_id: String,
+    pub amount: String,
+    pub currency: String,
+    /// The create_refund key it goes under, derived from the charge.
+    pub key: String,
+    /// Exactly what applying does, in order.
+    pub steps: Vec<String>,
 }
 
 /// An operator's word that a late charge was refunded at the provider.

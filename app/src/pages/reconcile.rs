@@ -8,12 +8,21 @@ use crate::api::{apply_reconcile, preview_reconcile};
 use crate::dto::{ReconcilePreview, ReconcileResult, RecordRef};
 use domain::recovery::ProviderEvidence;
 use domain::recovery::ReconcileAction;
+use domain::scope::Operation;
 use leptos::prelude::*;
 
-pub fn evidence_text(evidence: &ProviderEvidence) -> String {
+/// What the provider said about the record's charge (a payment) or refund (a refund).
+pub fn evidence_text(record: &RecordRef, evidence: &ProviderEvidence) -> String {
+    let refund = record.operation == Operation::CreateRefund.as_str();
     match evidence {
+        ProviderEvidence::Charged { charge_id, status } if refund => {
+            format!("the provider has refund {charge_id}: {status}")
+        }
         ProviderEvidence::Charged { charge_id, status } => {
             format!("the provider has charge {charge_id}: {status}")
+        }
+        ProviderEvidence::NoCharge if refund => {
+            "the provider has no refund under this refund's key".to_owned()
         }
         ProviderEvidence::NoCharge => "the provider has no charge for this payment".to_owned(),
         ProviderEvidence::Unreachable { problem } => format!("the provider did not answer: {problem}"),
@@ -30,7 +39,7 @@ fn OptionsView(preview: ReconcilePreview, chosen: RwSignal<Option<ReconcileActio
     let first_choice = NodeRef::<leptos::html::Input>::new();
     take_focus(first_choice, true);
     view! {
-        <p data-evidence>{evidence_text(&preview.evidence)}</p>
+        <p data-evidence>{evidence_text(&preview.record, &preview.evidence)}</p>
         {preview.blocked.map(|blocked| view! { <p data-blocked>{blocked}</p> })}
         <fieldset class="options" hidden=nothing_to_choose>
             <legend>"Applying will:"</legend>
@@ -128,7 +137,7 @@ pub fn ReconcilePanel(record: RecordRef, applied: WriteSignal<Option<ReconcileRe
 pub fn action_title(action: ReconcileAction) -> &'static str {
     match action {
         ReconcileAction::ApplyProviderResult => "Apply the provider's result",
-        ReconcileAction::RetryCharge => "Retry the charge with the same provider key",
+        ReconcileAction::RetryCharge => "Send it again with the same provider key",
         ReconcileAction::MarkFailedAndReleaseKey => "Mark failed and release the key",
     }
 }

@@ -1,7 +1,12 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
-use super::widgets::{Choice, Loading, Panel, StatusBadge, TextField, Time, load_error, named, reason_given};
-use crate::api::{find_records, get_record, list_records, resolve_late_charge, reveal_response, whoami};
+use super::widgets::{
+    Choice, Loading, Panel, ReasonAndApply, StatusBadge, TextField, Time, load_error, named, reason_given,
+};
+use crate::api::{
+    find_records, get_record, list_records, preview_late_charge_refund, refund_late_charge,
+    resolve_late_charge, reveal_response, whoami,
+};
 use crate::dto::{
     ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordSummary, ReleasedPaymentView,
 };
@@ -197,8 +202,9 @@ pub fn RecordPage() -> impl IntoView {
     }
 }
 
-/// A payment the key released, and a charge the provider showed for it after all: to refund
-/// at the provider, then (an operator) to mark refunded here, with the refund's reference.
+/// A payment the key released, and a charge the provider showed for it after all: for an
+/// operator to refund from here (guarded, through create_refund), or, refunded by other means,
+/// to mark refunded with the refund's reference.
 #[component]
 fn ReleasedPayment(
     payment: ReleasedPaymentView,
@@ -213,10 +219,11 @@ fn ReleasedPayment(
     let resolve = Action::new(move |reference: &String| {
         resolve_late_charge(target.clone(), payment_id.clone(), reference.clone())
     });
+    let failed_on = record.clone();
     Effect::new(move |_| {
         if let Some(outcome) = resolve.value().get() {
             applied.set(Some(outcome.unwrap_or_else(|error| ReconcileResult {
-                record: record.clone(),
+                record: failed_on.clone(),
                 ok: false,
                 status: None,
                 message: error.to_string(),
@@ -243,7 +250,9 @@ fn ReleasedPayment(
                 }
                 None if unresolved && role >= OperatorRole::Operator => {
                     view! {
-                        <span data-late-charge="unresolved">"; refund it at the provider, then:"</span>
+                        <span data-late-charge="unresolved">"; refund it:"</span>
+                        <LateChargeRefund record=record.clone() payment_id=payment.id.clone() applied />
+                        <span>"or, once refunded at the provider by other means:"</span>
                         <TextField
                             label="Refund reference (goes into the audit log)"
                             name="reference"
@@ -266,6 +275,71 @@ fn ReleasedPayment(
                 None => ().into_any(),
             }}
         </li>
+    }
+}
+
+/// The guarded refund of a late charge: a preview of what the provider will be asked, a typed
+/// reason, then the refund (through create_refund, under a key derived from the charge, so a
+/// second click or operator cannot refund twice).
+#[component]
+fn LateChargeRefund(
+    record: RecordRef,
+    payment_id: String,
+    applied: WriteSignal<Option<ReconcileResult>>,
+) -> impl IntoView {
+    let target = (record.clone(), payment_id.clone());
+    let preview = Action::new(move |(): &()| {
+        let (record, payment_id) = target.clone();
+        preview_late_charge_refund(record, payment_id)
+    });
+    let reason = RwSignal::new(String::new());
+    let target = (record.clone(), payment_id);
+    let refund = Action::new(move |reason: &String| {
+        let (record, payment_id) = target.clone();
+        refund_late_charge(record, payment_id, reason.clone())
+    });
+    Effect::new(move |_| {
+        if let Some(outcome) = refund.value().get() {
+            applied.set(Some(outcome.unwrap_or_else(|error| ReconcileResult {
+                record: record.clone(),
+                ok: false,
+                status: None,
+                message: error.to_string(),
+            })));
+        }
+    });
+    view! {
+        <div class="late-charge-refund" role="group" aria-label="Refund the late charge">
+            <button type="button" class="button" on:click=move |_| { preview.dispatch(()); }>
+                "Preview the refund"
+            </button>
+            {move || {
+                preview
+                    .value()
+                    .get()
+                    .map(|previewed| match previewed {
+                        Err(error) => view! { <p class="error" role="alert">{error.to_string()}</p> }.into_any(),
+                        Ok(previewed) => {
+                            view! {
+                                <div data-refund-preview=previewed.key.clone()>
+                                    <ul class="changes">
+                                        {previewed.steps.into_iter().map(|step| view! { <li>{step}</li> }).collect_view()}
+                                    </ul>
+                                    <ReasonAndApply
+                                        reason
+                                        pending=refund.pending()
+                                        label="Refund"
+                                        on_apply=move || {
+                                            refund.dispatch(reason.get_untracked());
+                                        }
+                                    />
+                                </div>
+                            }
+                                .into_any()
+                        }
+                    })
+            }}
+        </div>
     }
 }
 
@@ -299,8 +373,8 @@ fn RecordView(
                 {field("Step", detail.step.clone())}
                 {field("Outcome kept by the tombstone", optional(&detail.settled_status))}
                 {field("Fingerprint", format!("v{} {}", detail.fingerprint_version, detail.fingerprint))}
-                {field("Payment", optional(&detail.resource_id))}
-                {field("Provider charge", optional(&detail.provider_reference))}
+                {field(resource_name(&detail.record.operation), optional(&detail.resource_id))}
+                {field(provider_reference_name(&detail.record.operation), optional(&detail.provider_reference))}
                 {field("Stored answer", detail.response_status_code.map_or_else(|| "—".to_owned(), |code| code.to_string()))}
                 {field("Created by API key", detail.created_by.clone())}
             </dl>
@@ -424,6 +498,25 @@ fn RecordView(
                     </section>
                 }
             })}
+        {detail
+            .refund
+            .map(|refund| {
+                let (id, status) = (refund.id.clone(), refund.status.clone());
+                view! {
+                    <section class="panel" data-refund=id>
+                        <h2>"Refund"</h2>
+                        <dl class="fields" data-refund-status=status>
+                            {field("Refund", refund.id)}
+                            {field("Payment", refund.payment_id)}
+                            {field("Amount", format!("{} {}", refund.amount, refund.currency))}
+                            {field("Reason", refund.reason)}
+                            {field("Reference", refund.reference)}
+                            {field("Status", refund.status)}
+                            {field("Provider refund", refund.provider_refund_id.unwrap_or_else(|| "—".to_owned()))}
+                        </dl>
+                    </section>
+                }
+            })}
         <section class="panel">
             <h2>"Payment and events"</h2>
             {detail
@@ -439,6 +532,48 @@ fn RecordView(
                             {field("Status", payment.status)}
                             {field("Provider charge", payment.provider_charge_id.unwrap_or_else(|| "—".to_owned()))}
                         </dl>
+                    }
+                })}
+            {(!detail.refunds.is_empty())
+                .then(|| {
+                    view! {
+                        <h3>"Refunds of this payment"</h3>
+                        <table class="refunds">
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Refund"</th>
+                                    <th scope="col">"Amount"</th>
+                                    <th scope="col">"Reason"</th>
+                                    <th scope="col">"Reference"</th>
+                                    <th scope="col">"Status"</th>
+                                    <th scope="col">"Made"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {detail
+                                    .refunds
+                                    .into_iter()
+                                    .map(|refund| {
+                                        let (row, id, status) = (refund.id.clone(), refund.id.clone(), refund.status.clone());
+                                        view! {
+                                            <tr data-payment-refund=row data-refund-status=status>
+                                                <td>
+                                                    {match refund.record {
+                                                        Some(record) => view! { <a href=record.href()><code>{id}</code></a> }.into_any(),
+                                                        None => view! { <code>{id}</code> }.into_any(),
+                                                    }}
+                                                </td>
+                                                <td>{format!("{} {}", refund.amount, refund.currency)}</td>
+                                                <td>{refund.reason}</td>
+                                                <td>{refund.reference}</td>
+                                                <td>{refund.status}</td>
+                                                <td><Time at=refund.created_at /></td>
+                                            </tr>
+                                        }
+                                    })
+                                    .collect_view()}
+                            </tbody>
+                        </table>
                     }
                 })}
             <ul class="events">
@@ -462,6 +597,22 @@ fn RecordView(
             <h2>"Audit"</h2>
             <super::audit::AuditTable entries=detail.audit />
         </section>
+    }
+}
+
+/// What a record of `operation` made, as its field is named.
+fn resource_name(operation: &str) -> &'static str {
+    match operation {
+        "create_refund" => "Refund",
+        _ => "Payment",
+    }
+}
+
+/// The provider's reference for it, as its field is named.
+fn provider_reference_name(operation: &str) -> &'static str {
+    match operation {
+        "create_refund" => "Provider refund",
+        _ => "Provider charge",
     }
 }
 

@@ -130,7 +130,7 @@ pub fn RecoveryPage() -> impl IntoView {
                                         {format!(
                                             " (version {}): {}; {}",
                                             preview.version,
-                                            evidence_text(&preview.evidence),
+                                            evidence_text(&preview.record, &preview.evidence),
                                             preview.options.first().map_or("nothing can be applied", |option| action_title(option.action)),
                                         )}
                                     </li>

@@ -175,12 +175,23 @@ impl RefundStatus {
     }
 }
 
+/// What a refund gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundOf {
+    /// The payment's charge: the API's refunds, of PENDING and SETTLED payments.
+    Payment,
+    /// A charge the provider made after an operator released the payment (a late charge):
+    /// only the console refunds those, and only released payments that have one.
+    LateCharge,
+}
+
 /// The refund row the claim creates (status PROCESSING).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRefund {
     pub id: RefundId,
     pub tenant_id: TenantId,
     pub command: CreateRefund,
+    pub of: RefundOf,
 }
 
 impl NewRefund {

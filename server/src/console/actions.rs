@@ -9,8 +9,8 @@ use crate::store::StoreError;
 use crate::store::approvals::NewOverrideRequest;
 use app::backend::{ConsoleActions, ConsoleError};
 use app::dto::{
-    BulkJobView, CurrentOperator, OverrideRequestView, ReconcileResult, RecordRef, RedriveResult,
-    RevealedResponse,
+    BulkJobView, CurrentOperator, LateChargeRefundPreview, OverrideRequestView, ReconcileResult, RecordRef,
+    RedriveResult, RevealedResponse,
 };
 use domain::operator::{AuditEntry, OperatorRole};
 use domain::recovery::{OverrideOutcome, OverrideState, ReconcileAction};
@@ -34,7 +34,7 @@ fn settled(reconciled: &Reconciled) -> Result<Option<u16>, u16> {
 /// Runs an operator's action on a task of its own, so that a browser that goes away cannot cut
 /// it between two of its writes (a takeover and its completion, a decision and its outcome):
 /// it runs to its end, as a payment does.
-async fn to_the_end<T: Send + 'static>(
+pub(super) async fn to_the_end<T: Send + 'static>(
     action: impl Future<Output = Result<T, ConsoleError>> + Send + 'static,
 ) -> Result<T, ConsoleError> {
     match tokio::spawn(action).await {
@@ -333,6 +333,25 @@ impl ConsoleActions for StoreConsole {
             Ok(results)
         })
         .await
+    }
+
+    async fn preview_late_charge_refund(
+        &self,
+        record: RecordRef,
+        payment_id: String,
+    ) -> Result<LateChargeRefundPreview, ConsoleError> {
+        self.late_charge_refund_preview(record, payment_id).await
+    }
+
+    async fn refund_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reason: String,
+    ) -> Result<ReconcileResult, ConsoleError> {
+        self.refund_late_charge_now(operator, record, payment_id, reason)
+            .await
     }
 
     async fn resolve_late_charge(

@@ -2,7 +2,7 @@
 //! `limits.rs`), and the console
 //! backend port (`app::backend::{ConsoleReads, ConsoleActions, ConsoleAdmin}`) implemented over
 //! the store and the engine, its reads in `reads.rs`, its actions in `actions.rs` and
-//! `bulk.rs`, administration in `admin.rs` (through `crate::admin`, as the command line), the store's
+//! `bulk.rs`, refunds of late charges in `late_charges.rs`, administration in `admin.rs` (through `crate::admin`, as the command line), the store's
 //! rows shaped into view models in `views.rs`.
 
 pub mod access;
@@ -10,6 +10,7 @@ mod actions;
 mod admin;
 mod bulk;
 mod diff;
+mod late_charges;
 pub mod limits;
 mod reads;
 pub mod sessions;

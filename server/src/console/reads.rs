@@ -251,13 +251,14 @@ impl ConsoleReads for StoreConsole {
         let found = self.existing_record(&record, "reconcile preview").await?;
         let status = found.record.status;
         let needs_operator = found.needs_operator();
-        let payment_id = found.record.resource_id.clone().unwrap_or_default();
-        let evidence = self
-            .engine
-            .provider_evidence(scope_of(&record)?.operation, &payment_id)
-            .await;
+        let resource_id = found.record.resource_id.clone().unwrap_or_default();
+        let operation = scope_of(&record)?.operation;
+        let evidence = self.engine.provider_evidence(operation, &resource_id).await;
         let options = if needs_operator {
-            options(status, &payment_id, &evidence)
+            match operation {
+                Operation::CreatePayment => payment_options(status, &resource_id, &evidence),
+                Operation::CreateRefund => refund_options(status, &resource_id, &evidence),
+            }
         } else {
             Vec::new()
         };
@@ -346,7 +347,57 @@ impl ConsoleReads for StoreConsole {
 
 /// What each possible action would do, in the operator's words, given what the provider
 /// said; the safest first.
-fn options(status: RecordStatus, payment_id: &str, evidence: &ProviderEvidence) -> Vec<ReconcileOption> {
+/// What an operator may apply to an unresolved create_refund record, given the provider's
+/// answer: its result, or the refund sent again with the same provider key. A refund is never
+/// marked failed without the provider's answer.
+fn refund_options(
+    status: RecordStatus,
+    refund_id: &str,
+    evidence: &ProviderEvidence,
+) -> Vec<ReconcileOption> {
+    let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
+    match evidence {
+        ProviderEvidence::Charged {
+            charge_id,
+            status: refund,
+        } if refund == "succeeded" => vec![option(
+            ReconcileAction::ApplyProviderResult,
+            vec![
+                format!("record {status} -> COMPLETED"),
+                format!("refund {refund_id} PROCESSING -> SUCCEEDED, provider refund {charge_id}"),
+                "response 201 stored: retries with the key are answered with it".to_owned(),
+                "event RefundSucceeded".to_owned(),
+            ],
+        )],
+        ProviderEvidence::Charged { charge_id, .. } => vec![option(
+            ReconcileAction::ApplyProviderResult,
+            vec![
+                format!("record {status} -> FAILED_REPLAYABLE"),
+                format!(
+                    "refund {refund_id} PROCESSING -> FAILED (provider refund {charge_id}); its amount is refundable again"
+                ),
+                "response 402 REFUND_DECLINED stored: retries with the key are answered with it".to_owned(),
+                "event RefundFailed".to_owned(),
+            ],
+        )],
+        ProviderEvidence::NoCharge => vec![option(
+            ReconcileAction::RetryCharge,
+            vec![
+                format!("the refund is sent now with its provider key provider_refund_{refund_id}"),
+                format!("then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"),
+            ],
+        )],
+        ProviderEvidence::Unreachable { .. } => Vec::new(),
+    }
+}
+
+/// What an operator may apply to an unresolved create_payment record, given the provider's
+/// answer.
+fn payment_options(
+    status: RecordStatus,
+    payment_id: &str,
+    evidence: &ProviderEvidence,
+) -> Vec<ReconcileOption> {
     let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
     match evidence {
         ProviderEvidence::Charged {

@@ -7,12 +7,13 @@ use crate::store::approvals::OverrideRequest;
 use crate::store::bulk::BulkJob;
 use crate::store::console::{RecordCursor, RecordName, RecordQuery, RecordSummary};
 use crate::store::events::DeadLetter;
-use crate::store::history::RecordHistory;
+use crate::store::history::{RecordHistory, RefundSummary};
 use crate::store::operators::LoggedAudit;
 use crate::store::payments::minor_to_decimal;
 use crate::store::rfc3339_millis as at;
 use app::dto;
 use chrono::{DateTime, Utc};
+use domain::scope::Operation;
 
 pub fn record_ref(name: RecordName) -> dto::RecordRef {
     dto::RecordRef {
@@ -100,7 +101,35 @@ fn cursor(text: &str) -> Result<RecordCursor, String> {
 
 /// Everything the record page shows: the record's story and its audit trail, each request
 /// with what it changed against the record's command.
+/// A refund of `record`'s tenant, with the record of its key.
+fn refund_summary(record: &RecordName, refund: RefundSummary) -> dto::RefundSummary {
+    dto::RefundSummary {
+        amount: minor_to_decimal(refund.amount_minor, &refund.currency),
+        record: refund.idempotency_key.map(|key| dto::RecordRef {
+            tenant_id: record.tenant_id.clone(),
+            operation: Operation::CreateRefund.as_str().to_owned(),
+            key,
+        }),
+        id: refund.id,
+        payment_id: refund.payment_id,
+        currency: refund.currency,
+        reason: refund.reason,
+        reference: refund.reference,
+        status: refund.status,
+        provider_refund_id: refund.provider_refund_id,
+        created_at: at(refund.created_at),
+    }
+}
+
 pub fn record_detail(history: RecordHistory, audit: Vec<LoggedAudit>) -> dto::RecordDetail {
+    let refund = history
+        .refund
+        .map(|refund| refund_summary(&history.record, refund));
+    let refunds = history
+        .refunds
+        .into_iter()
+        .map(|refund| refund_summary(&history.record, refund))
+        .collect();
     let requests = history
         .journal
         .into_iter()
@@ -176,6 +205,8 @@ pub fn record_detail(history: RecordHistory, audit: Vec<LoggedAudit>) -> dto::Re
             status: payment.status.as_str().to_owned(),
             provider_charge_id: payment.provider_charge_id,
         }),
+        refund,
+        refunds,
         events: history
             .events
             .into_iter()

@@ -18,13 +18,14 @@ use domain::claim::{ClaimOutcome, NewClaim, RefundCompletion};
 use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::payment::new_event_id;
-use domain::refund::{CreateRefund, NewRefund, RefundId, RefundStatus, RefundView};
+use domain::refund::{CreateRefund, NewRefund, RefundId, RefundOf, RefundStatus, RefundView};
 use domain::representation::ApiVersion;
 use domain::scope::Scope;
 use domain::tenant::Principal;
 use serde_json::json;
 
-/// A parsed, authenticated create_refund request (refunds always carry a key).
+/// A parsed, authenticated create_refund request (refunds always carry a key): from the API
+/// (of a payment), or from the console (of a late charge).
 #[derive(Debug, Clone)]
 pub struct CreateRefundRequest {
     pub principal: Principal,
@@ -33,6 +34,7 @@ pub struct CreateRefundRequest {
     /// the version is not part of its fingerprint).
     pub api_version: ApiVersion,
     pub command: CreateRefund,
+    pub of: RefundOf,
 }
 
 struct KeyedRefund<'a> {
@@ -86,6 +88,7 @@ impl PaymentsEngine {
                 id: RefundId::generate(),
                 tenant_id: request.principal.tenant_id.clone(),
                 command: request.command.clone(),
+                of: request.of,
             },
         };
         self.keyed(&operation, scope, &request.principal, request.api_version)

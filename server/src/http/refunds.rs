@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use domain::api_error::ApiError;
-use domain::refund::RefundBody;
+use domain::refund::{RefundBody, RefundOf};
 
 /// `POST /payments/{paymentId}/refunds`: a refund, made once per scoped key (tenant,
 /// create_refund, Idempotency-Key); a retry gets the first answer.
@@ -101,6 +101,7 @@ async fn parse_create_refund(
         key,
         api_version,
         command,
+        of: RefundOf::Payment,
     })
 }
 

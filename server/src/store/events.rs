@@ -400,6 +400,8 @@ async fn book_refund<D: Dialect>(
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| StoreError::corrupt("event for unknown refund", refund_id))?;
+    let customer = format!("customer:{tenant_id}:{account_id}");
+    book_late_charge(tx, &message.payment_id, &customer, &currency).await?;
     let transaction_id = format!("ledger_refund_{refund_id}");
     let created = sqlx::query(
         "insert into ledger_transactions (id, entry_type, source_payment_id, source_refund_id) \
@@ -413,10 +415,45 @@ async fn book_refund<D: Dialect>(
     .rows_affected()
         == 1;
     if created {
-        let customer = format!("customer:{tenant_id}:{account_id}");
         post_in(tx, &transaction_id, &customer, amount, &currency).await?;
     }
     Ok(created)
+}
+
+/// A charge the provider made after its payment was released never went through the ledger
+/// (the payment was declined); it is booked, once (`ledger_late_charge_<paymentId>`), with
+/// the refund that gives it back, so that the customer's account nets to what really moved.
+async fn book_late_charge<D: Dialect>(
+    tx: &mut Transaction<'static, D>,
+    payment_id: &str,
+    customer: &str,
+    currency: &str,
+) -> Result<(), StoreError> {
+    let late: Option<i64> = sqlx::query_scalar(
+        "select amount_minor from payments where id = $1 and released_at is not null \
+         and late_charge_id is not null",
+    )
+    .bind(payment_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(amount) = late else {
+        return Ok(());
+    };
+    let transaction_id = format!("ledger_late_charge_{payment_id}");
+    let created = sqlx::query(
+        "insert into ledger_transactions (id, entry_type, source_payment_id) \
+         values ($1, 'late_charge', $2) on conflict do nothing",
+    )
+    .bind(transaction_id.as_str())
+    .bind(payment_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if created {
+        post_in(tx, &transaction_id, customer, -amount, currency).await?;
+    }
+    Ok(())
 }
 
 /// A ledger transaction's two postings: `customer_amount` to the customer's account and its

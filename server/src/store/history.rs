@@ -1,6 +1,6 @@
 //! A record's whole story, as the console's record page tells it: the record, every change of
-//! its status, step or lease, the payments it made and released, their events, and every
-//! request that arrived with its key.
+//! its status, step or lease, the payments it made and released (or the refund it made),
+//! the payment's refunds, their events, and every request that arrived with its key.
 
 use super::console::RecordName;
 use super::dialect::{Dialect, SqlStore};
@@ -8,7 +8,7 @@ use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
 use domain::representation::PaymentStatus;
-use domain::scope::Scope;
+use domain::scope::{Operation, Scope};
 use sqlx::Row;
 
 /// Everything the record page shows, but its audit trail.
@@ -42,7 +42,12 @@ pub struct RecordHistory {
     pub steps: Vec<StepRow>,
     /// Payments this key made earlier that an operator released, oldest first.
     pub released_payments: Vec<ReleasedPayment>,
+    /// The record's payment: the one it made, or the one its refund refunds.
     pub payment: Option<PaymentSummary>,
+    /// The refund a create_refund record made.
+    pub refund: Option<RefundSummary>,
+    /// Every refund of the record's payment, oldest first.
+    pub refunds: Vec<RefundSummary>,
     pub events: Vec<EventRow>,
     /// Requests that arrived with the key, oldest first.
     pub journal: Vec<JournalRow>,
@@ -86,6 +91,66 @@ pub struct PaymentSummary {
     pub status: PaymentStatus,
     pub provider_charge_id: Option<String>,
 }
+
+/// A refund as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundSummary {
+    pub id: String,
+    pub payment_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub reason: String,
+    pub reference: String,
+    pub status: String,
+    pub provider_refund_id: Option<String>,
+    /// The key it was made under (its record's), when it had one.
+    pub idempotency_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+type RefundRow = (
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    DateTime<Utc>,
+);
+
+fn refund_summary(
+    (
+        id,
+        payment_id,
+        amount_minor,
+        currency,
+        reason,
+        reference,
+        status,
+        provider_refund_id,
+        idempotency_key,
+        created_at,
+    ): RefundRow,
+) -> RefundSummary {
+    RefundSummary {
+        id,
+        payment_id,
+        amount_minor,
+        currency,
+        reason,
+        reference,
+        status,
+        provider_refund_id,
+        idempotency_key,
+        created_at,
+    }
+}
+
+const SELECT_REFUNDS: &str = "select id, payment_id, amount_minor, currency, reason, reference, status, provider_refund_id, \
+     idempotency_key, created_at from refunds where tenant_id = $1";
 
 /// One of the payment's outbox events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +234,8 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             steps: Vec::new(),
             released_payments: Vec::new(),
             payment: None,
+            refund: None,
+            refunds: Vec::new(),
             events: Vec::new(),
             journal: Vec::new(),
         };
@@ -219,7 +286,28 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
                 },
             )
             .collect();
-        if let Some(payment_id) = resource_id.as_deref() {
+        let payment_id = match (scope.operation, resource_id) {
+            (Operation::CreatePayment, resource_id) => resource_id,
+            (Operation::CreateRefund, Some(refund_id)) => {
+                let refund: Option<RefundRow> = sqlx::query_as(&format!("{SELECT_REFUNDS} and id = $2"))
+                    .bind(tenant)
+                    .bind(&refund_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                history.refund = refund.map(refund_summary);
+                history.refund.as_ref().map(|refund| refund.payment_id.clone())
+            }
+            (Operation::CreateRefund, None) => None,
+        };
+        if let Some(payment_id) = payment_id.as_deref() {
+            let refunds: Vec<RefundRow> = sqlx::query_as(&format!(
+                "{SELECT_REFUNDS} and payment_id = $2 order by created_at, id"
+            ))
+            .bind(tenant)
+            .bind(payment_id)
+            .fetch_all(&self.pool)
+            .await?;
+            history.refunds = refunds.into_iter().map(refund_summary).collect();
             let payment: Option<(String, String, i64, String, String, String, Option<String>)> = sqlx::query_as(
                 "select id, account_id, amount_minor, currency, merchant_reference, status, provider_charge_id \
                  from payments where tenant_id = $1 and id = $2",

@@ -178,7 +178,7 @@ impl PaymentStatements for Postgres {
 impl RefundStatements for Postgres {
     // The row lock serialises refunds of one payment across instances: each sees what the
     // previous one counted.
-    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, amount_minor, refunded_minor from payments where tenant_id \
+    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
          = $1 and id = $2 for update";
     const SETTLE_REFUND: &'static str = "update refunds set status = $1, provider_refund_id = $2, updated_at = now() where id = $3 \
          and status = 'PROCESSING' returning payment_id, amount_minor";

@@ -13,7 +13,7 @@ use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, RefundCompletion, Refusal, StoredResponse};
 use domain::money::{Amount, Balance, Currency};
 use domain::payment::{PaymentId, new_event_id};
-use domain::refund::{NewRefund, RefundId, RefundStatus, RefundView};
+use domain::refund::{NewRefund, RefundId, RefundOf, RefundStatus, RefundView};
 use domain::scope::Scope;
 use domain::tenant::TenantId;
 use sqlx::Transaction;
@@ -80,8 +80,8 @@ pub trait RefundStore: Send + Sync {
 
 /// Refund statements that differ by dialect.
 pub trait RefundStatements {
-    /// `$1` tenant, `$2` payment: status, whether it was released, amount and amount refunded
-    /// or being refunded, locked for the transaction where the dialect has row locks (SQLite:
+    /// `$1` tenant, `$2` payment: status, when it was released, its late charge, amount and
+    /// amount refunded or being refunded, locked for the transaction where the dialect has row locks (SQLite:
     /// the claim's insert already holds its one write lock).
     const PAYMENT_FOR_REFUND: &'static str;
     /// `$1` status, `$2` provider refund id, `$3` refund: PROCESSING -> the outcome; returns
@@ -89,9 +89,11 @@ pub trait RefundStatements {
     const SETTLE_REFUND: &'static str;
 }
 
+/// A released payment has no charge of its own; the one a refund of it gives back is the
+/// charge the provider made late.
 const SELECT_REFUND: &str = "select r.id, r.payment_id, r.amount_minor, r.currency, r.reason, r.reference, \
-     r.status, r.created_at, p.provider_charge_id from refunds r join payments p on p.id = r.payment_id \
-     where r.tenant_id = $1 and r.id = $2";
+     r.status, r.created_at, coalesce(p.provider_charge_id, p.late_charge_id) from refunds r \
+     join payments p on p.id = r.payment_id where r.tenant_id = $1 and r.id = $2";
 
 type RefundRow = (
     String,
@@ -139,12 +141,13 @@ async fn create_refund_in<D: Dialect + RefundStatements>(
     idempotency_key: &str,
 ) -> Result<RefundStep, StoreError> {
     let command = &refund.command;
-    let payment: Option<(String, Option<DateTime<Utc>>, i64, i64)> = sqlx::query_as(D::PAYMENT_FOR_REFUND)
-        .bind(refund.tenant_id.as_str())
-        .bind(command.payment_id.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
-    let Some((status, released_at, amount_minor, refunded_minor)) = payment else {
+    let payment: Option<(String, Option<DateTime<Utc>>, Option<String>, i64, i64)> =
+        sqlx::query_as(D::PAYMENT_FOR_REFUND)
+            .bind(refund.tenant_id.as_str())
+            .bind(command.payment_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Some((status, released_at, late_charge_id, amount_minor, refunded_minor)) = payment else {
         return Ok(RefundStep::Refused(Refusal::PaymentNotFound));
     };
     if let Some(refund_id) = refund_with_reference(tx, refund).await? {
@@ -152,7 +155,10 @@ async fn create_refund_in<D: Dialect + RefundStatements>(
             refund_id,
         }));
     }
-    let refundable = matches!(status.as_str(), "PENDING" | "SETTLED") && released_at.is_none();
+    let refundable = match refund.of {
+        RefundOf::Payment => matches!(status.as_str(), "PENDING" | "SETTLED") && released_at.is_none(),
+        RefundOf::LateCharge => released_at.is_some() && late_charge_id.is_some(),
+    };
     if !refundable {
         return Ok(RefundStep::Refused(Refusal::PaymentNotRefundable {
             payment_status: status,

@@ -203,7 +203,7 @@ impl PaymentStatements for Sqlite {
 }
 
 impl RefundStatements for Sqlite {
-    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, amount_minor, refunded_minor from payments where tenant_id \
+    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
          = $1 and id = $2";
     const SETTLE_REFUND: &'static str = "update refunds set status = $1, provider_refund_id = $2, updated_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $3 and status = 'PROCESSING' returning \

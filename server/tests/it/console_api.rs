@@ -1169,3 +1169,248 @@ async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
     );
     assert_eq!(app.sim.charges().await.len(), 1, "charged once");
 }
+
+/// A released payment's late charge, refunded from the console through create_refund: a
+/// preview of what the provider will be asked, operators only, a typed reason, one refund
+/// whoever clicks how often, the charge marked refunded with the refund's id, and a ledger
+/// that nets the customer to zero.
+async fn a_late_charge_is_refunded_once_from_the_console(db: TestDatabase) {
+    let app = installation(db)
+        .serve("--settlement-interval-ms", "200")
+        .serve("--outbox-interval-ms", "100")
+        .process()
+        .await;
+    let otto = app.console("otto", OperatorRole::Operator).await;
+    let olga = app.console("olga", OperatorRole::Operator).await;
+    app.sim
+        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 3000 }))
+        .await;
+    let unknown = app.pay("k-late", BODY).await;
+    assert_eq!(unknown.status(), 202);
+    let released = payment_id_of(unknown).await;
+    let tenant_id = otto.tenant_of("k-late").await;
+    let preview = otto
+        .json("reconcile/preview", &record_form(&tenant_id, "k-late"))
+        .await;
+    let version = preview["version"].as_i64().expect("version").to_string();
+    let mut release = record_form(&tenant_id, "k-late");
+    release.extend([
+        ("version", version.as_str()),
+        ("action", "MarkFailedAndReleaseKey"),
+        ("reason", "the provider has no charge (OPS-50)"),
+    ]);
+    assert_eq!(otto.json("reconcile/apply", &release).await["ok"], true);
+    app.db
+        .eventually_i64(
+            &format!("select count(*) from payments where id = '{released}' and late_charge_id is not null"),
+            |count| count == 1,
+            "the late charge is found by the watch",
+        )
+        .await;
+    let charge_id: String = app
+        .db
+        .query_one(&format!(
+            "select late_charge_id from payments where id = '{released}'"
+        ))
+        .await;
+
+    let form = |reason: Option<&'static str>| {
+        let mut form = record_form(&tenant_id, "k-late");
+        form.push(("payment_id", released.as_str()));
+        if let Some(reason) = reason {
+            form.push(("reason", reason));
+        }
+        form
+    };
+    let viewer = app.console("vera", OperatorRole::Viewer).await;
+    assert_eq!(
+        viewer
+            .call("late-charge/refund-preview", &form(None))
+            .await
+            .status(),
+        403
+    );
+    assert_eq!(
+        viewer
+            .call(
+                "late-charge/refund",
+                &form(Some("customer charged twice (OPS-51)"))
+            )
+            .await
+            .status(),
+        403
+    );
+    let preview = otto.json("late-charge/refund-preview", &form(None)).await;
+    assert_eq!(preview["charge_id"], charge_id.as_str(), "{preview}");
+    assert_eq!(preview["amount"], "10.00");
+    assert_eq!(preview["key"], format!("late-charge-{charge_id}"));
+    assert!(
+        preview["steps"].to_string().contains("POST /v1/refunds"),
+        "{preview}"
+    );
+    assert!(app.sim.refunds().await.is_empty(), "a preview sends nothing");
+    assert_eq!(
+        otto.call("late-charge/refund", &form(Some(" "))).await.status(),
+        400,
+        "a reason is required"
+    );
+
+    // Two operators at once (or a double click): one refund.
+    let (by_otto, by_olga) = (
+        form(Some("customer charged twice (OPS-51)")),
+        form(Some("customer charged twice (OPS-52)")),
+    );
+    let (first, second) = tokio::join!(
+        otto.json("late-charge/refund", &by_otto),
+        olga.json("late-charge/refund", &by_olga),
+    );
+    assert!(
+        first["ok"] == true || second["ok"] == true,
+        "one of them refunds: {first} {second}"
+    );
+    let refunds = app.sim.refunds().await;
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!(refunds[0].create_calls, 1, "{refunds:?}");
+    assert_eq!(refunds[0].charge_id, charge_id);
+    assert_eq!(refunds[0].amount, "10.00");
+    let refund_id = refunds[0].reference.clone();
+    let again = otto
+        .call(
+            "late-charge/refund",
+            &form(Some("customer charged twice (OPS-53)")),
+        )
+        .await;
+    assert_eq!(again.status(), 400, "refunded and marked: nothing more to refund");
+    assert_eq!(app.sim.refunds().await.len(), 1);
+
+    let detail = otto.json("record", &record_form(&tenant_id, "k-late")).await;
+    let resolution = &detail["released_payments"][0]["late_charge_resolved"];
+    assert_eq!(resolution["reference"], refund_id.as_str(), "{detail}");
+    let dashboard = otto
+        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+        .await;
+    assert_eq!(
+        dashboard["live"]["charged_after_release"], 0,
+        "{}",
+        dashboard["live"]
+    );
+    // The refund is a record of its own, under the charge's key, with its refund shown.
+    let refund_key = format!("late-charge-{charge_id}");
+    let mut refund_record = record_form(&tenant_id, &refund_key);
+    refund_record[1].1 = "create_refund";
+    let refund_detail = otto.json("record", &refund_record).await;
+    assert_eq!(refund_detail["status"], "COMPLETED", "{refund_detail}");
+    assert_eq!(refund_detail["refund"]["id"], refund_id.as_str());
+    assert_eq!(refund_detail["refund"]["status"], "SUCCEEDED");
+    assert_eq!(refund_detail["payment"]["id"], released.as_str());
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from audit_log where action = 'late_charge.refund' and result = 'ok'")
+            .await,
+        1
+    );
+    // The ledger books the late charge with its refund: the customer nets to zero.
+    app.db
+        .eventually_i64(
+            "select count(*) from ledger_transactions where entry_type in ('late_charge', 'refund_succeeded')",
+            |count| count == 2,
+            "the late charge and its refund are booked",
+        )
+        .await;
+    assert_eq!(
+        app.db
+            .query_i64(&format!(
+                "select cast(coalesce(sum(p.amount_minor), 0) as bigint) from ledger_postings p \
+                 join ledger_transactions t on t.id = p.transaction_id \
+                 where t.source_payment_id = '{released}' and p.account like 'customer:%'"
+            ))
+            .await,
+        0
+    );
+    assert_eq!(
+        app.db
+            .query_i64("select cast(coalesce(sum(amount_minor), 0) as bigint) from ledger_postings")
+            .await,
+        0
+    );
+}
+
+conformance!(a_late_charge_is_refunded_once_from_the_console);
+
+/// An unknown refund is in the recovery queue and reconciled like a payment: the preview asks
+/// the provider by the refund's key and speaks of the refund; releasing its key is not offered.
+async fn an_unknown_refund_is_reconciled_from_the_console(db: TestDatabase) {
+    let app = installation(db).process().await;
+    let otto = app.console("otto", OperatorRole::Operator).await;
+    let paid: Value = app.pay("k-paid", BODY).await.json().await.expect("json");
+    let payment_id = paid["paymentId"].as_str().expect("id");
+    // 2.04: the refund is made, then answered 500.
+    let unknown = app
+        .refund(payment_id, "k-refund", r#"{"amount":"2.04","reference":"rf-1"}"#)
+        .await;
+    assert_eq!(unknown.status(), 202);
+    let refund_id = unknown.json::<Value>().await.expect("json")["refundId"]
+        .as_str()
+        .expect("refund id")
+        .to_owned();
+    let queue = otto.json("recovery-queue", &[]).await;
+    assert!(
+        queue.to_string().contains("create_refund") && queue.to_string().contains("k-refund"),
+        "{queue}"
+    );
+    let tenant_id = otto.tenant_of("k-paid").await;
+    let mut record = record_form(&tenant_id, "k-refund");
+    record[1].1 = "create_refund";
+    let preview = otto.json("reconcile/preview", &record).await;
+    assert_eq!(preview["evidence"]["Charged"]["status"], "succeeded", "{preview}");
+    let actions: Vec<&str> = preview["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .map(|option| option["action"].as_str().expect("action"))
+        .collect();
+    assert_eq!(actions, ["ApplyProviderResult"], "{preview}");
+    assert!(
+        preview["options"]
+            .to_string()
+            .contains(&format!("refund {refund_id}")),
+        "{preview}"
+    );
+    let version = preview["version"].as_i64().expect("version").to_string();
+    let mut release = record.clone();
+    release.extend([
+        ("version", version.as_str()),
+        ("action", "MarkFailedAndReleaseKey"),
+        ("reason", "never for a refund (OPS-61)"),
+    ]);
+    let refused = otto.json("reconcile/apply", &release).await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert!(
+        refused["message"].to_string().contains("payments only"),
+        "{refused}"
+    );
+    let mut apply = record.clone();
+    apply.extend([
+        ("version", version.as_str()),
+        ("action", "ApplyProviderResult"),
+        ("reason", "the provider made the refund (OPS-60)"),
+    ]);
+    let applied = otto.json("reconcile/apply", &apply).await;
+    assert_eq!(applied["ok"], true, "{applied}");
+    let replay = app
+        .refund(payment_id, "k-refund", r#"{"amount":"2.04","reference":"rf-1"}"#)
+        .await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(app.sim.refunds().await[0].create_calls, 1);
+    let detail = otto.json("record", &record).await;
+    assert_eq!(detail["refund"]["status"], "SUCCEEDED", "{detail}");
+    let payment_detail = otto.json("record", &record_form(&tenant_id, "k-paid")).await;
+    assert_eq!(
+        payment_detail["refunds"][0]["id"],
+        refund_id.as_str(),
+        "{payment_detail}"
+    );
+    assert_eq!(payment_detail["refunds"][0]["record"]["key"], "k-refund");
+}
+
+conformance!(an_unknown_refund_is_reconciled_from_the_console);

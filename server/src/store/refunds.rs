@@ -134,6 +134,10 @@ enum RefundStep {
     Refused(Refusal),
 }
 
+/// A row of [`RefundStatements::PAYMENT_FOR_REFUND`]: status, released at, late charge,
+/// amount, amount refunded.
+type PaymentForRefund = (String, Option<DateTime<Utc>>, Option<String>, i64, i64);
+
 /// The refund's local part inside `tx`, after its key was claimed.
 async fn create_refund_in<D: Dialect + RefundStatements>(
     tx: &mut Transaction<'static, D>,
@@ -141,12 +145,11 @@ async fn create_refund_in<D: Dialect + RefundStatements>(
     idempotency_key: &str,
 ) -> Result<RefundStep, StoreError> {
     let command = &refund.command;
-    let payment: Option<(String, Option<DateTime<Utc>>, Option<String>, i64, i64)> =
-        sqlx::query_as(D::PAYMENT_FOR_REFUND)
-            .bind(refund.tenant_id.as_str())
-            .bind(command.payment_id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
+    let payment: Option<PaymentForRefund> = sqlx::query_as(D::PAYMENT_FOR_REFUND)
+        .bind(refund.tenant_id.as_str())
+        .bind(command.payment_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
     let Some((status, released_at, late_charge_id, amount_minor, refunded_minor)) = payment else {
         return Ok(RefundStep::Refused(Refusal::PaymentNotFound));
     };

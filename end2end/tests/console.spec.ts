@@ -230,6 +230,88 @@ test("a charge the provider made after the release is found, refunded, and marke
   await expect(page.locator('[data-late-charge="resolved"]')).toContainText("refund re_e2e (OPS-41)");
 });
 
+test("a late charge is refunded from the record page, once, through the refunds operation", async ({ page, request }) => {
+  const key = `late-refund-${Date.now()}`;
+  await payThenRelease(page, request, key, { mode: "accept_late", count: 1, delayMs: 8000 });
+  await expect(async () => {
+    await openRecord(page, key);
+    await expect(page.locator('[data-late-charge="unresolved"]')).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 30_000 });
+
+  const refund = page.getByRole("group", { name: "Refund the late charge" });
+  await refund.getByRole("button", { name: "Preview the refund" }).click();
+  const preview = refund.locator("[data-refund-preview]");
+  await expect(preview).toContainText("POST /v1/refunds");
+  await expect(preview).toContainText("10.00 EUR");
+  const refundKey = await preview.getAttribute("data-refund-preview");
+  expect(refundKey).toMatch(/^late-charge-ch_/);
+  const apply = refund.getByRole("button", { name: "Refund" });
+  await expect(apply).toBeDisabled();
+  await refund.getByLabel("Reason (goes into the audit log)").fill("customer charged twice (e2e)");
+  // A double click: one refund.
+  await apply.dblclick();
+  await expect(page.locator("p[data-result]")).toContainText("is refunded by rf_");
+  await expect(page.locator('[data-late-charge="resolved"]')).toContainText("rf_");
+
+  const refunds = await (await request.get(`${simUrl}/_sim/refunds`)).json();
+  const made = refunds.refunds.filter((made: { idempotencyKey: string; chargeId: string }) =>
+    refundKey?.endsWith(made.chargeId),
+  );
+  expect(made).toHaveLength(1);
+  expect(made[0].createCalls).toBe(1);
+
+  // The refund has a record of its own, under the charge's key.
+  await page.goto(`/records/${tenantId}/create_refund/${refundKey}`);
+  await expect(page.locator("[data-refund-status]").first()).toHaveAttribute("data-refund-status", "SUCCEEDED");
+  await page.screenshot({ path: test.info().outputPath("late-charge-refunded.png"), fullPage: true });
+});
+
+test("an unknown refund is reconciled with the provider's answer, worded for the refund", async ({ page, request }) => {
+  const paymentKey = `refunded-${Date.now()}`;
+  const paid = await pay(request, paymentKey);
+  expect(paid.status()).toBe(201);
+  const paymentId = (await paid.json()).paymentId;
+  const refundKey = `refund-${Date.now()}`;
+  // Test value 2.05: the provider makes the refund and its answer never comes.
+  const unknown = await request.post(`/payments/${paymentId}/refunds`, {
+    headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": refundKey, "content-type": "application/json" },
+    data: JSON.stringify({ amount: "2.05", reference: "rf-e2e" }),
+  });
+  expect(unknown.status()).toBe(202);
+  const refundId = (await unknown.json()).refundId;
+
+  await signIn(page, "operator");
+  await page.goto("/recovery");
+  await expect(page.getByRole("link", { name: refundKey })).toBeVisible();
+  await page.goto(`/records/${tenantId}/create_refund/${refundKey}`);
+  await expect(page.getByRole("heading", { name: `Record ${refundKey}` })).toBeVisible();
+  await hydrated(page);
+  const dialog = page.getByRole("dialog", { name: "Reconcile with the provider" });
+  await dialog.getByRole("button", { name: "Preview" }).click();
+  await expect(dialog.locator("[data-evidence]")).toContainText("the provider has refund re_");
+  await expect(dialog).toContainText(`refund ${refundId} PROCESSING -> SUCCEEDED`);
+  await expect(dialog.getByLabel("Mark failed and release the key")).toHaveCount(0);
+  await dialog.getByLabel("Reason (goes into the audit log)").fill("the provider made the refund (e2e)");
+  await dialog.getByRole("button", { name: "Apply" }).click();
+  await expect(page.locator("p[data-result]")).toContainText("applied");
+  await expect(page.locator("[data-record-status]")).toHaveAttribute("data-record-status", "COMPLETED");
+  await expect(page.locator(`[data-refund="${refundId}"] [data-refund-status]`)).toHaveAttribute(
+    "data-refund-status",
+    "SUCCEEDED",
+  );
+
+  const replay = await request.post(`/payments/${paymentId}/refunds`, {
+    headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": refundKey, "content-type": "application/json" },
+    data: JSON.stringify({ amount: "2.05", reference: "rf-e2e" }),
+  });
+  expect(replay.status()).toBe(201);
+  expect(replay.headers()["idempotent-replayed"]).toBe("true");
+
+  // The payment's record lists its refund, linked to the refund's record.
+  await openRecord(page, paymentKey);
+  await expect(page.locator(`[data-payment-refund="${refundId}"]`)).toHaveAttribute("data-refund-status", "SUCCEEDED");
+});
+
 test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request }) => {
   const key = `override-${Date.now()}`;
   await unknownPayment(request, key);

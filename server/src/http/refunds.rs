@@ -6,7 +6,7 @@
 use super::AppState;
 use super::error::ErrorResponse;
 use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
-use super::payments::{api_version, authenticate, idempotency_key, prefers_minimal, render};
+use super::payments::{answered_to_the_end, api_version, authenticate, idempotency_key};
 use crate::engine::CreateRefundRequest;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -64,16 +64,8 @@ pub async fn create_refund(
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
-    let minimal = prefers_minimal(&headers);
     let engine = state.engine.clone();
-    // Its own task: a client hanging up cannot cancel the operation halfway.
-    match tokio::spawn(async move { engine.create_refund(request).await }).await {
-        Ok(answer) => render(answer, minimal),
-        Err(error) => {
-            tracing::error!(%error, "create_refund task failed");
-            ErrorResponse(ApiError::Internal).into_response()
-        }
-    }
+    answered_to_the_end(&headers, async move { engine.create_refund(request).await }).await
 }
 
 async fn parse_create_refund(

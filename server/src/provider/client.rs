@@ -4,6 +4,7 @@
 use super::{Charge, ChargeRequest, ProviderRefund, RefundRequest, provider_key, provider_refund_key};
 use domain::money::Amount;
 use reqwest::StatusCode;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -47,63 +48,25 @@ impl ProviderClient {
     /// Charges for a payment with the payment's provider key: repeating it with the same
     /// payment id can never charge twice.
     pub async fn create_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
-        counted(CALLS[0], self.send_charge(payment_id, amount).await)
-    }
-
-    async fn send_charge(&self, payment_id: &str, amount: Amount) -> Result<Charge, ProviderError> {
         let request = ChargeRequest {
             amount: amount.to_string(),
             currency: amount.currency().code().to_owned(),
             reference: payment_id.to_owned(),
         };
-        let response = self
-            .http
-            .post(format!("{}/v1/charges", self.base_url))
-            .header("idempotency-key", provider_key(payment_id))
-            .json(&request)
-            .send()
-            .await
-            .map_err(classify_transport)?;
-        match response.status() {
-            StatusCode::CREATED | StatusCode::OK => read_answer(response).await,
-            status => Err(classify_status(status, response).await),
-        }
+        counted(
+            CALLS[0],
+            self.send("charges", &provider_key(payment_id), &request).await,
+        )
     }
 
     /// What the provider knows of a payment's charge: `None` when it never accepted the key.
     pub async fn find_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
-        counted(CALLS[1], self.look_up_charge(payment_id).await)
+        counted(CALLS[1], self.look_up("charges", &provider_key(payment_id)).await)
     }
 
-    async fn look_up_charge(&self, payment_id: &str) -> Result<Option<Charge>, ProviderError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/charges", self.base_url))
-            .query(&[("idempotency_key", provider_key(payment_id))])
-            .send()
-            .await
-            .map_err(classify_transport)?;
-        match response.status() {
-            StatusCode::OK => read_answer(response).await.map(Some),
-            StatusCode::NOT_FOUND => Ok(None),
-            status => Err(classify_status(status, response).await),
-        }
-    }
-}
-
-impl ProviderClient {
     /// Refunds (part of) a charge with the refund's provider key: repeating it with the same
     /// refund id can never refund twice.
     pub async fn create_refund(
-        &self,
-        refund_id: &str,
-        charge_id: &str,
-        amount: Amount,
-    ) -> Result<ProviderRefund, ProviderError> {
-        counted(CALLS[2], self.send_refund(refund_id, charge_id, amount).await)
-    }
-
-    async fn send_refund(
         &self,
         refund_id: &str,
         charge_id: &str,
@@ -115,11 +78,33 @@ impl ProviderClient {
             currency: amount.currency().code().to_owned(),
             reference: refund_id.to_owned(),
         };
+        counted(
+            CALLS[2],
+            self.send("refunds", &provider_refund_key(refund_id), &request)
+                .await,
+        )
+    }
+
+    /// What the provider knows of a refund: `None` when it never accepted the key.
+    pub async fn find_refund(&self, refund_id: &str) -> Result<Option<ProviderRefund>, ProviderError> {
+        counted(
+            CALLS[3],
+            self.look_up("refunds", &provider_refund_key(refund_id)).await,
+        )
+    }
+
+    /// `POST /v1/<collection>` with the provider key `key`: what the provider made.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        key: &str,
+        request: &impl Serialize,
+    ) -> Result<T, ProviderError> {
         let response = self
             .http
-            .post(format!("{}/v1/refunds", self.base_url))
-            .header("idempotency-key", provider_refund_key(refund_id))
-            .json(&request)
+            .post(format!("{}/v1/{collection}", self.base_url))
+            .header("idempotency-key", key)
+            .json(request)
             .send()
             .await
             .map_err(classify_transport)?;
@@ -129,16 +114,17 @@ impl ProviderClient {
         }
     }
 
-    /// What the provider knows of a refund: `None` when it never accepted the key.
-    pub async fn find_refund(&self, refund_id: &str) -> Result<Option<ProviderRefund>, ProviderError> {
-        counted(CALLS[3], self.look_up_refund(refund_id).await)
-    }
-
-    async fn look_up_refund(&self, refund_id: &str) -> Result<Option<ProviderRefund>, ProviderError> {
+    /// `GET /v1/<collection>?idempotency_key=<key>`: what the provider made under the key, if
+    /// it ever accepted it.
+    async fn look_up<T: DeserializeOwned>(
+        &self,
+        collection: &str,
+        key: &str,
+    ) -> Result<Option<T>, ProviderError> {
         let response = self
             .http
-            .get(format!("{}/v1/refunds", self.base_url))
-            .query(&[("idempotency_key", provider_refund_key(refund_id))])
+            .get(format!("{}/v1/{collection}", self.base_url))
+            .query(&[("idempotency_key", key)])
             .send()
             .await
             .map_err(classify_transport)?;

@@ -258,6 +258,44 @@ fn amount_of(amount: &str, currency: &str) -> Result<Amount, Refused> {
         })
 }
 
+/// The body of a create call (a charge or a refund).
+trait CreateBody: serde::de::DeserializeOwned {
+    /// What a malformed body is told.
+    const SHAPE: &'static str;
+
+    /// The amount and its currency, as sent.
+    fn amount(&self) -> (&str, &str);
+}
+
+impl CreateBody for ChargeRequest {
+    const SHAPE: &'static str = "Body must be {amount, currency, reference}.";
+
+    fn amount(&self) -> (&str, &str) {
+        (&self.amount, &self.currency)
+    }
+}
+
+impl CreateBody for RefundRequest {
+    const SHAPE: &'static str = "Body must be {chargeId, amount, currency, reference}.";
+
+    fn amount(&self) -> (&str, &str) {
+        (&self.amount, &self.currency)
+    }
+}
+
+/// A create call's idempotency key, body and amount, or why it is refused.
+fn read_create<B: CreateBody>(headers: &HeaderMap, body: &[u8]) -> Result<(String, B, Amount), Refused> {
+    let key = idempotency_key(headers)?;
+    let request = serde_json::from_slice::<B>(body).map_err(|_| Refused {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_request",
+        message: B::SHAPE,
+    })?;
+    let (amount, currency) = request.amount();
+    let amount = amount_of(amount, currency)?;
+    Ok((key, request, amount))
+}
+
 /// What went wrong when recording a create call.
 enum NotRecorded {
     /// The idempotency key already names something else.
@@ -345,19 +383,8 @@ async fn create_charge(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let key = match idempotency_key(&headers) {
-        Ok(key) => key,
-        Err(refused) => return refused.into_response(),
-    };
-    let Ok(request) = serde_json::from_slice::<ChargeRequest>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "Body must be {amount, currency, reference}.",
-        );
-    };
-    let amount = match amount_of(&request.amount, &request.currency) {
-        Ok(amount) => amount,
+    let (key, request, amount) = match read_create::<ChargeRequest>(&headers, &body) {
+        Ok(read) => read,
         Err(refused) => return refused.into_response(),
     };
     let reference = request.reference.clone();
@@ -426,19 +453,8 @@ async fn create_refund(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let key = match idempotency_key(&headers) {
-        Ok(key) => key,
-        Err(refused) => return refused.into_response(),
-    };
-    let Ok(request) = serde_json::from_slice::<RefundRequest>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "Body must be {chargeId, amount, currency, reference}.",
-        );
-    };
-    let amount = match amount_of(&request.amount, &request.currency) {
-        Ok(amount) => amount,
+    let (key, request, amount) = match read_create::<RefundRequest>(&headers, &body) {
+        Ok(read) => read,
         Err(refused) => return refused.into_response(),
     };
     let reference = request.reference.clone();

@@ -757,20 +757,20 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     );
 }
 
-async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db: TestDatabase) {
-    let app = installation(db)
-        .serve("--settlement-interval-ms", "200")
-        .process()
-        .await;
-    let operator = app.console("otto", OperatorRole::Operator).await;
-    // The provider answers 503 "nothing was charged", and takes the request 8 s later (long
-    // after the release below, even on a slow machine).
+/// A payment under `k-late` the provider answers 503 "nothing was charged" and takes
+/// `charged_after_ms` later; `operator` releases its key on the provider's "no charge", and the
+/// release watch then finds the charge. The tenant's id and the released payment's.
+async fn released_then_charged_late(
+    app: &TestApp,
+    operator: &Console,
+    charged_after_ms: u64,
+) -> (String, String) {
     app.sim
-        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 8000 }))
+        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": charged_after_ms }))
         .await;
     let unknown = app.pay("k-late", BODY).await;
     assert_eq!(unknown.status(), 202);
-    let released_payment = payment_id_of(unknown).await;
+    let released = payment_id_of(unknown).await;
     let tenant_id = operator.tenant_of("k-late").await;
     let preview = operator
         .json("reconcile/preview", &record_form(&tenant_id, "k-late"))
@@ -784,16 +784,24 @@ async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refu
         ("reason", "the provider has no charge (OPS-40)"),
     ]);
     assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
-
     app.db
         .eventually_i64(
-            &format!(
-                "select count(*) from payments where id = '{released_payment}' and late_charge_id is not null"
-            ),
+            &format!("select count(*) from payments where id = '{released}' and late_charge_id is not null"),
             |count| count == 1,
             "the late charge is found by the watch",
         )
         .await;
+    (tenant_id, released)
+}
+
+async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db: TestDatabase) {
+    let app = installation(db)
+        .serve("--settlement-interval-ms", "200")
+        .process()
+        .await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    // 8 s: long after the release, even on a slow machine.
+    let (tenant_id, released_payment) = released_then_charged_late(&app, &operator, 8000).await;
     let dashboard = operator
         .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
         .await;
@@ -1182,31 +1190,7 @@ async fn a_late_charge_is_refunded_once_from_the_console(db: TestDatabase) {
         .await;
     let otto = app.console("otto", OperatorRole::Operator).await;
     let olga = app.console("olga", OperatorRole::Operator).await;
-    app.sim
-        .fault(&json!({ "mode": "accept_late", "count": 1, "delayMs": 3000 }))
-        .await;
-    let unknown = app.pay("k-late", BODY).await;
-    assert_eq!(unknown.status(), 202);
-    let released = payment_id_of(unknown).await;
-    let tenant_id = otto.tenant_of("k-late").await;
-    let preview = otto
-        .json("reconcile/preview", &record_form(&tenant_id, "k-late"))
-        .await;
-    let version = preview["version"].as_i64().expect("version").to_string();
-    let mut release = record_form(&tenant_id, "k-late");
-    release.extend([
-        ("version", version.as_str()),
-        ("action", "MarkFailedAndReleaseKey"),
-        ("reason", "the provider has no charge (OPS-50)"),
-    ]);
-    assert_eq!(otto.json("reconcile/apply", &release).await["ok"], true);
-    app.db
-        .eventually_i64(
-            &format!("select count(*) from payments where id = '{released}' and late_charge_id is not null"),
-            |count| count == 1,
-            "the late charge is found by the watch",
-        )
-        .await;
+    let (tenant_id, released) = released_then_charged_late(&app, &otto, 3000).await;
     let charge_id: String = app
         .db
         .query_one(&format!(

@@ -105,6 +105,17 @@ fn calls() -> BTreeMap<&'static str, Arguments> {
             "console/late-charge/resolve",
             with_record(&[("payment_id", "pay_missing"), ("reference", "refund re_1")]),
         ),
+        (
+            "console/late-charge/refund-preview",
+            with_record(&[("payment_id", "pay_missing")]),
+        ),
+        (
+            "console/late-charge/refund",
+            with_record(&[
+                ("payment_id", "pay_missing"),
+                ("reason", "customer charged twice"),
+            ]),
+        ),
         ("console/reveal", with_record(&[])),
         ("console/audit", Arguments::Form(vec![("before", "")])),
         ("console/admin", Arguments::Form(vec![])),
@@ -182,6 +193,8 @@ async fn every_server_function_refuses_no_session_another_origin_and_a_lesser_ro
         ("console/reconcile/bulk-preview", OperatorRole::Operator),
         ("console/events/redrive", OperatorRole::Operator),
         ("console/late-charge/resolve", OperatorRole::Operator),
+        ("console/late-charge/refund-preview", OperatorRole::Operator),
+        ("console/late-charge/refund", OperatorRole::Operator),
         ("console/reveal", OperatorRole::Operator),
         ("console/overrides/request", OperatorRole::Admin),
         ("console/overrides/decide", OperatorRole::Admin),

@@ -1080,14 +1080,28 @@ async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
     assert!(share[0].1 > 0.0 && share[0].1 < 1.0, "{share:?}");
     let unknown = prometheus.query(&first("Unknown outcomes")).await;
     let acme = tenant_id(&api, "acme").await;
-    let per_tenant: Vec<(String, f64)> = unknown
+    let per_series: Vec<(String, String, f64)> = unknown
         .iter()
-        .map(|(labels, count)| (labels["tenant"].as_str().unwrap_or_default().to_owned(), *count))
+        .map(|(labels, count)| {
+            let label = |name: &str| labels[name].as_str().unwrap_or_default().to_owned();
+            (label("tenant"), label("operation"), *count)
+        })
         .collect();
-    assert_eq!(per_tenant.len(), 2, "acme and globex: {unknown:?}");
-    for (tenant, count) in per_tenant {
-        let expected = if tenant == acme { 1.0 } else { 0.0 };
-        assert_eq!(count, expected, "the unknown outcome is acme's: {unknown:?}");
+    assert_eq!(
+        per_series.len(),
+        4,
+        "acme and globex, each with both operations: {unknown:?}"
+    );
+    for (tenant, operation, count) in per_series {
+        let expected = if tenant == acme && operation == "create_payment" {
+            1.0
+        } else {
+            0.0
+        };
+        assert_eq!(
+            count, expected,
+            "the unknown outcome is acme's payment: {unknown:?}"
+        );
     }
     let provider = prometheus.query(&first("Provider calls")).await;
     assert!(
@@ -1100,18 +1114,39 @@ async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
     assert_eq!(up[0].1, 1.0, "{up:?}");
 
     // The one retry (the replay, milliseconds after its first request) against the window.
+    // Each operation against its own window; refunds had no retry.
     for delay in of_panel("Retry delays and the window") {
-        let seconds = prometheus.query(&delay.expr).await;
-        assert_eq!(seconds.len(), 1, "{}: {seconds:?}", delay.legend);
-        let seconds = seconds[0].1;
+        let series = prometheus.query(&delay.expr).await;
+        let of = |operation: &str| {
+            series
+                .iter()
+                .filter(|(labels, _)| {
+                    labels["operation"]
+                        .as_str()
+                        .is_none_or(|named| named == operation)
+                })
+                .map(|(_, seconds)| *seconds)
+                .collect::<Vec<f64>>()
+        };
+        let (payments, refunds) = (of("create_payment"), of("create_refund"));
+        assert_eq!(payments.len(), 1, "{}: {series:?}", delay.legend);
         if delay.legend.ends_with("window") {
-            assert_eq!(seconds, 86_400.0, "{}", delay.legend);
+            assert_eq!(payments[0], 86_400.0, "{}", delay.legend);
+            assert_eq!(refunds, [604_800.0], "{}", delay.legend);
         } else {
-            assert!(seconds > 0.0 && seconds <= 1.0, "{}: {seconds}", delay.legend);
+            assert!(
+                payments[0] > 0.0 && payments[0] <= 1.0,
+                "{}: {series:?}",
+                delay.legend
+            );
         }
     }
     let after = prometheus.query(&first("Retries after each window length")).await;
-    assert_eq!(after.len(), 17, "every bucket bound and +Inf: {after:?}");
+    assert_eq!(
+        after.len(),
+        2 * 17,
+        "every bucket bound and +Inf, for both operations: {after:?}"
+    );
     assert!(
         after.iter().all(|(_, retries)| retries.abs() < 1e-9),
         "the replay came within a second: {after:?}"

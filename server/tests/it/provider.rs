@@ -241,3 +241,82 @@ async fn test_values_produce_every_fault_on_the_first_call_only() {
         "the recorded charge, not a new decision"
     );
 }
+
+#[tokio::test]
+async fn the_provider_refunds_once_per_key_and_never_beyond_the_charge() {
+    let sim = Sim::process().await;
+    let client = client(&sim, Duration::from_secs(5));
+    let charge = client.create_charge("pay_r", eur("10.00")).await.expect("charge");
+
+    let first = client
+        .create_refund("rf_1", &charge.charge_id, eur("6.00"))
+        .await
+        .expect("refund");
+    assert_eq!(first.status, ChargeStatus::Succeeded);
+    assert_eq!(first.reference, "rf_1");
+    assert!(first.provider_refund_id.starts_with("re_"), "{first:?}");
+    let again = client
+        .create_refund("rf_1", &charge.charge_id, eur("6.00"))
+        .await
+        .expect("the same refund");
+    assert_eq!(again, first, "deduplicated by the refund's key");
+    assert_eq!(client.find_refund("rf_1").await.expect("look up"), Some(first));
+    assert_eq!(client.find_refund("rf_never").await.expect("look up"), None);
+
+    // 4.00 remain: 5.00 is refused, nothing recorded; 4.00 fits.
+    match client.create_refund("rf_2", &charge.charge_id, eur("5.00")).await {
+        Err(ProviderError::Rejected { status: 409, .. }) => {}
+        other => panic!("a refund beyond the charge is refused, got {other:?}"),
+    }
+    assert_eq!(client.find_refund("rf_2").await.expect("look up"), None);
+    match client.create_refund("rf_3", "ch_unknown", eur("1.00")).await {
+        Err(ProviderError::Rejected { status: 404, .. }) => {}
+        other => panic!("a refund of an unknown charge is refused, got {other:?}"),
+    }
+    match client.create_refund("rf_1", &charge.charge_id, eur("1.00")).await {
+        Err(ProviderError::Rejected { status: 409, .. }) => {}
+        other => panic!("another refund under a used key is refused, got {other:?}"),
+    }
+    // A declined refund (test value 02) does not count against what remains.
+    let declined = client
+        .create_refund("rf_4", &charge.charge_id, eur("4.02"))
+        .await
+        .expect("answer");
+    assert_eq!(declined.status, ChargeStatus::Declined);
+    client
+        .create_refund("rf_5", &charge.charge_id, eur("4.00"))
+        .await
+        .expect("what remains");
+
+    // The control API's faults apply to refunds by their reference.
+    sim.fault(&json!({ "mode": "error_after_accept", "count": 1, "reference": "rf_6" }))
+        .await;
+    let second_charge = client.create_charge("pay_s", eur("10.00")).await.expect("charge");
+    match client
+        .create_refund("rf_6", &second_charge.charge_id, eur("1.00"))
+        .await
+    {
+        Err(ProviderError::OutcomeUnknown(_)) => {}
+        other => panic!("accepted, then a 500, got {other:?}"),
+    }
+    let made = client.find_refund("rf_6").await.expect("look up").expect("made");
+    assert_eq!(made.status, ChargeStatus::Succeeded);
+    sim.fault(&json!({ "mode": "lookups_unavailable", "count": 1, "reference": "rf_6" }))
+        .await;
+    assert!(matches!(
+        client.find_refund("rf_6").await,
+        Err(ProviderError::OutcomeUnknown(_))
+    ));
+
+    let refunds = sim.refunds().await;
+    let calls: Vec<(&str, u32)> = refunds
+        .iter()
+        .map(|refund| (refund.reference.as_str(), refund.create_calls))
+        .collect();
+    assert_eq!(
+        calls,
+        [("rf_1", 3), ("rf_4", 1), ("rf_5", 1), ("rf_6", 1)],
+        "{refunds:?}"
+    );
+    assert_eq!(refunds[0].idempotency_key, "provider_refund_rf_1");
+}

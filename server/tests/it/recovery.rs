@@ -2,7 +2,7 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{DialectName, Setup, TestApp, expect_error, expect_replay};
+use crate::support::{DialectName, Setup, TestApp, answer_after_takeover, expect_error, expect_replay};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -62,18 +62,7 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) -> bool {
             )
             .await;
     }
-    // Until the dead owner's lease runs out, a retry is told to wait; then it takes over.
-    let mut answer = None;
-    for _ in 0..40 {
-        let response = app.pay("crash-key", BODY).await;
-        if response.status() != 409 {
-            answer = Some(response);
-            break;
-        }
-        assert!(response.headers().contains_key("retry-after"));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let answer = answer.unwrap_or_else(|| panic!("{crash_point}: never recovered"));
+    let answer = answer_after_takeover(crash_point, || app.pay("crash-key", BODY)).await;
     assert_eq!(answer.status(), 201, "{crash_point}");
     let first_was_replay = answer.headers().contains_key("idempotent-replayed");
     let final_body = answer.bytes().await.expect("body");

@@ -2,7 +2,7 @@
 //! refunds table, on PostgreSQL and SQLite, through the same idempotency layer as payments,
 //! against the provider simulator over HTTP.
 
-use crate::support::{DialectName, TestApp, expect_error, expect_replay};
+use crate::support::{DialectName, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 use domain::event::EventMessage;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -72,6 +72,21 @@ async fn paid(api: &TestApp, amount: &str) -> String {
         .or(payment["details"]["paymentId"].as_str())
         .expect("a payment id")
         .to_owned()
+}
+
+/// `GET /refunds/{refund_id}` as `tenant`.
+async fn get_refund(api: &TestApp, refund_id: &str, tenant: &str) -> reqwest::Response {
+    api.as_tenant(Method::GET, &format!("/refunds/{refund_id}"), tenant)
+        .send()
+        .await
+        .expect("GET /refunds/{id}")
+}
+
+/// The refund as `tenant` reads it now.
+async fn read_refund(api: &TestApp, refund_id: &str, tenant: &str) -> Value {
+    let read = get_refund(api, refund_id, tenant).await;
+    assert_eq!(read.status(), 200);
+    read.json().await.expect("json")
 }
 
 fn refund_body(amount: &str, reference: &str) -> String {
@@ -147,13 +162,7 @@ async fn a_refund_is_made_once_and_replayed_byte_for_byte(dialect: DialectName) 
     assert_eq!(refunds[0].idempotency_key, format!("provider_refund_{refund_id}"));
     assert_eq!(refunds[0].reference, refund_id);
 
-    let read = api
-        .as_tenant(Method::GET, &location, "acme")
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(read.status(), 200);
-    let read: Value = read.json().await.expect("json");
+    let read = read_refund(&api, &refund_id, "acme").await;
     assert_eq!(read, refund, "a fresh read shows the refund as made");
     let events = api
         .db
@@ -163,6 +172,25 @@ async fn a_refund_is_made_once_and_replayed_byte_for_byte(dialect: DialectName) 
         ))
         .await;
     assert_eq!(events, 2, "RefundCreated and RefundSucceeded, once each");
+
+    // Counted per operation, like payments.
+    let tenant_id: String = api
+        .db
+        .query_one("select id from tenants where name = 'acme'")
+        .await;
+    let tenant = format!("tenant=\"{tenant_id}\"");
+    let metrics = api.metrics().await;
+    let counted = |name: &str| metric(&metrics, name, &[tenant.as_str(), "operation=\"create_refund\""]);
+    assert_eq!(counted("idempotency_new_execution_total"), 1.0, "{metrics}");
+    assert_eq!(counted("idempotency_replay_total"), 2.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            "idempotency_window_seconds",
+            &["operation=\"create_refund\""]
+        ),
+        604_800.0
+    );
 }
 
 async fn the_payment_in_the_path_is_part_of_the_request(dialect: DialectName) {
@@ -297,17 +325,9 @@ async fn another_tenants_or_an_unknown_payment_is_not_found_and_nothing_is_recor
     )
     .await;
     assert_eq!(records_of(&api, "k-9").await, 0);
-    let foreign_read = api
-        .as_tenant(Method::GET, &format!("/refunds/{refund_id}"), "globex")
-        .send()
-        .await
-        .expect("GET");
+    let foreign_read = get_refund(&api, refund_id, "globex").await;
     expect_error(foreign_read, 404, "REFUND_NOT_FOUND").await;
-    let unknown_read = api
-        .as_tenant(Method::GET, "/refunds/rf_0000000000000000", "acme")
-        .send()
-        .await
-        .expect("GET");
+    let unknown_read = get_refund(&api, "rf_0000000000000000", "acme").await;
     expect_error(unknown_read, 404, "REFUND_NOT_FOUND").await;
     // globex's own key "k-1" names nothing of acme's.
     assert_eq!(records_of(&api, "k-1").await, 1);
@@ -356,14 +376,7 @@ async fn a_declined_refund_is_replayed_and_gives_its_amount_back(dialect: Dialec
     let replay = api.refund(&payment_id, "k-1", refund_body("3.02", "rf-1")).await;
     assert_eq!(replay.status(), 402);
     expect_replay(replay, &stored, "a declined refund").await;
-    let read: Value = api
-        .as_tenant(Method::GET, &format!("/refunds/{refund_id}"), "acme")
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let read = read_refund(&api, &refund_id, "acme").await;
     assert_eq!(read["status"], "FAILED");
     assert_eq!(
         api.refund(&payment_id, "k-2", refund_body("10.00", "rf-2"))
@@ -386,14 +399,7 @@ async fn an_unknown_refund_outcome_is_answered_202_and_resolved_by_a_retry(diale
     assert_eq!(body["status"], "PROCESSING");
     assert_eq!(body["errorCode"], "REFUND_OUTCOME_UNKNOWN");
     let refund_id = body["refundId"].as_str().expect("refund id").to_owned();
-    let read: Value = api
-        .as_tenant(Method::GET, &format!("/refunds/{refund_id}"), "acme")
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let read = read_refund(&api, &refund_id, "acme").await;
     assert_eq!(read["status"], "PROCESSING");
     // Processing refunds count against what remains.
     expect_error(
@@ -836,18 +842,10 @@ async fn refund_recovered(
             )
             .await;
     }
-    // Until the dead owner's lease runs out, a retry is told to wait; then it takes over.
-    let mut answer = None;
-    for _ in 0..40 {
-        let response = app.refund(payment_id, "crash-refund", CRASH_REFUND).await;
-        if response.status() != 409 {
-            answer = Some(response);
-            break;
-        }
-        assert!(response.headers().contains_key("retry-after"));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let answer = answer.unwrap_or_else(|| panic!("{crash_point}: never recovered"));
+    let answer = answer_after_takeover(crash_point, || {
+        app.refund(payment_id, "crash-refund", CRASH_REFUND)
+    })
+    .await;
     assert_eq!(answer.status(), 201, "{crash_point}");
     let first_was_replay = answer.headers().contains_key("idempotent-replayed");
     let final_body = answer.bytes().await.expect("body");

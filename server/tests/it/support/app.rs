@@ -506,6 +506,24 @@ impl TestApp {
     }
 }
 
+/// The first answer `send` gets that is not `409 IDEMPOTENCY_REQUEST_IN_PROGRESS`: until a
+/// dead owner's lease runs out, a retry is told to wait (with `Retry-After`); then it takes
+/// over. Panics naming `what` after 40 tries, 200 ms apart.
+pub async fn answer_after_takeover<Sent>(what: &str, send: impl Fn() -> Sent) -> reqwest::Response
+where
+    Sent: Future<Output = reqwest::Response>,
+{
+    for _ in 0..40 {
+        let response = send().await;
+        if response.status() != 409 {
+            return response;
+        }
+        assert!(response.headers().contains_key("retry-after"), "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("{what}: never recovered");
+}
+
 /// The status and contract error code a response must have; its body, for more checks.
 pub async fn expect_error(response: reqwest::Response, status: u16, code: &str) -> Value {
     let got = response.status().as_u16();

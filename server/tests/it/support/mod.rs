@@ -10,7 +10,7 @@ mod process;
 mod prometheus;
 mod sim;
 
-pub use app::{Setup, TestApp, expect_error, expect_replay, metric};
+pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 pub use console::{Console, OPERATOR_PASSWORD, create_operator, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;

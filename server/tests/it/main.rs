@@ -15,6 +15,7 @@ mod events;
 mod fingerprint;
 mod http_api;
 mod isolation;
+mod model;
 mod parsers;
 mod payments_api;
 mod process;

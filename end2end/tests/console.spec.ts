@@ -245,7 +245,7 @@ test("a late charge is refunded from the record page, once, through the refunds 
   await expect(preview).toContainText("10.00 EUR");
   const refundKey = await preview.getAttribute("data-refund-preview");
   expect(refundKey).toMatch(/^late-charge-ch_/);
-  const apply = refund.getByRole("button", { name: "Refund" });
+  const apply = refund.getByRole("button", { name: "Refund", exact: true });
   await expect(apply).toBeDisabled();
   await refund.getByLabel("Reason (goes into the audit log)").fill("customer charged twice (e2e)");
   // A double click: one refund.

@@ -86,7 +86,7 @@ test("the API's docs page renders the OpenAPI document from assets the binary se
   await page.goto("/docs/");
   await expect(page.getByRole("heading", { name: /Idem payments API/ })).toBeVisible();
   await expect(page.locator(".opblock-summary-path", { hasText: "/payments/{id}" })).toBeVisible();
-  await expect(page.locator(".opblock")).toHaveCount(6);
+  await expect(page.locator(".opblock")).toHaveCount(8);
   expect(elsewhere).toEqual([]);
   await page.screenshot({ path: test.info().outputPath("api-docs.png"), fullPage: true });
 });

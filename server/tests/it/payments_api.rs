@@ -446,7 +446,8 @@ async fn a_replay_keeps_its_version_after_the_default_changes() {
 #[tokio::test]
 async fn the_api_fails_closed_when_the_database_is_gone() {
     let api = api(5_000, &[]).await;
-    assert_eq!(api.pay("k-before", BODY).await.status(), 201);
+    let paid: Value = api.pay("k-before", BODY).await.json().await.expect("json");
+    let payment_id = paid["paymentId"].as_str().expect("payment id");
     api.db.drop_now().await;
     let response = api
         .pay("k-after", &BODY.replace("invoice-7781", "inv-after"))
@@ -458,6 +459,16 @@ async fn the_api_fails_closed_when_the_database_is_gone() {
         api.sim.charges().await.len(),
         1,
         "nothing executed without a durable claim"
+    );
+    // A refund fails closed the same way.
+    let refund = api
+        .refund(payment_id, "k-refund", r#"{"amount":"1.00","reference":"rf-1"}"#)
+        .await;
+    assert!(refund.headers().contains_key("retry-after"));
+    expect_error(refund, 503, "UNAVAILABLE").await;
+    assert!(
+        api.sim.refunds().await.is_empty(),
+        "no refund without a durable claim"
     );
 }
 
@@ -553,6 +564,15 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
     assert!(response.headers().contains_key("retry-after"));
     let body = expect_error(response, 429, "RATE_LIMITED").await;
     assert_eq!(body["retryable"], true);
+    // Refunds share the key's limit, before anything else.
+    let refund = api
+        .refund(
+            "pay_any",
+            "k-rate-refund",
+            r#"{"amount":"1.00","reference":"rf-1"}"#,
+        )
+        .await;
+    expect_error(refund, 429, "RATE_LIMITED").await;
     let recorded = api
         .db
         .query_i64(&format!(

@@ -51,12 +51,17 @@ pub enum FaultMode {
     AcceptLate,
 }
 
-/// `POST /_sim/faults` body: the next `count` matching calls misbehave.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /_sim/faults` body: the next `count` matching calls misbehave; or, with `rate`
+/// instead, each matching call misbehaves with that probability until the faults are cleared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRequest {
     pub mode: FaultMode,
+    #[serde(default)]
     pub count: u32,
+    /// A standing fault's probability, in (0, 1].
+    #[serde(default)]
+    pub rate: Option<f64>,
     #[serde(default)]
     pub reference: Option<String>,
     #[serde(default)]
@@ -131,18 +136,26 @@ impl Simulator {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes one use of the first queued fault of these modes that matches the reference.
+    /// Takes one use of the first queued fault of these modes that matches the reference (a
+    /// standing fault matches with its rate's probability, and is not used up).
     fn take_fault(&self, modes: &[FaultMode], reference: Option<&str>) -> Option<FaultRequest> {
         let mut ledger = self.ledger();
         let index = ledger.faults.iter().position(|fault| {
+            let applies = match fault.rate {
+                Some(rate) => chance() < rate,
+                None => fault.count > 0,
+            };
             modes.contains(&fault.mode)
-                && fault.count > 0
+                && applies
                 && match (&fault.reference, reference) {
                     (Some(wanted), Some(actual)) => wanted == actual,
                     (Some(_), None) => false,
                     (None, _) => true,
                 }
         })?;
+        if ledger.faults[index].rate.is_some() {
+            return Some(ledger.faults[index].clone());
+        }
         let fault = &mut ledger.faults[index];
         fault.count -= 1;
         let taken = fault.clone();
@@ -543,6 +556,11 @@ fn public_refund(refund: &SimRefund) -> ProviderRefund {
     }
 }
 
+/// A number drawn uniformly from [0, 1).
+fn chance() -> f64 {
+    f64::from(getrandom::u32().unwrap_or(u32::MAX)) / (f64::from(u32::MAX) + 1.0)
+}
+
 /// The fault a test value asks for (see the module's table).
 fn test_value_fault(amount: Amount) -> Option<FaultMode> {
     match amount.minor_units() % 100 {
@@ -642,14 +660,19 @@ async fn find_refund(State(sim): State<Simulator>, Query(query): Query<FindByKey
 
 async fn queue_fault(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
     match serde_json::from_slice::<FaultRequest>(&body) {
-        Ok(fault) if fault.count > 0 => {
+        Ok(fault)
+            if match fault.rate {
+                Some(rate) => fault.count == 0 && rate > 0.0 && rate <= 1.0,
+                None => fault.count > 0,
+            } =>
+        {
             sim.ledger().faults.push(fault.clone());
             (StatusCode::CREATED, Json(fault)).into_response()
         }
         Ok(_) => error(
             StatusCode::BAD_REQUEST,
             "invalid_fault",
-            "count must be at least 1.",
+            "give either count (at least 1) or rate (above 0, at most 1).",
         ),
         Err(problem) => error(StatusCode::BAD_REQUEST, "invalid_fault", &problem.to_string()),
     }

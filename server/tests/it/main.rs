@@ -12,6 +12,7 @@ mod console_api;
 mod console_security;
 mod cost;
 mod events;
+mod faults;
 mod fingerprint;
 mod http_api;
 mod isolation;

@@ -528,6 +528,9 @@ async fn run_sequence(dialect: DialectName, steps: Vec<Step>) {
         .tenant("globex", "1000000.00")
         .recovering()
         .serve("--outbox-interval-ms", "100")
+        // A killed instance's claim on outbox events runs out in 2 s (30 s by default), so
+        // that its events are delivered within the convergence's wait.
+        .serve("--outbox-claim-secs", "2")
         .process()
         .await;
     let operator = app.console("model-operator", OperatorRole::Operator).await;

@@ -5,7 +5,7 @@
 //! charge sent once; every `201` a client was given is a PENDING payment the provider charged
 //! (no lost acknowledgement), every `402` a declined one; nothing is a 5xx; nothing is left in
 //! progress or unknown. `IDEM_PROOF_FAULT_KEYS` keys at each rate (40 in the test command;
-//! `scripts/proof` runs 3,400, over 10,000 keys in all).
+//! `scripts/proof` runs 2,000: over 10,000 requests with the retries).
 
 use crate::support::{DialectName, TestApp};
 use futures_util::StreamExt;

@@ -35,11 +35,15 @@ struct Seen {
     attempts: usize,
     unknown: usize,
     in_progress: usize,
+    /// `503 UNAVAILABLE` with `Retry-After`: the database was not there.
+    unavailable: usize,
     /// The settled answer: status and body.
     settled: Option<(u16, Value)>,
 }
 
-async fn pay_until_settled(app: &TestApp, key: String) -> (String, Seen) {
+/// Pays under `key` until the answer settles; `503 UNAVAILABLE` (with `Retry-After`) is an
+/// answer to retry only when `database_outages` are expected.
+async fn pay_until_settled(app: &TestApp, key: String, database_outages: bool) -> (String, Seen) {
     let body = json!({
         "accountId": "acc_1",
         "amount": "10.00",
@@ -53,6 +57,7 @@ async fn pay_until_settled(app: &TestApp, key: String) -> (String, Seen) {
         seen.attempts += 1;
         let response = app.pay(&key, &body).await;
         let status = response.status().as_u16();
+        let retry_after = response.headers().contains_key("retry-after");
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         match status {
             201 | 402 => {
@@ -61,6 +66,9 @@ async fn pay_until_settled(app: &TestApp, key: String) -> (String, Seen) {
             }
             202 => seen.unknown += 1,
             409 if answer["errorCode"] == "IDEMPOTENCY_REQUEST_IN_PROGRESS" => seen.in_progress += 1,
+            503 if database_outages && answer["errorCode"] == "UNAVAILABLE" && retry_after => {
+                seen.unavailable += 1
+            }
             other => panic!("{key}: unexpected {other}: {answer}"),
         }
         assert!(Instant::now() < deadline, "{key}: never settled: {seen:?}");
@@ -88,12 +96,19 @@ async fn faults_at(rate: f64) {
 
     let keys = keys_a_rate();
     let seen: BTreeMap<String, Seen> = futures_util::stream::iter(
-        (0..keys).map(|index| pay_until_settled(&app, format!("fault-{rate}-{index}"))),
+        (0..keys).map(|index| pay_until_settled(&app, format!("fault-{rate}-{index}"), false)),
     )
     .buffer_unordered(KEYS_IN_FLIGHT)
     .collect()
     .await;
+    let summary = each_key_paid_once(&app, &seen).await;
+    println!("faults at {rate}: {keys} keys, {summary}");
+}
 
+/// Every key settled with exactly one payment and at most one charge, sent once; every `201`
+/// is a PENDING payment with a succeeded charge, every `402` a declined one; nothing is left
+/// in progress or unknown. A summary of what the clients saw.
+async fn each_key_paid_once(app: &TestApp, seen: &BTreeMap<String, Seen>) -> String {
     let charges: BTreeMap<String, _> = app
         .sim
         .charges()
@@ -102,7 +117,7 @@ async fn faults_at(rate: f64) {
         .map(|charge| (charge.reference.clone(), charge))
         .collect();
     let mut settled = (0, 0);
-    for (key, seen) in &seen {
+    for (key, seen) in seen {
         let (status, answer) = seen.settled.as_ref().expect("settled");
         let payments: Vec<(String, String)> = app
             .db
@@ -152,16 +167,72 @@ async fn faults_at(rate: f64) {
             "nothing left in progress or unknown",
         )
         .await;
-    let attempts: usize = seen.values().map(|seen| seen.attempts).sum();
-    let unknown: usize = seen.values().map(|seen| seen.unknown).sum();
-    let in_progress: usize = seen.values().map(|seen| seen.in_progress).sum();
-    println!(
-        "faults at {rate}: {keys} keys, {attempts} requests ({unknown} answered 202, {in_progress} in progress), \
-         {} authorised and {} declined, {} charges each sent once, 0 duplicates, 0 lost acknowledgements, 0 5xx",
+    let total = |count: fn(&Seen) -> usize| seen.values().map(count).sum::<usize>();
+    format!(
+        "{} requests ({} answered 202, {} in progress, {} answered 503), {} authorised and {} declined, \
+         {} charges each sent once, 0 duplicates, 0 lost acknowledgements, no other 5xx",
+        total(|seen| seen.attempts),
+        total(|seen| seen.unknown),
+        total(|seen| seen.in_progress),
+        total(|seen| seen.unavailable),
         settled.0,
         settled.1,
         charges.len()
-    );
+    )
+}
+
+/// The database kills Idem's sessions again and again under load (`pg_terminate_backend`
+/// every 150 ms): a request that loses its connection is answered `503 UNAVAILABLE` with
+/// `Retry-After` and nothing half-written; its retry settles it. One payment and one charge
+/// per key, no lost acknowledgement, nothing stuck.
+#[tokio::test]
+async fn terminated_database_sessions_under_load_lose_no_acknowledgement_and_pay_once() {
+    let app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100000000.00")
+        .recovering()
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await;
+    // Sessions are killed only once the instance serves: one that cannot reach its database
+    // while starting stops (with the reason), for its supervisor to start it again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app.get("/readyz").await.status() != 200 {
+        assert!(Instant::now() < deadline, "the instance became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let killer = {
+        let stop = stop.clone();
+        let url = app.db.url();
+        tokio::spawn(async move {
+            let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+            let mut terminated = 0i64;
+            while !stop.is_cancelled() {
+                let killed: i64 = sqlx::query_scalar(
+                    "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity \
+                     where datname = current_database() and application_name = 'idem') killed",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("terminate");
+                terminated += killed;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            terminated
+        })
+    };
+    let keys = keys_a_rate();
+    let seen: BTreeMap<String, Seen> = futures_util::stream::iter(
+        (0..keys).map(|index| pay_until_settled(&app, format!("outage-{index}"), true)),
+    )
+    .buffer_unordered(KEYS_IN_FLIGHT)
+    .collect()
+    .await;
+    stop.cancel();
+    let terminated = killer.await.expect("killer");
+    assert!(terminated > 0, "sessions were terminated under load");
+    let summary = each_key_paid_once(&app, &seen).await;
+    println!("{terminated} sessions terminated under {keys} keys: {summary}");
 }
 
 #[tokio::test]

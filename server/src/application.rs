@@ -4,7 +4,7 @@
 
 use crate::cli::ServeArgs;
 use crate::console::StoreConsole;
-use crate::engine::sealing::ResponseSealer;
+use crate::engine::sealing::{ResponseSealer, SealingError};
 use crate::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
 use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
 use crate::events::nats::{NatsJetStream, NatsSettings};
@@ -162,7 +162,11 @@ impl Application {
                 instance.heartbeat * MISSED_HEARTBEATS,
             )
             .await
-            .map_err(|error| ServeError::Config(error.to_string()))?;
+            .map_err(|error| match error {
+                // The database is not there (yet): not a configuration problem.
+                SealingError::Store(error) => ServeError::Store(error),
+                refused => ServeError::Config(refused.to_string()),
+            })?;
         let outcomes = Arc::new(OutcomeCounter::default());
         let journal = Arc::new(RequestJournal::default());
         let engine = Arc::new(PaymentsEngine::new(

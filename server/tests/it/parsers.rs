@@ -126,3 +126,119 @@ proptest! {
         prop_assert_eq!(IdempotencyKey::parse(&bytes).is_ok(), allowed, "{:?}", bytes);
     }
 }
+
+/// A page cursor as text: anything, or JSON arrays shaped like the records' (four strings)
+/// and the audit log's (two) with arbitrary, near-valid or valid times.
+fn cursor_text() -> impl Strategy<Value = String> {
+    let time = prop_oneof![
+        Just("2026-12-01T10:00:00.000Z".to_owned()),
+        Just("2026-13-01T10:00:00Z".to_owned()),
+        "[0-9T:.Z+-]{0,30}",
+        any::<String>(),
+    ];
+    prop_oneof![
+        any::<String>(),
+        "\\PC{0,40}",
+        (time.clone(), any::<String>(), any::<String>(), any::<String>())
+            .prop_map(|(at, a, b, c)| json!([at, a, b, c]).to_string()),
+        (time, any::<String>()).prop_map(|(at, id)| json!([at, id]).to_string()),
+        prop::collection::vec(any::<i64>(), 0..6).prop_map(|numbers| json!(numbers).to_string()),
+    ]
+}
+
+/// The console's page cursors (the records browser's `after`, the audit log's `before`) under
+/// generated text, through the real server functions: a page, or `400 not a page cursor`;
+/// never a 5xx. And a cursor the server made continues its page: no row twice.
+#[test]
+fn page_cursors_are_parsed_or_refused_never_a_5xx() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (app, operator) = runtime.block_on(async {
+        let app = crate::support::TestApp::on(crate::support::DialectName::Sqlite)
+            .tenant("acme", "1000.00")
+            .in_process()
+            .await;
+        for index in 0..3 {
+            let body = json!({
+                "accountId": "acc_1",
+                "amount": "1.00",
+                "currency": "EUR",
+                "merchantReference": format!("cursor-{index}"),
+            });
+            assert_eq!(
+                app.pay(&format!("cursor-{index}"), body.to_string())
+                    .await
+                    .status(),
+                201
+            );
+        }
+        let operator = app
+            .console("cursors", domain::operator::OperatorRole::Viewer)
+            .await;
+        (app, operator)
+    });
+    let records = |after: &str| {
+        vec![
+            ("filter[status]", String::new()),
+            ("filter[step]", String::new()),
+            ("filter[tenant]", String::new()),
+            ("filter[operation]", String::new()),
+            ("filter[key_prefix]", String::new()),
+            ("filter[from]", String::new()),
+            ("filter[to]", String::new()),
+            ("filter[after]", after.to_owned()),
+        ]
+    };
+    let call = |endpoint: &'static str, form: Vec<(&'static str, String)>| {
+        runtime.block_on(async {
+            let form: Vec<(&str, &str)> = form.iter().map(|(name, value)| (*name, value.as_str())).collect();
+            let response = operator.call(endpoint, &form).await;
+            let status = response.status().as_u16();
+            (status, response.text().await.expect("body"))
+        })
+    };
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(300);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases));
+    runner
+        .run(&cursor_text(), |text| {
+            for (endpoint, form) in [
+                ("records", records(&text)),
+                ("audit", vec![("before", text.clone())]),
+            ] {
+                let (status, body) = call(endpoint, form);
+                prop_assert!(
+                    status == 200 || (status == 400 && body.contains("not a page cursor")),
+                    "{endpoint} with {text:?}: {status} {body}"
+                );
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+
+    // A cursor the server made continues after its row.
+    let (status, first) = call("records", records(""));
+    assert_eq!(status, 200, "{first}");
+    let first: Value = serde_json::from_str(&first).expect("json");
+    let rows = first["rows"].as_array().expect("rows");
+    let cursor = rows[0]["cursor"].as_str().expect("a row's cursor").to_owned();
+    let (status, rest) = call("records", records(&cursor));
+    assert_eq!(status, 200, "{rest}");
+    let rest: Value = serde_json::from_str(&rest).expect("json");
+    let keys = |page: &Value| -> Vec<String> {
+        page["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|row| row["record"]["key"].as_str().expect("key").to_owned())
+            .collect()
+    };
+    let (all, after) = (keys(&first), keys(&rest));
+    assert_eq!(
+        after,
+        all[1..],
+        "the page continues strictly after the cursor's row"
+    );
+    drop(app);
+}

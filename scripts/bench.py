@@ -35,30 +35,24 @@ CLEANUP_BACKLOG = 200_000
 LOOK_UP = (
     "select r.status, r.progress_step, cast(r.fingerprint_version as integer), r.request_fingerprint, "
     "r.lease_version, r.locked_until, r.expires_at, r.resource_id, r.response_schema_version, "
-    "r.next_recovery_at, now(), r.response_status_code, s.headers, s.body from idempotency_records r "
+    "r.next_recovery_at, r.created_at, now(), r.response_status_code, s.headers, s.body from idempotency_records r "
     "left join idempotency_responses s on s.tenant_id = r.tenant_id and s.operation_name = "
     "r.operation_name and s.idempotency_key = r.idempotency_key where r.tenant_id = '{tenant}' and "
     "r.operation_name = 'create_payment' and r.idempotency_key = 'r-' || :k;"
 )
 
-# The request path of a fresh create, statement for statement and commit for commit (the
-# look-up, the claim's local transaction, the completion's), on the same tables, indexes and
-# triggers: the ceiling of what Idem's own statements allow.
+# The request path of a fresh create on PostgreSQL, statement for statement and commit for
+# commit: the look-up, the claim's one statement (RecordStatements::CLAIM_PAYMENT_AT_ONCE) and
+# the completion's (COMPLETE_PAYMENT_AT_ONCE), each in its transaction, on the same tables,
+# indexes and triggers: the ceiling of what Idem's own statements allow.
 FRESH_CREATE = """\\set k random(1, 1000000000000)
 \\set a random(0, {last_account})
 {look_up}
 begin;
-insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) values ('{tenant}', 'create_payment', 'pgb-' || :k, 1, repeat('f', 64), repeat('c', 120), 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', 'pay_pgb' || :k, '2025-01-01', 'bench', 1, now() + interval '30 seconds', 'key_bench', now() + interval '1 day') on conflict (tenant_id, operation_name, idempotency_key) do nothing returning lease_version, expires_at, claimed_as;
-select currency, balance_minor from accounts where tenant_id = '{tenant}' and id = 'acc_' || :a for update;
-update accounts set balance_minor = balance_minor - 1, updated_at = now() where tenant_id = '{tenant}' and id = 'acc_' || :a;
-insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status, idempotency_key) values ('pay_pgb' || :k, '{tenant}', 'acc_' || :a, 100, 'EUR', 'pgb-' || :k, 'web', 'PROCESSING', 'pgb-' || :k) returning created_at;
-insert into outbox_events (id, payment_id, event_type, payload) values ('evt_pgb_c' || :k, 'pay_pgb' || :k, 'PaymentCreated', repeat('p', 200));
+with claimed as (insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) values ('{tenant}', 'create_payment', 'pgb-' || :k, 1, repeat('f', 64), repeat('c', 120), 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', 'payment', 'pay_pgb' || :k, '2025-01-01', 'bench', 1, now() + interval '30 seconds', 'key_bench', now() + interval '1 day') on conflict (tenant_id, operation_name, idempotency_key) do nothing returning lease_version, expires_at, claimed_as), renewed as (delete from idempotency_responses where tenant_id = '{tenant}' and operation_name = 'create_payment' and idempotency_key = 'pgb-' || :k and exists (select 1 from claimed where claimed_as <> 'new')), held as (update accounts set balance_minor = balance_minor - 100, updated_at = now() where tenant_id = '{tenant}' and id = 'acc_' || :a and currency = 'EUR' and balance_minor >= 100 and exists (select 1 from claimed) returning 1), payment as (insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status, idempotency_key) select 'pay_pgb' || :k, '{tenant}', 'acc_' || :a, 100, 'EUR', 'pgb-' || :k, 'web', 'PROCESSING', 'pgb-' || :k from held returning created_at), event as (insert into outbox_events (id, payment_id, event_type, payload) select 'evt_pgb_c' || :k, 'pay_pgb' || :k, 'PaymentCreated', repeat('p', 200) from payment) select c.lease_version, c.expires_at, c.claimed_as, p.created_at from claimed c left join payment p on true;
 commit;
 begin;
-update payments set status = 'PENDING', provider_charge_id = 'ch_pgb' || :k, updated_at = now() where id = 'pay_pgb' || :k and status = 'PROCESSING';
-update idempotency_records set status = 'COMPLETED', progress_step = 'COMPLETED', response_status_code = 201, provider_reference = 'ch_pgb' || :k, locked_until = null, completed_at = now(), updated_at = now() where tenant_id = '{tenant}' and operation_name = 'create_payment' and idempotency_key = 'pgb-' || :k and lease_version = 1 and status = 'IN_PROGRESS';
-insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) values ('{tenant}', 'create_payment', 'pgb-' || :k, repeat('h', 120), decode(repeat('ab', 400), 'hex'));
-insert into outbox_events (id, payment_id, event_type, payload) values ('evt_pgb_a' || :k, 'pay_pgb' || :k, 'PaymentAuthorized', repeat('p', 200));
+with settled as (update idempotency_records set status = 'COMPLETED', progress_step = 'COMPLETED', response_status_code = 201, provider_reference = 'ch_pgb' || :k, locked_until = null, completed_at = now(), updated_at = now() where tenant_id = '{tenant}' and operation_name = 'create_payment' and idempotency_key = 'pgb-' || :k and lease_version = 1 and status = 'IN_PROGRESS' returning 1), response as (insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) select '{tenant}', 'create_payment', 'pgb-' || :k, repeat('h', 120), decode(repeat('ab', 400), 'hex') from settled), payment as (update payments set status = 'PENDING', provider_charge_id = 'ch_pgb' || :k, updated_at = now() where id = 'pay_pgb' || :k and status = 'PROCESSING' and exists (select 1 from settled) returning tenant_id, account_id, amount_minor), released as (update accounts a set balance_minor = a.balance_minor + p.amount_minor, updated_at = now() from payment p where false and a.tenant_id = p.tenant_id and a.id = p.account_id), event as (insert into outbox_events (id, payment_id, event_type, payload) select 'evt_pgb_a' || :k, 'pay_pgb' || :k, 'PaymentAuthorized', repeat('p', 200) from payment) select (select count(*) from settled), (select count(*) from payment);
 commit;
 """
 

@@ -259,10 +259,7 @@ pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
     tx: &mut Transaction<'_, D>,
     completion: &PaymentCompletion,
 ) -> Result<(), StoreError> {
-    let (payment_status, event_type) = match completion.verdict {
-        ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
-        ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
-    };
+    let (payment_status, event_type) = payment_outcome(completion.verdict);
     let settled = sqlx::query(D::SET_PAYMENT_OUTCOME)
         .bind(payment_status)
         .bind(completion.provider_charge_id.as_str())
@@ -271,12 +268,7 @@ pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
         .await?
         .rows_affected();
     if settled == 0 {
-        // Settled already (by another owner of a payment without a record): its hold and
-        // event must not be applied twice.
-        return Err(StoreError::Corrupt(format!(
-            "payment {} is no longer PROCESSING",
-            completion.payment_id
-        )));
+        return Err(no_longer_processing(&completion.payment_id));
     }
     if completion.verdict == ProviderVerdict::Declined {
         release_hold_in(tx, completion.payment_id.as_str()).await?;
@@ -289,6 +281,20 @@ pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
         &completion.event_payload,
     )
     .await
+}
+
+/// The payment's status and its event's type for the provider's verdict.
+pub(super) fn payment_outcome(verdict: ProviderVerdict) -> (&'static str, &'static str) {
+    match verdict {
+        ProviderVerdict::Authorized => ("PENDING", "PaymentAuthorized"),
+        ProviderVerdict::Declined => ("DECLINED", "PaymentDeclined"),
+    }
+}
+
+/// A completion found its payment settled already (by another owner of a payment without a
+/// record): its hold and event must not be applied twice.
+pub(super) fn no_longer_processing(payment_id: &PaymentId) -> StoreError {
+    StoreError::Corrupt(format!("payment {payment_id} is no longer PROCESSING"))
 }
 
 /// Gives a payment's held amount back to its account, inside `tx`.

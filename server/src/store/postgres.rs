@@ -74,6 +74,55 @@ impl Dialect for Postgres {
          schemaname = current_schema()";
 }
 
+/// The claim's statement (`RecordStatements::CLAIM_RECORD`), a macro so that create_payment's
+/// claim at once can start with the same text.
+macro_rules! claim_record {
+    () => {
+        "\
+            insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
+                request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
+                response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
+            values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
+                now() + make_interval(secs => $11), $12, now() + make_interval(secs => $13)) \
+            on conflict (tenant_id, operation_name, idempotency_key) do update set \
+                fingerprint_version = excluded.fingerprint_version, \
+                request_fingerprint = excluded.request_fingerprint, \
+                canonical_command = excluded.canonical_command, \
+                status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
+                resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
+                provider_reference = null, response_status_code = null, \
+                response_schema_version = excluded.response_schema_version, \
+                lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
+                locked_until = excluded.locked_until, created_by = excluded.created_by, \
+                created_at = now(), updated_at = now(), completed_at = null, \
+                expires_at = excluded.expires_at, settled_status = null, purged_at = null, \
+                recovery_attempts = 0, next_recovery_at = null, \
+                claimed_as = case when idempotency_records.expires_at <= now() \
+                    then 'after_expiry' else 'after_release' end, \
+                expired_retries = idempotency_records.expired_retries \
+                    + case when idempotency_records.expires_at <= now() then 1 else 0 end \
+            where (idempotency_records.status = 'FAILED_RETRYABLE' \
+                    and idempotency_records.expires_at > now() \
+                    and idempotency_records.fingerprint_version = excluded.fingerprint_version \
+                    and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
+                or ($14 and idempotency_records.expires_at <= now() \
+                    and idempotency_records.status in \
+                        ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
+            returning lease_version, expires_at, claimed_as"
+    };
+}
+
+/// The owner's fenced settling of its record (`RecordStatements::SETTLE_RECORD`), a macro so
+/// that create_payment's completion at once can start with the same text.
+macro_rules! settle_record {
+    () => {
+        "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
+             response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
+             now(), updated_at = now() where tenant_id = $4 and operation_name = $5 and idempotency_key \
+             = $6 and lease_version = $7 and status = 'IN_PROGRESS'"
+    };
+}
+
 impl RecordStatements for Postgres {
     const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
          r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
@@ -81,45 +130,53 @@ impl RecordStatements for Postgres {
          s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
          r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
          r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
-    const CLAIM_RECORD: &'static str = "\
-        insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
-            request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
-            response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
-        values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
-            now() + make_interval(secs => $11), $12, now() + make_interval(secs => $13)) \
-        on conflict (tenant_id, operation_name, idempotency_key) do update set \
-            fingerprint_version = excluded.fingerprint_version, \
-            request_fingerprint = excluded.request_fingerprint, \
-            canonical_command = excluded.canonical_command, \
-            status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
-            resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
-            provider_reference = null, response_status_code = null, \
-            response_schema_version = excluded.response_schema_version, \
-            lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
-            locked_until = excluded.locked_until, created_by = excluded.created_by, \
-            created_at = now(), updated_at = now(), completed_at = null, \
-            expires_at = excluded.expires_at, settled_status = null, purged_at = null, \
-            recovery_attempts = 0, next_recovery_at = null, \
-            claimed_as = case when idempotency_records.expires_at <= now() \
-                then 'after_expiry' else 'after_release' end, \
-            expired_retries = idempotency_records.expired_retries \
-                + case when idempotency_records.expires_at <= now() then 1 else 0 end \
-        where (idempotency_records.status = 'FAILED_RETRYABLE' \
-                and idempotency_records.expires_at > now() \
-                and idempotency_records.fingerprint_version = excluded.fingerprint_version \
-                and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
-            or ($14 and idempotency_records.expires_at <= now() \
-                and idempotency_records.status in \
-                    ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
-        returning lease_version, expires_at, claimed_as";
+    const CLAIM_RECORD: &'static str = claim_record!();
     const BIND_STORED_ERROR: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
          response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
          completed_at = now(), updated_at = now() where tenant_id = $2 and operation_name = $3 and \
          idempotency_key = $4";
-    const SETTLE_RECORD: &'static str = "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
-         response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
-         now(), updated_at = now() where tenant_id = $4 and operation_name = $5 and idempotency_key \
-         = $6 and lease_version = $7 and status = 'IN_PROGRESS'";
+    const SETTLE_RECORD: &'static str = settle_record!();
+    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
+        "with claimed as (",
+        claim_record!(),
+        "), renewed as (\
+            delete from idempotency_responses where tenant_id = $1 and operation_name = $2 \
+                and idempotency_key = $3 and exists (select 1 from claimed where claimed_as <> 'new')), \
+        held as (\
+            update accounts set balance_minor = balance_minor - $15, updated_at = now() \
+            where tenant_id = $1 and id = $16 and currency = $17 and balance_minor >= $15 \
+                and exists (select 1 from claimed) \
+            returning 1), \
+        payment as (\
+            insert into payments (id, tenant_id, account_id, amount_minor, currency, \
+                merchant_reference, channel, status, idempotency_key) \
+            select $8, $1, $16, $15, $17, $18, $19, 'PROCESSING', $3 from held \
+            returning created_at), \
+        event as (\
+            insert into outbox_events (id, payment_id, event_type, payload) \
+            select $20, $8, 'PaymentCreated', $21 from payment) \
+        select c.lease_version, c.expires_at, c.claimed_as, p.created_at \
+        from claimed c left join payment p on true"
+    ));
+    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
+        "with settled as (",
+        settle_record!(),
+        " returning 1), \
+        response as (\
+            insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+            select $4, $5, $6, $8, $9 from settled), \
+        payment as (\
+            update payments set status = $10, provider_charge_id = $3, updated_at = now() \
+            where id = $11 and status = 'PROCESSING' and exists (select 1 from settled) \
+            returning tenant_id, account_id, amount_minor), \
+        released as (\
+            update accounts a set balance_minor = a.balance_minor + p.amount_minor, updated_at = now() \
+            from payment p where $12 and a.tenant_id = p.tenant_id and a.id = p.account_id), \
+        event as (\
+            insert into outbox_events (id, payment_id, event_type, payload) \
+            select $13, $11, $14, $15 from payment) \
+        select (select count(*) from settled), (select count(*) from payment)"
+    ));
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
          recovery_attempts + 1, next_recovery_at = now() + make_interval(secs => 1 << \

@@ -7,7 +7,8 @@ use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
 use super::operators::insert_audit;
 use super::payments::{
-    LocalStep, PaymentStatements, create_payment_in, refusal, release_hold_in, settle_payment_in,
+    LocalStep, PaymentStatements, create_payment_in, no_longer_processing, payment_outcome, refusal,
+    release_hold_in, settle_payment_in,
 };
 use crate::crash::{CrashPoint, crash_point};
 use chrono::{DateTime, Utc};
@@ -15,11 +16,12 @@ use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
 use domain::expiry::AfterExpiry;
 use domain::key::IdempotencyKey;
-use domain::payment::NewPayment;
+use domain::payment::{NewPayment, new_event_id};
 use domain::record::{ClaimedAs, RecordAt, StoredRecord};
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
-use sqlx::Transaction;
+use sqlx::query::QueryAs;
+use sqlx::{Database, Transaction};
 use std::time::Duration;
 
 /// A scoped key's record as one read found it, with its stored response.
@@ -144,7 +146,27 @@ pub trait RecordStatements {
     /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
     /// returns its payment id.
     const RELEASE_RECORD: &'static str;
+    /// create_payment's claim as one statement, where the dialect writes several tables in
+    /// one (PostgreSQL's data-modifying `with`), run inside the claim's transaction: the
+    /// claim ([`Self::CLAIM_RECORD`]'s `$1`..`$14`, `$8` the payment id), a renewed record's
+    /// old response deleted, the hold, the payment and its PaymentCreated event, each only if
+    /// the one before it happened. `$15` amount, `$16` account, `$17` currency, `$18`
+    /// merchant reference, `$19` channel, `$20` event id, `$21` event payload. Returns the
+    /// claim's lease version, expiry and how it was claimed, with the payment's creation time;
+    /// that time is null when no hold was taken (the account refuses, or lacks the funds). No
+    /// row: the key's record exists. `None`: the dialect takes the claim's steps one by one.
+    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str>;
+    /// create_payment's completion as one statement likewise: [`Self::SETTLE_RECORD`]'s
+    /// `$1`..`$7`, then the response (`$8` headers, `$9` body), the payment's outcome (`$10`
+    /// status, `$11` payment id; `$3` the charge id), its hold given back when `$12` (a
+    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records and
+    /// payments it settled: 1 and 1, or 0 and 0 for an owner fenced out.
+    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str>;
 }
+
+/// A row of [`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]: the claim's lease version, expiry
+/// and how it was claimed, and the payment's creation time (null: no hold was taken).
+type ClaimedAtOnce = (i64, DateTime<Utc>, String, Option<DateTime<Utc>>);
 
 /// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, then its response's.
 type LookUpRow = (
@@ -245,23 +267,10 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
     resource_id: &str,
 ) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
     let scope = &claim.scope;
-    let inserted: Option<(i64, DateTime<Utc>, String)> = sqlx::query_as(D::CLAIM_RECORD)
-        .bind(scope.tenant_id.as_str())
-        .bind(scope.operation.as_str())
-        .bind(scope.key.as_str())
-        .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
-        .bind(claim.fingerprint.sha256_hex.as_str())
-        .bind(claim.fingerprint.canonical.as_str())
-        .bind(resource_type)
-        .bind(resource_id)
-        .bind(claim.response_schema_version.as_str())
-        .bind(claim.lease_owner.as_str())
-        .bind(claim.lease.as_secs_f64())
-        .bind(claim.created_by.as_str())
-        .bind(claim.window.as_secs_f64())
-        .bind(claim.after_expiry == AfterExpiry::NewOperation)
-        .fetch_optional(&mut **tx)
-        .await?;
+    let inserted: Option<(i64, DateTime<Utc>, String)> =
+        bind_claim(sqlx::query_as(D::CLAIM_RECORD), claim, resource_type, resource_id)
+            .fetch_optional(&mut **tx)
+            .await?;
     let Some((lease_version, expires_at, claimed_as)) = inserted else {
         return Ok(None);
     };
@@ -279,6 +288,31 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
         .await?;
     }
     Ok(Some((lease_version, expires_at, claimed_as)))
+}
+
+/// [`RecordStatements::CLAIM_RECORD`]'s parameters, `$1`..`$14`.
+fn bind_claim<'q, D: Dialect, O>(
+    query: QueryAs<'q, D, O, <D as Database>::Arguments<'q>>,
+    claim: &'q NewClaim,
+    resource_type: &'q str,
+    resource_id: &'q str,
+) -> QueryAs<'q, D, O, <D as Database>::Arguments<'q>> {
+    let scope = &claim.scope;
+    query
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+        .bind(claim.fingerprint.sha256_hex.as_str())
+        .bind(claim.fingerprint.canonical.as_str())
+        .bind(resource_type)
+        .bind(resource_id)
+        .bind(claim.response_schema_version.as_str())
+        .bind(claim.lease_owner.as_str())
+        .bind(claim.lease.as_secs_f64())
+        .bind(claim.created_by.as_str())
+        .bind(claim.window.as_secs_f64())
+        .bind(claim.after_expiry == AfterExpiry::NewOperation)
 }
 
 /// Binds a just-claimed record to a refusal the contract replays (`response`), inside `tx`.
@@ -342,6 +376,103 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
         }
     }
 
+    /// create_payment's claim as one statement ([`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]),
+    /// for the common case: the key is free and the account takes the hold. `None` when it is
+    /// not that case and nothing was written: the claim's steps one by one then decide and
+    /// name the refusal.
+    async fn claim_payment_at_once(
+        &self,
+        statement: &'static str,
+        claim: &NewClaim,
+        payment: &NewPayment,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let scope = &claim.scope;
+        let event_id = new_event_id();
+        let event = payment.created_event(&event_id);
+        let mut tx = self.begin().await?;
+        let claimed: Result<Option<ClaimedAtOnce>, sqlx::Error> =
+            bind_claim(sqlx::query_as(statement), claim, "payment", payment.id.as_str())
+                .bind(payment.amount.minor_units())
+                .bind(payment.account_id.as_str())
+                .bind(payment.amount.currency().code())
+                .bind(payment.merchant_reference.as_str())
+                .bind(payment.channel.as_str())
+                .bind(event_id.as_str())
+                .bind(event.as_str())
+                .fetch_optional(&mut *tx)
+                .await;
+        let claimed = match claimed.map_err(StoreError::from) {
+            Ok(claimed) => claimed,
+            // The merchant reference is taken by another payment.
+            Err(StoreError::AlreadyExists) => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        };
+        let Some((lease_version, expires_at, claimed_as, created_at)) = claimed else {
+            return self.existing(tx, scope).await.map(Some);
+        };
+        let Some(created_at) = created_at else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        crash_point(CrashPoint::InsideLocalTransaction);
+        let claimed_as: ClaimedAs = StoreError::parse_stored("claimed_as", &claimed_as)?;
+        tx.commit().await?;
+        Ok(Some(ClaimOutcome::Claimed {
+            lease_version,
+            expires_at,
+            created_at,
+            claimed_as,
+        }))
+    }
+
+    /// create_payment's completion as one statement
+    /// ([`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`]), with an operator's audit entry beside
+    /// it in the same transaction.
+    async fn complete_payment_at_once(
+        &self,
+        statement: &'static str,
+        scope: &Scope,
+        lease_version: i64,
+        record_status: &str,
+        completion: &PaymentCompletion,
+    ) -> Result<bool, StoreError> {
+        let (payment_status, event_type) = payment_outcome(completion.verdict);
+        let mut tx = self.begin().await?;
+        let (records, payments): (i64, i64) = sqlx::query_as(statement)
+            .bind(record_status)
+            .bind(i32::from(completion.response.status))
+            .bind(completion.provider_charge_id.as_str())
+            .bind(scope.tenant_id.as_str())
+            .bind(scope.operation.as_str())
+            .bind(scope.key.as_str())
+            .bind(lease_version)
+            .bind(completion.response.headers_json())
+            .bind(completion.response.body.as_slice())
+            .bind(payment_status)
+            .bind(completion.payment_id.as_str())
+            .bind(completion.verdict == ProviderVerdict::Declined)
+            .bind(completion.event_id.as_str())
+            .bind(event_type)
+            .bind(completion.event_payload.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        if records == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        if payments == 0 {
+            return Err(no_longer_processing(&completion.payment_id));
+        }
+        if let Some(audit) = &completion.audit {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
     /// A refused command wrote nothing; a renewal of an expired record is still noted as an
     /// expired retry (the rollback took the claim's note with it).
     pub(super) async fn note_refused_renewal(
@@ -374,6 +505,11 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         payment: &NewPayment,
         insufficient_funds: &StoredResponse,
     ) -> Result<ClaimOutcome, StoreError> {
+        if let Some(statement) = D::CLAIM_PAYMENT_AT_ONCE
+            && let Some(outcome) = self.claim_payment_at_once(statement, claim, payment).await?
+        {
+            return Ok(outcome);
+        }
         let scope = &claim.scope;
         let mut tx = self.begin().await?;
         let Some((lease_version, expires_at, claimed_as)) =
@@ -418,6 +554,11 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             ProviderVerdict::Authorized => "COMPLETED",
             ProviderVerdict::Declined => "FAILED_REPLAYABLE",
         };
+        if let Some(statement) = D::COMPLETE_PAYMENT_AT_ONCE {
+            return self
+                .complete_payment_at_once(statement, scope, lease_version, record_status, completion)
+                .await;
+        }
         let mut tx = self.begin().await?;
         let settled = settle_record_in(
             &mut tx,

@@ -1,6 +1,7 @@
 use super::widgets::{Loading, Panel, Time};
 use crate::api::get_audit;
 use crate::dto::AuditEntryView;
+use domain::cursor::AuditCursor;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -15,7 +16,7 @@ pub fn AuditPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     entries.await.map(|entries| {
                         let older = entries.last().map(|last| {
-                            let cursor = serde_json::to_string(&(&last.at, &last.id)).unwrap_or_default();
+                            let cursor = AuditCursor::text_after(&last.at, &last.id);
                             format!("/audit?before={}", crate::dto::encode_segment(&cursor))
                         });
                         view! {

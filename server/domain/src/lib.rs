@@ -13,6 +13,7 @@
 pub mod api_error;
 pub mod claim;
 pub mod command;
+pub mod cursor;
 pub mod decision;
 pub mod event;
 pub mod expiry;

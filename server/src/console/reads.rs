@@ -4,7 +4,6 @@
 use super::{StoreConsole, scope_of, unavailable, views};
 use crate::events::consumers::{LEDGER, RECEIPTS};
 use crate::store::console::COMPARED_WINDOWS;
-use crate::store::operators::AuditCursor;
 use app::backend::{ConsoleError, ConsoleReads};
 use app::dto::{
     AuditEntryView, BulkJobView, ConsumerLag, Dashboard, DashboardRange, EventsOverview, LiveGauges,
@@ -12,6 +11,7 @@ use app::dto::{
     RecordRef, RecordSummary, RetryWindow, Series, TenantOption, WindowFit,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
+use domain::cursor::AuditCursor;
 use domain::outcome::Outcome;
 use domain::record::RecordStatus;
 use domain::recovery::{ProviderEvidence, ReconcileAction};
@@ -329,12 +329,7 @@ impl ConsoleReads for StoreConsole {
         let cursor = if before.is_empty() {
             None
         } else {
-            let not_a_cursor = || ConsoleError::Invalid("not a page cursor".to_owned());
-            let (at, id): (String, String) = serde_json::from_str(&before).map_err(|_| not_a_cursor())?;
-            let at = DateTime::parse_from_rfc3339(&at)
-                .map_err(|_| not_a_cursor())?
-                .with_timezone(&Utc);
-            Some(AuditCursor { at, id })
+            Some(AuditCursor::parse(&before).map_err(|error| ConsoleError::Invalid(error.to_string()))?)
         };
         let page = self
             .store

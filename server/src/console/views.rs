@@ -5,7 +5,7 @@
 use super::diff;
 use crate::store::approvals::OverrideRequest;
 use crate::store::bulk::BulkJob;
-use crate::store::console::{RecordCursor, RecordName, RecordQuery, RecordSummary};
+use crate::store::console::{RecordName, RecordQuery, RecordSummary};
 use crate::store::events::DeadLetter;
 use crate::store::history::{RecordHistory, RefundSummary};
 use crate::store::operators::LoggedAudit;
@@ -13,6 +13,7 @@ use crate::store::payments::minor_to_decimal;
 use crate::store::rfc3339_millis as at;
 use app::dto;
 use chrono::{DateTime, Utc};
+use domain::cursor::RecordCursor;
 use domain::scope::Operation;
 
 pub fn record_ref(name: RecordName) -> dto::RecordRef {
@@ -33,11 +34,14 @@ pub fn record_name(record: &dto::RecordRef) -> RecordName {
 
 /// A row of the records browser, with the cursor that continues after it.
 pub fn summary(row: RecordSummary) -> dto::RecordSummary {
-    // Microseconds: PostgreSQL keeps them, and a cursor rounded down would skip rows.
-    let exact = row.created_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
     let record = record_ref(row.record);
-    let cursor = serde_json::to_string(&[exact.as_str(), &record.tenant_id, &record.operation, &record.key])
-        .unwrap_or_default();
+    let cursor = RecordCursor {
+        created_at: row.created_at,
+        tenant_id: record.tenant_id.clone(),
+        operation: record.operation.clone(),
+        key: record.key.clone(),
+    }
+    .to_text();
     dto::RecordSummary {
         record,
         status: row.status,
@@ -77,25 +81,9 @@ pub fn record_query(filter: &dto::RecordFilter) -> Result<RecordQuery, String> {
         key_prefix: named(&filter.key_prefix),
         from: time(&filter.from)?,
         to: time(&filter.to)?,
-        after: named(&filter.after).map(|after| cursor(&after)).transpose()?,
-    })
-}
-
-/// A cursor as [`summary`] made it.
-fn cursor(text: &str) -> Result<RecordCursor, String> {
-    let not_a_cursor = || "not a page cursor".to_owned();
-    let [created_at, tenant_id, operation, key]: [String; 4] =
-        serde_json::from_str(text).map_err(|_| not_a_cursor())?;
-    let created_at = DateTime::parse_from_rfc3339(&created_at)
-        .map_err(|_| not_a_cursor())?
-        .with_timezone(&Utc);
-    Ok(RecordCursor {
-        created_at,
-        record: RecordName {
-            tenant_id,
-            operation,
-            key,
-        },
+        after: named(&filter.after)
+            .map(|after| RecordCursor::parse(&after).map_err(|error| error.to_string()))
+            .transpose()?,
     })
 }
 
@@ -355,7 +343,9 @@ mod tests {
             query.after,
             Some(RecordCursor {
                 created_at,
-                record: row.record
+                tenant_id: row.record.tenant_id,
+                operation: row.record.operation,
+                key: row.record.key,
             })
         );
     }

@@ -7,6 +7,7 @@
 use super::dialect::{Dialect, SqlStore, rfc3339_millis};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
+use domain::cursor::RecordCursor;
 use domain::record::{ProgressStep, RecordStatus};
 use domain::scope::Scope;
 use std::time::Duration;
@@ -48,14 +49,6 @@ pub struct RecordSummary {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub recovery_attempts: i32,
-}
-
-/// Where a records page continues: strictly after this row, in the browser's order (newest
-/// first, ties broken by the scoped key).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordCursor {
-    pub created_at: DateTime<Utc>,
-    pub record: RecordName,
 }
 
 /// A records-browser filter; `None` means any.
@@ -296,9 +289,9 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
         let (after_at, after_tenant, after_operation, after_key) = match &query.after {
             Some(cursor) => (
                 cursor_time(cursor.created_at),
-                cursor.record.tenant_id.as_str(),
-                cursor.record.operation.as_str(),
-                cursor.record.key.as_str(),
+                cursor.tenant_id.as_str(),
+                cursor.operation.as_str(),
+                cursor.key.as_str(),
             ),
             None => ("9999-12-31T23:59:59.999Z".to_owned(), "", "", ""),
         };

@@ -3,6 +3,7 @@
 use super::dialect::{Dialect, RowsAffected, SqlStore, rfc3339_millis};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
+use domain::cursor::AuditCursor;
 use domain::operator::{AuditEntry, OperatorRole};
 use sqlx::Transaction;
 
@@ -45,13 +46,6 @@ pub struct LoggedAudit {
     pub id: String,
     pub at: DateTime<Utc>,
     pub entry: AuditEntry,
-}
-
-/// Where an audit page starts: strictly older than this entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditCursor {
-    pub at: DateTime<Utc>,
-    pub id: String,
 }
 
 #[async_trait::async_trait]

@@ -1,9 +1,10 @@
 //! The storage trait's behaviour, identical on PostgreSQL and SQLite.
 
 use crate::support::{TestDatabase, conformance};
+use domain::cursor::RecordCursor;
 use domain::record::RecordStatus;
 use idem::store::Readiness;
-use idem::store::console::{RecordCursor, RecordGauges, RecordQuery};
+use idem::store::console::{RecordGauges, RecordQuery};
 
 /// A tenant and one record per listed status; SQL valid in both dialects.
 fn records_sql(statuses: &[&str]) -> String {
@@ -72,7 +73,9 @@ async fn console_gauges_and_record_pages_read_what_is_there(db: TestDatabase) {
             Some(last) if page.len() == 2 => {
                 query.after = Some(RecordCursor {
                     created_at: last.created_at,
-                    record: last.record.clone(),
+                    tenant_id: last.record.tenant_id.clone(),
+                    operation: last.record.operation.clone(),
+                    key: last.record.key.clone(),
                 });
             }
             _ => break,

@@ -7,7 +7,7 @@
 //! progress or unknown. `IDEM_PROOF_FAULT_KEYS` keys at each rate (40 in the test command;
 //! `scripts/proof` runs 2,000: over 10,000 requests with the retries).
 
-use crate::support::{DialectName, TestApp};
+use crate::support::{Cluster, DialectName, Forwarder, TestApp, TestDatabase};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -39,6 +39,8 @@ struct Seen {
     unavailable: usize,
     /// The settled answer: status and body.
     settled: Option<(u16, Value)>,
+    /// When it settled.
+    settled_at: Option<Instant>,
 }
 
 /// Pays under `key` until the answer settles; `503 UNAVAILABLE` (with `Retry-After`) is an
@@ -62,6 +64,7 @@ async fn pay_until_settled(app: &TestApp, key: String, database_outages: bool) -
         match status {
             201 | 402 => {
                 seen.settled = Some((status, answer));
+                seen.settled_at = Some(Instant::now());
                 return (key, seen);
             }
             202 => seen.unknown += 1,
@@ -193,13 +196,7 @@ async fn terminated_database_sessions_under_load_lose_no_acknowledgement_and_pay
         .serve("--rate-limit-per-sec", "0")
         .process()
         .await;
-    // Sessions are killed only once the instance serves: one that cannot reach its database
-    // while starting stops (with the reason), for its supervisor to start it again.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while app.get("/readyz").await.status() != 200 {
-        assert!(Instant::now() < deadline, "the instance became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ready(&app).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let killer = {
         let stop = stop.clone();
@@ -233,6 +230,116 @@ async fn terminated_database_sessions_under_load_lose_no_acknowledgement_and_pay
     assert!(terminated > 0, "sessions were terminated under load");
     let summary = each_key_paid_once(&app, &seen).await;
     println!("{terminated} sessions terminated under {keys} keys: {summary}");
+}
+
+/// Waits until the instance serves (one that cannot reach its database while starting stops,
+/// for its supervisor to start it again: faults come after).
+async fn ready(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app.get("/readyz").await.status() != 200 {
+        assert!(Instant::now() < deadline, "the instance became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Pays under fresh keys, one starting every 20 ms (so that the load lasts while the database
+/// is failed), each retried until it settles; what the clients saw.
+async fn pay_paced(app: &TestApp, prefix: &str) -> BTreeMap<String, Seen> {
+    futures_util::stream::iter((0..keys_a_rate()).map(|index| async move {
+        tokio::time::sleep(Duration::from_millis(20 * index as u64)).await;
+        pay_until_settled(app, format!("{prefix}-{index}"), true).await
+    }))
+    .buffer_unordered(keys_a_rate())
+    .collect()
+    .await
+}
+
+/// The database server itself crashes (`pg_ctl stop -m immediate`) and starts again, recovering
+/// from its WAL, every 1.5 s under load: requests meanwhile get `503` with `Retry-After`, and
+/// nothing acknowledged is lost. One payment and at most one charge per key, nothing stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_server_crashing_and_restarting_under_load_loses_no_acknowledgement() {
+    let cluster = Cluster::single();
+    let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
+    let app = TestApp::on_database(db)
+        .tenant("acme", "100000000.00")
+        .recovering()
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await;
+    ready(&app).await;
+    let traffic_done = tokio_util::sync::CancellationToken::new();
+    // When each restart began and ended.
+    let restarts = async {
+        let mut restarts = Vec::new();
+        loop {
+            let pause = if restarts.is_empty() { 300 } else { 1_500 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            if traffic_done.is_cancelled() {
+                return restarts;
+            }
+            let began = Instant::now();
+            tokio::task::block_in_place(|| cluster.crash_restart());
+            restarts.push((began, Instant::now()));
+        }
+    };
+    let traffic = async {
+        let seen = pay_paced(&app, "restart").await;
+        traffic_done.cancel();
+        seen
+    };
+    let (seen, restarts) = tokio::join!(traffic, restarts);
+    let (Some((first, _)), Some((_, last))) = (restarts.first(), restarts.last()) else {
+        panic!("the server was restarted under load");
+    };
+    assert!(
+        seen.values()
+            .any(|seen| seen.settled_at.expect("settled") < *first)
+            && seen
+                .values()
+                .any(|seen| seen.settled_at.expect("settled") > *last),
+        "payments were acknowledged before the restarts and after them"
+    );
+    let restarts = restarts.len();
+    let summary = each_key_paid_once(&app, &seen).await;
+    println!("{restarts} crash restarts of the database server: {summary}");
+}
+
+/// A primary with a synchronous streaming standby: the primary is killed under load, the
+/// standby promoted, and the database's address moved to it. Every payment a client was told
+/// about exists exactly once on the new primary, charged once; every key settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_payment() {
+    let primary = Cluster::primary();
+    let standby = Cluster::standby_of(&primary).await;
+    let address = Forwarder::to(primary.port).await;
+    let db = TestDatabase::create_on(&Cluster::url_via(address.address.port())).await;
+    let app = TestApp::on_database(db)
+        .tenant("acme", "100000000.00")
+        .recovering()
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await;
+    ready(&app).await;
+    let failover = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        tokio::task::block_in_place(|| {
+            primary.kill();
+            standby.promote();
+        });
+        address.point_to(standby.port);
+        (started, Instant::now())
+    };
+    let (seen, (started, done)) = tokio::join!(pay_paced(&app, "failover"), failover);
+    let settled_at = |seen: &Seen| seen.settled_at.expect("settled");
+    assert!(
+        seen.values().any(|seen| settled_at(seen) < started)
+            && seen.values().any(|seen| settled_at(seen) > done),
+        "payments were acknowledged before the failover and after it"
+    );
+    let summary = each_key_paid_once(&app, &seen).await;
+    println!("failover to the synchronous standby: {summary}");
 }
 
 #[tokio::test]

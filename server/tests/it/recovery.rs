@@ -289,3 +289,90 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
         1
     );
 }
+
+/// How many times the crash matrix kills each step boundary: a few in the test command, 50 in
+/// scripts/proof (`IDEM_PROOF_CRASH_KILLS`).
+fn crash_kills_per_boundary() -> usize {
+    std::env::var("IDEM_PROOF_CRASH_KILLS")
+        .ok()
+        .and_then(|kills| kills.parse().ok())
+        .unwrap_or(2)
+}
+
+/// The crash matrix: one instance is aborted at every step boundary of a payment, again and
+/// again, each time under a new key, while a second instance that never crashes runs the
+/// recovery worker. The worker alone settles every crashed payment it can (all but those that
+/// died inside the local transaction, which left nothing); then every key's retry gets its
+/// payment. One payment and one provider call per key, each held once, nothing stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crash_matrix_kills_every_step_boundary_again_and_again() {
+    const CRASH_POINTS: [&str; 4] = [
+        "inside_local_transaction",
+        "before_provider_call",
+        "provider_answered",
+        "after_completion",
+    ];
+    let kills = crash_kills_per_boundary();
+    let mut app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100000.00")
+        .recovering()
+        .process()
+        .await;
+    let survivor = app.spawn_server(&[]).await;
+    let body = |key: &str| {
+        format!(r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"ref-{key}"}}"#)
+    };
+    let mut keys = Vec::new();
+    for round in 0..kills {
+        for crash_point in CRASH_POINTS {
+            let key = format!("matrix-{crash_point}-{round}");
+            app.restart(&[("IDEM_CRASH_POINT", crash_point)]).await;
+            let died = app
+                .post(app.key("acme"), Some(&key), &body(&key))
+                .send()
+                .await
+                .is_err();
+            assert!(died, "{key}: the process died before answering");
+            assert!(!app.server().ended().await.success(), "{key}: aborted");
+            keys.push(key);
+        }
+    }
+    app.stop();
+
+    app.db
+        .eventually_i64(
+            "select count(*) from idempotency_records where status <> 'COMPLETED'",
+            |count| count == 0,
+            "the survivor's worker alone settled every crashed payment",
+        )
+        .await;
+    assert_eq!(
+        app.db.query_i64("select count(*) from idempotency_records").await,
+        (kills * (CRASH_POINTS.len() - 1)) as i64,
+        "a crash inside the local transaction left no record"
+    );
+    for key in &keys {
+        let answer = app.pay_at(survivor.address, key, &body(key)).await;
+        assert_eq!(answer.status(), 201, "{key}");
+        let replayed = answer.headers().contains_key("idempotent-replayed");
+        assert_eq!(
+            replayed,
+            !key.starts_with("matrix-inside_local_transaction"),
+            "{key}: a settled payment is replayed, one that left nothing executes"
+        );
+    }
+
+    let payments = app.db.query_i64("select count(*) from payments").await;
+    assert_eq!(payments, keys.len() as i64, "one payment per key");
+    let charges = app.sim.charges().await;
+    assert_eq!(charges.len() as i64, payments, "one charge per payment");
+    assert!(
+        charges.iter().all(|charge| charge.create_calls == 1),
+        "no charge was sent twice"
+    );
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
+        10_000_000 - 100 * payments,
+        "each payment held once"
+    );
+}

@@ -1,15 +1,23 @@
-//! Random kills during concurrent traffic: rounds of concurrent payments (some keys retried
-//! across rounds) while the real `idem serve` is killed with SIGKILL at a different moment
-//! each round. At the end every key is retried until it settles: one payment per key, one
-//! provider charge per payment, nothing left IN_PROGRESS or UNKNOWN.
+//! Random kills during concurrent traffic over two instances: rounds of concurrent payments
+//! (some keys retried across rounds, each request sent to either instance) while one of the
+//! two real `idem serve` processes, chosen at random, is killed with SIGKILL at a random
+//! moment of the round. At the end every key is retried until it settles: one payment per
+//! key, one provider charge per payment, nothing left IN_PROGRESS or UNKNOWN. 4 kills in the
+//! test command, 500 in scripts/proof (`IDEM_PROOF_RANDOM_KILLS`).
 
 use crate::support::{DialectName, TestApp};
 use futures_util::future::join_all;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-const ROUNDS: u64 = 4;
 const KEYS_PER_ROUND: usize = 40;
+
+fn rounds() -> u64 {
+    std::env::var("IDEM_PROOF_RANDOM_KILLS")
+        .ok()
+        .and_then(|kills| kills.parse().ok())
+        .unwrap_or(4)
+}
 
 fn body(key: &str) -> String {
     format!(r#"{{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"ref-{key}"}}"#)
@@ -25,12 +33,17 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
     app.sim
         .fault(&serde_json::json!({ "mode": "latency", "count": 100_000, "delayMs": 30 }))
         .await;
+    let mut other = app.spawn_server(&[]).await;
     let mut keys = BTreeSet::new();
+    // The seed is printed, so that a failing run can be told apart and repeated.
+    let seed: u64 = std::env::var("IDEM_PROOF_KILL_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("random kills: seed {seed}");
+    let mut random = fastrand::Rng::with_seed(seed);
 
-    for round in 0..ROUNDS {
-        if round > 0 {
-            app.restart(&[]).await;
-        }
+    for round in 0..rounds() {
         let round_keys: Vec<String> = (0..KEYS_PER_ROUND)
             .map(|index| {
                 // Every fifth request retries a key of the previous round.
@@ -43,34 +56,46 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
             .collect();
         keys.extend(round_keys.iter().cloned());
         // Requests start 15 ms apart (0 to 600 ms) and the provider takes 30 ms a charge, so
-        // each round's kill (150 to 450 ms in) lands in the middle of the traffic.
+        // each round's kill (100 to 500 ms in) lands in the middle of the traffic.
         let traffic = join_all(round_keys.iter().enumerate().map(|(index, key)| {
+            let address = if random.bool() { app.address } else { other.address };
             let request = app
-                .post(app.key("acme"), Some(key), &body(key))
+                .http
+                .post(format!("http://{address}/payments"))
+                .bearer_auth(app.key("acme"))
+                .header("idempotency-key", key)
+                .header("content-type", "application/json")
+                .body(body(key))
                 .timeout(Duration::from_secs(5));
             async move {
                 tokio::time::sleep(Duration::from_millis(15 * index as u64)).await;
                 request.send().await
             }
         }));
-        let server = app.server();
+        let kill_first = random.bool();
+        let kill_after = Duration::from_millis(random.u64(100..500));
+        let victim = if kill_first { app.server() } else { &mut other };
         let kill = async {
-            tokio::time::sleep(Duration::from_millis(150 + 100 * round)).await;
-            server.signal("KILL");
+            tokio::time::sleep(kill_after).await;
+            victim.signal("KILL");
         };
         let (answers, ()) = tokio::join!(traffic, kill);
         for answer in answers.into_iter().flatten() {
             let status = answer.status().as_u16();
             assert!(
                 matches!(status, 201 | 202 | 409),
-                "round {round}: only successes, unknowns and waits, got {status}"
+                "round {round} (seed {seed}): only successes, unknowns and waits, got {status}"
             );
         }
-        let _ = server.child.wait().await;
+        let _ = victim.child.wait().await;
+        if kill_first {
+            app.restart(&[]).await;
+        } else {
+            other = app.spawn_server(&[]).await;
+        }
     }
 
-    // A last instance: every key is retried until it settles.
-    app.restart(&[]).await;
+    // Every key is retried until it settles.
     for key in &keys {
         let mut settled = None;
         for _ in 0..100 {
@@ -87,7 +112,7 @@ async fn random_kills_during_traffic_never_pay_twice_and_leave_nothing_stuck() {
             assert!(matches!(status, 202 | 409), "{key}: {status}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(settled, Some(201), "{key} settled");
+        assert_eq!(settled, Some(201), "{key} settled (seed {seed})");
     }
 
     let charges = app.sim.charges().await;

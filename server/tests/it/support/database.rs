@@ -17,37 +17,15 @@ fn postgres_admin_url() -> String {
 /// test ends, pass or fail) or a fresh SQLite file in a temporary directory.
 pub struct TestDatabase {
     pub target: DatabaseTarget,
-    postgres_name: Option<String>,
+    /// The PostgreSQL database's name and the server's admin URL, to drop it.
+    postgres_name: Option<(String, String)>,
     _dir: Option<TempDir>,
 }
 
 impl TestDatabase {
     pub async fn create(dialect: DialectName) -> Self {
         match dialect {
-            DialectName::Postgres => {
-                let name = format!("idem_test_{}", uuid::Uuid::new_v4().simple());
-                let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.unwrap_or_else(|error| {
-                    panic!(
-                        "cannot reach the test PostgreSQL at {} ({error}); run the tests with scripts/test",
-                        postgres_admin_url()
-                    )
-                });
-                sqlx::query(&format!("create database {name}"))
-                    .execute(&mut admin)
-                    .await
-                    .expect("create the test database");
-                admin.close().await.expect("close the admin connection");
-                let url = PgConnectOptions::from_str(&postgres_admin_url())
-                    .expect("valid admin URL")
-                    .database(&name)
-                    .to_url_lossy()
-                    .to_string();
-                TestDatabase {
-                    target: DatabaseTarget::Postgres { url },
-                    postgres_name: Some(name),
-                    _dir: None,
-                }
-            }
+            DialectName::Postgres => TestDatabase::create_on(&postgres_admin_url()).await,
             DialectName::Sqlite => {
                 let dir = tempfile::tempdir().expect("temporary directory");
                 TestDatabase {
@@ -58,6 +36,30 @@ impl TestDatabase {
                     _dir: Some(dir),
                 }
             }
+        }
+    }
+
+    /// A fresh PostgreSQL database on the server `admin_url` names (the shared test server, or
+    /// a cluster of the test's own).
+    pub async fn create_on(admin_url: &str) -> Self {
+        let name = format!("idem_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(admin_url).await.unwrap_or_else(|error| {
+            panic!("cannot reach the test PostgreSQL at {admin_url} ({error}); run the tests with scripts/test")
+        });
+        sqlx::query(&format!("create database {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create the test database");
+        admin.close().await.expect("close the admin connection");
+        let url = PgConnectOptions::from_str(admin_url)
+            .expect("valid admin URL")
+            .database(&name)
+            .to_url_lossy()
+            .to_string();
+        TestDatabase {
+            target: DatabaseTarget::Postgres { url },
+            postgres_name: Some((name, admin_url.to_owned())),
+            _dir: None,
         }
     }
 
@@ -172,18 +174,18 @@ impl TestDatabase {
 
     /// Makes the database disappear under a running store (PostgreSQL only).
     pub async fn drop_now(&self) {
-        let name = self
+        let (name, admin_url) = self
             .postgres_name
-            .as_deref()
+            .as_ref()
             .expect("drop_now is for PostgreSQL databases");
-        drop_postgres_database(name).await;
+        drop_postgres_database(name, admin_url).await;
     }
 }
 
-async fn drop_postgres_database(name: &str) {
+async fn drop_postgres_database(name: &str, admin_url: &str) {
     let pool = PgPoolOptions::new()
         .max_connections(1)
-        .connect(&postgres_admin_url())
+        .connect(admin_url)
         .await
         .expect("reach the test PostgreSQL");
     sqlx::query(&format!("drop database if exists {name} with (force)"))
@@ -197,13 +199,13 @@ impl Drop for TestDatabase {
     fn drop(&mut self) {
         // Drop cannot await; a short-lived runtime on its own thread drops the database even
         // when the test panicked, so that test runs do not leave databases behind.
-        if let Some(name) = self.postgres_name.take() {
+        if let Some((name, admin_url)) = self.postgres_name.take() {
             let dropped = std::thread::spawn(move || {
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .expect("cleanup runtime")
-                    .block_on(drop_postgres_database(&name));
+                    .block_on(drop_postgres_database(&name, &admin_url));
             })
             .join();
             if dropped.is_err() && !std::thread::panicking() {

@@ -1,9 +1,11 @@
 //! Test helpers: a fresh database of either dialect (`database.rs`); Idem itself with its
 //! tenants and provider simulator, in this process or as the real binary (`app.rs`,
 //! `sim.rs`, `process.rs`); a console browser (`console.rs`); a real Prometheus
-//! (`prometheus.rs`); the checks every suite shares.
+//! (`prometheus.rs`); PostgreSQL clusters of a test's own, to crash and fail over
+//! (`cluster.rs`); the checks every suite shares.
 
 mod app;
+mod cluster;
 mod console;
 mod database;
 mod process;
@@ -11,6 +13,7 @@ mod prometheus;
 mod sim;
 
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
+pub use cluster::{Cluster, Forwarder};
 pub use console::{Console, OPERATOR_PASSWORD, create_operator, session_cookie};
 pub use database::TestDatabase;
 pub use idem::store::DialectName;

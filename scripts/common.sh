@@ -70,6 +70,16 @@ ensure_wasm_bindgen() {
   cargo install --quiet --root "$IDEM_TOOLS" wasm-bindgen-cli --version "=$want" --force
 }
 
+# cargo fuzz (scripts/fuzz-parsers) asks rustc for unstable flags (sanitizers, coverage);
+# RUSTC_BOOTSTRAP=1 lets the machine's one stable toolchain take them.
+ensure_cargo_fuzz() {
+  if cargo fuzz --version >/dev/null 2>&1; then
+    return
+  fi
+  say "installing cargo-fuzz (a few minutes, once per machine)"
+  cargo install --quiet --locked --root "$IDEM_TOOLS" cargo-fuzz
+}
+
 # Only release builds run wasm-opt. npm's binaryen works; Debian bookworm's (108) produces a
 # module that never hydrates, so ours comes first on PATH.
 ensure_wasm_opt() {
@@ -120,10 +130,23 @@ ensure_end2end_packages() {
   cp "$IDEM_ROOT/end2end/package-lock.json" "$stamp"
 }
 
-# cargo for the wasm build: the rustup toolchain, or Debian's with std built from source.
+# Lints our crates inside the builds that follow, instead of in builds of their own: `cargo
+# clippy` is a `cargo check` of every dependency, a second compilation that took 9.5 of a
+# fresh clone's 31.5 minutes. clippy-driver as the workspace's compiler wrapper lints each of
+# our crates as it compiles it, with what `cargo clippy -- -D warnings` passes it
+# (CLIPPY_ARGS), and dependencies are compiled once, for the tests.
+lint_while_building() {
+  RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
+  export RUSTC_WORKSPACE_WRAPPER
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+}
+
+# cargo for the wasm build: the rustup toolchain, or Debian's with std built from source
+# (whose rustc the rustup toolchain's clippy-driver cannot drive: that build is not linted).
 wasm_cargo() {
   if [ "$(wasm_toolchain)" = debian ]; then
-    PATH="/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+      PATH="/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
       CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-19 \
       /usr/bin/cargo "$@" -Zbuild-std=std,panic_abort
   else
@@ -151,13 +174,20 @@ ensure_test_postgres() {
   start_throwaway_postgres
 }
 
-start_throwaway_postgres() {
+# PostgreSQL's server programs (initdb, pg_ctl, pg_basebackup): the throwaway cluster, and the
+# tests that crash, restart and fail over clusters of their own (support/cluster.rs).
+ensure_postgres_server_programs() {
   local bindir
   bindir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
   if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
     apt_install postgresql
-    bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
   fi
+}
+
+start_throwaway_postgres() {
+  local bindir
+  ensure_postgres_server_programs
+  bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
   local port="${IDEM_TEST_POSTGRES_PORT:-55432}"
   IDEM_PG_DIR="$(mktemp -d /tmp/idem-pg.XXXXXX)"
   local run_as=()

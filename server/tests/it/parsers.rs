@@ -1,5 +1,5 @@
-//! The parsers under generated input, with proptest on the stable toolchain (`cargo fuzz`
-//! needs a nightly compiler, which this machine cannot install): the command parser, the
+//! The parsers under generated input, with proptest (the same properties run under `cargo
+//! fuzz` in scripts/fuzz-parsers, outside the test command): the command parser, the
 //! fingerprint's canonical form and the idempotency-key parser. None panics; a key is accepted
 //! exactly when the contract allows it; a refused command says why; the canonical form of a
 //! command parses back to the same fingerprint. A failing case shrinks and prints its input

@@ -7,7 +7,7 @@
 //! progress or unknown. `IDEM_PROOF_FAULT_KEYS` keys at each rate (40 in the test command;
 //! `scripts/proof` runs 2,000: over 10,000 requests with the retries).
 
-use crate::support::{Cluster, DialectName, Forwarder, TestApp, TestDatabase};
+use crate::support::{Cluster, DialectName, Forwarder, Setup, TestApp, TestDatabase};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -80,12 +80,7 @@ async fn pay_until_settled(app: &TestApp, key: String, database_outages: bool) -
 }
 
 async fn faults_at(rate: f64) {
-    let app = TestApp::on(DialectName::Postgres)
-        .tenant("acme", "100000000.00")
-        .recovering()
-        .serve("--rate-limit-per-sec", "0")
-        .process()
-        .await;
+    let app = under_load(TestApp::on(DialectName::Postgres)).await;
     // One of the four charge faults meets a charge call with probability `rate`.
     let each = 1.0 - (1.0 - rate).powf(1.0 / CHARGE_FAULTS.len() as f64);
     for mode in CHARGE_FAULTS {
@@ -190,12 +185,7 @@ async fn each_key_paid_once(app: &TestApp, seen: &BTreeMap<String, Seen>) -> Str
 /// per key, no lost acknowledgement, nothing stuck.
 #[tokio::test]
 async fn terminated_database_sessions_under_load_lose_no_acknowledgement_and_pay_once() {
-    let app = TestApp::on(DialectName::Postgres)
-        .tenant("acme", "100000000.00")
-        .recovering()
-        .serve("--rate-limit-per-sec", "0")
-        .process()
-        .await;
+    let app = under_load(TestApp::on(DialectName::Postgres)).await;
     ready(&app).await;
     let stop = tokio_util::sync::CancellationToken::new();
     let killer = {
@@ -232,6 +222,17 @@ async fn terminated_database_sessions_under_load_lose_no_acknowledgement_and_pay
     println!("{terminated} sessions terminated under {keys} keys: {summary}");
 }
 
+/// The real binary, set up for load: a tenant whose balance no run exhausts, the recovery
+/// tests' short leases, and no rate limit.
+async fn under_load(setup: Setup) -> TestApp {
+    setup
+        .tenant("acme", "100000000.00")
+        .recovering()
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await
+}
+
 /// Waits until the instance serves (one that cannot reach its database while starting stops,
 /// for its supervisor to start it again: faults come after).
 async fn ready(app: &TestApp) {
@@ -261,12 +262,7 @@ async fn pay_paced(app: &TestApp, prefix: &str) -> BTreeMap<String, Seen> {
 async fn a_database_server_crashing_and_restarting_under_load_loses_no_acknowledgement() {
     let cluster = Cluster::single();
     let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
-    let app = TestApp::on_database(db)
-        .tenant("acme", "100000000.00")
-        .recovering()
-        .serve("--rate-limit-per-sec", "0")
-        .process()
-        .await;
+    let app = under_load(TestApp::on_database(db)).await;
     ready(&app).await;
     let traffic_done = tokio_util::sync::CancellationToken::new();
     // When each restart began and ended.
@@ -314,12 +310,7 @@ async fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_payment() {
     let standby = Cluster::standby_of(&primary).await;
     let address = Forwarder::to(primary.port).await;
     let db = TestDatabase::create_on(&Cluster::url_via(address.address.port())).await;
-    let app = TestApp::on_database(db)
-        .tenant("acme", "100000000.00")
-        .recovering()
-        .serve("--rate-limit-per-sec", "0")
-        .process()
-        .await;
+    let app = under_load(TestApp::on_database(db)).await;
     ready(&app).await;
     let failover = async {
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -183,7 +183,7 @@ impl PaymentsEngine {
         let scope = &claim.scope;
         let retry_delay = match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(operation, &found);
+                let (retry, retry_delay) = as_retry_of(operation, &claim.fingerprint, &found);
                 if !self.claim_may_renew(scope.operation, &found, &retry) {
                     return (self.answer_record(scope, found, &retry).await, retry_delay);
                 }
@@ -200,7 +200,7 @@ impl PaymentsEngine {
         // again, with its response.
         match self.records.look_up(scope).await {
             Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(operation, &found);
+                let (retry, retry_delay) = as_retry_of(operation, &claim.fingerprint, &found);
                 (self.answer_record(scope, found, &retry).await, retry_delay)
             }
             Ok(None) => (Answer::in_progress(1, None), None),
@@ -467,11 +467,19 @@ impl PaymentsEngine {
 }
 
 /// The request's fingerprint as `found`'s record was fingerprinted (the retry is compared in
-/// the version its record was made with), and its delay if it is a retry of that record.
-fn as_retry_of(operation: &impl KeyedOperation, found: &FoundRecord) -> (String, Option<TimeDelta>) {
-    let retry = operation
-        .fingerprint(FingerprintVersion(found.at.record.fingerprint_version))
-        .sha256_hex;
+/// the version its record was made with; `current`, already computed, when that is the
+/// current version), and its delay if it is a retry of that record.
+fn as_retry_of(
+    operation: &impl KeyedOperation,
+    current: &Fingerprint,
+    found: &FoundRecord,
+) -> (String, Option<TimeDelta>) {
+    let version = FingerprintVersion(found.at.record.fingerprint_version);
+    let retry = if version == current.version {
+        current.sha256_hex.clone()
+    } else {
+        operation.fingerprint(version).sha256_hex
+    };
     let retry_delay = found.at.retry_delay(&retry);
     (retry, retry_delay)
 }

@@ -9,7 +9,7 @@ use domain::scope::{Operation, Scope};
 use std::collections::BTreeMap;
 use strum::VariantArray;
 
-/// Rows per multi-row insert: far below either dialect's limit on bound parameters.
+/// Rows per insert statement: a few hundred kilobytes of JSON.
 const ROWS_PER_STATEMENT: usize = 500;
 
 /// One per-minute bucket's increment.
@@ -81,101 +81,98 @@ pub trait MetricsStatements {
     /// Per tenant and operation with UNKNOWN_REQUIRES_RECOVERY records: how many, the age in
     /// seconds (float) of the oldest, and how many made `$1` recovery attempts or more.
     const UNKNOWN_GAUGES: &'static str;
-    /// What follows a bound RFC 3339 text to make it a timestamp in this dialect.
-    const AS_TIMESTAMP: &'static str;
-    /// Whether many-row statements number their parameters (`$1`, `$2`, …: PostgreSQL) or
-    /// take them in order (`?`: SQLite, where binding a numbered parameter looks its name up
-    /// in a list as long as the statement's parameters, so that binding a 5,000-parameter
-    /// insert took longer than running it, while the writer waited).
-    const NUMBERED_PARAMETERS: bool;
+    /// `$1` a JSON array of outcome counts (`bucket_start` RFC 3339, `tenant_id`,
+    /// `operation_name`, `outcome`, `count`): each added to its bucket.
+    const ADD_OUTCOME_COUNTS: &'static str;
+    /// `$1` a JSON array of journal entries, with the table's column names: inserted.
+    const ADD_JOURNAL_ENTRIES: &'static str;
     /// `$1` a JSON array of API key ids: last used now.
     const NOTE_API_KEYS_USED: &'static str;
 }
 
-/// `($1, $2, …), (…), …` (or `(?, ?, …), …`): `rows` rows of `columns` parameters;
-/// `suffix(column)` follows each parameter (a cast, or nothing).
-fn multi_row_values<D: MetricsStatements>(
-    rows: usize,
-    columns: usize,
-    suffix: impl Fn(usize) -> &'static str,
-) -> String {
-    (0..rows)
-        .map(|row| {
-            let parameters: Vec<String> = (0..columns)
-                .map(|column| {
-                    let suffix = suffix(column);
-                    if D::NUMBERED_PARAMETERS {
-                        format!("${}{suffix}", row * columns + column + 1)
-                    } else {
-                        format!("?{suffix}")
-                    }
-                })
-                .collect();
-            format!("({})", parameters.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+/// An outcome count as [`MetricsStatements::ADD_OUTCOME_COUNTS`] reads it.
+#[derive(serde::Serialize)]
+struct OutcomeCountRow<'a> {
+    bucket_start: String,
+    tenant_id: &'a str,
+    operation_name: &'static str,
+    outcome: &'static str,
+    count: i64,
+}
+
+/// A journal entry as [`MetricsStatements::ADD_JOURNAL_ENTRIES`] reads it.
+#[derive(serde::Serialize)]
+struct JournalRow<'a> {
+    id: String,
+    tenant_id: &'a str,
+    operation_name: &'static str,
+    idempotency_key: &'a str,
+    at: String,
+    fingerprint: &'a str,
+    canonical_command: Option<&'a str>,
+    status_code: u16,
+    error_code: Option<&'a str>,
+    replayed: bool,
+    retry_delay_ms: Option<i64>,
+}
+
+/// A journal entry's id: its time first, so that new rows land at the end of the primary
+/// key's index instead of on a random page of it.
+fn journal_entry_id(at: DateTime<Utc>) -> String {
+    format!("req_{:012x}{}", at.timestamp_millis(), domain::random::random_hex(6))
+}
+
+/// Runs `statement` with each chunk of `rows` as its JSON array `$1`, all in one
+/// transaction: a statement of one fixed text, prepared once per connection (a multi-row
+/// `values` list has a text per row count, each parsed and planned anew).
+async fn insert_as_json<D: Dialect, T: serde::Serialize>(
+    store: &SqlStore<D>,
+    statement: &'static str,
+    rows: &[T],
+) -> Result<(), StoreError> {
+    let mut tx = store.begin().await?;
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let json = serde_json::to_string(chunk).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        sqlx::query(statement).bind(json).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 #[async_trait::async_trait]
 impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
-        for chunk in counts.chunks(ROWS_PER_STATEMENT) {
-            let values = multi_row_values::<D>(chunk.len(), 5, |column| match column {
-                0 => D::AS_TIMESTAMP,
-                _ => "",
-            });
-            let sql = format!(
-                "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
-                 values {values} on conflict (bucket_start, tenant_id, operation_name, outcome) \
-                 do update set count = outcome_buckets.count + excluded.count"
-            );
-            let mut statement = sqlx::query(&sql);
-            for count in chunk {
-                statement = statement
-                    .bind(rfc3339_millis(count.bucket_start))
-                    .bind(count.tenant_id.as_str())
-                    .bind(count.operation.as_str())
-                    .bind(count.outcome.as_str())
-                    .bind(count.count);
-            }
-            statement.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let rows: Vec<OutcomeCountRow<'_>> = counts
+            .iter()
+            .map(|count| OutcomeCountRow {
+                bucket_start: rfc3339_millis(count.bucket_start),
+                tenant_id: &count.tenant_id,
+                operation_name: count.operation.as_str(),
+                outcome: count.outcome.as_str(),
+                count: count.count,
+            })
+            .collect();
+        insert_as_json(self, D::ADD_OUTCOME_COUNTS, &rows).await
     }
 
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
-        for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-            let values = multi_row_values::<D>(chunk.len(), 11, |column| match column {
-                4 => D::AS_TIMESTAMP,
-                _ => "",
-            });
-            let sql = format!(
-                "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-                 fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) values {values}"
-            );
-            let mut statement = sqlx::query(&sql);
-            for entry in chunk {
-                statement = statement
-                    .bind(format!("req_{}", domain::random::random_hex(12)))
-                    .bind(entry.scope.tenant_id.as_str())
-                    .bind(entry.scope.operation.as_str())
-                    .bind(entry.scope.key.as_str())
-                    .bind(rfc3339_millis(entry.at))
-                    .bind(entry.fingerprint.as_str())
-                    .bind(entry.canonical_command.as_deref())
-                    .bind(i32::from(entry.status_code))
-                    .bind(entry.error_code.as_deref())
-                    .bind(entry.replayed)
-                    .bind(entry.retry_delay.map(|delay| delay.num_milliseconds()));
-            }
-            statement.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let rows: Vec<JournalRow<'_>> = entries
+            .iter()
+            .map(|entry| JournalRow {
+                id: journal_entry_id(entry.at),
+                tenant_id: entry.scope.tenant_id.as_str(),
+                operation_name: entry.scope.operation.as_str(),
+                idempotency_key: entry.scope.key.as_str(),
+                at: rfc3339_millis(entry.at),
+                fingerprint: &entry.fingerprint,
+                canonical_command: entry.canonical_command.as_deref(),
+                status_code: entry.status_code,
+                error_code: entry.error_code.as_deref(),
+                replayed: entry.replayed,
+                retry_delay_ms: entry.retry_delay.map(|delay| delay.num_milliseconds()),
+            })
+            .collect();
+        insert_as_json(self, D::ADD_JOURNAL_ENTRIES, &rows).await
     }
 
     async fn note_api_keys_used(&self, ids: &[String]) -> Result<(), StoreError> {

@@ -322,8 +322,16 @@ impl MetricsStatements for Postgres {
     const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), cast(extract(epoch from now() - \
          min(created_at)) as double precision), count(case when recovery_attempts >= $1 then 1 end) \
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
-    const AS_TIMESTAMP: &'static str = "::timestamptz";
-    const NUMBERED_PARAMETERS: bool = true;
+    const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
+         select bucket_start, tenant_id, operation_name, outcome, count from jsonb_to_recordset(cast($1 as jsonb)) \
+         as bucket (bucket_start timestamptz, tenant_id text, operation_name text, outcome text, count integer) \
+         on conflict (bucket_start, tenant_id, operation_name, outcome) \
+         do update set count = outcome_buckets.count + excluded.count";
+    const ADD_JOURNAL_ENTRIES: &'static str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+         fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) select * from \
+         jsonb_to_recordset(cast($1 as jsonb)) as entry (id text, tenant_id text, operation_name text, \
+         idempotency_key text, at timestamptz, fingerprint text, canonical_command text, status_code integer, \
+         error_code text, replayed boolean, retry_delay_ms bigint)";
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = now() where id in \
          (select jsonb_array_elements_text(cast($1 as jsonb)))";
 }

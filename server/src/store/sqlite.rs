@@ -298,8 +298,16 @@ impl MetricsStatements for Sqlite {
     const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), (julianday('now') - \
          julianday(min(created_at))) * 86400.0, count(case when recovery_attempts >= $1 then 1 end) \
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
-    const AS_TIMESTAMP: &'static str = "";
-    const NUMBERED_PARAMETERS: bool = false;
+    // `where true`: an upsert's `select` needs a `where` before `on conflict` in SQLite.
+    const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
+         select value ->> 'bucket_start', value ->> 'tenant_id', value ->> 'operation_name', value ->> 'outcome', \
+         value ->> 'count' from json_each($1) where true on conflict (bucket_start, tenant_id, operation_name, outcome) \
+         do update set count = outcome_buckets.count + excluded.count";
+    const ADD_JOURNAL_ENTRIES: &'static str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+         fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) select value ->> 'id', \
+         value ->> 'tenant_id', value ->> 'operation_name', value ->> 'idempotency_key', value ->> 'at', \
+         value ->> 'fingerprint', value ->> 'canonical_command', value ->> 'status_code', value ->> 'error_code', \
+         value ->> 'replayed', value ->> 'retry_delay_ms' from json_each($1)";
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
          (select value from json_each($1))";
 }

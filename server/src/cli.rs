@@ -326,7 +326,7 @@ pub struct ServeArgs {
     pub metrics_flush_ms: u64,
 
     /// How often, in milliseconds, this instance writes its request journal (the console's
-    /// record pages) to the database, in multi-row statements.
+    /// record pages) to the database, in batches (one statement each).
     #[arg(long, env = "IDEM_JOURNAL_FLUSH_MS", default_value_t = 100)]
     pub journal_flush_ms: u64,
 

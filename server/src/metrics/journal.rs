@@ -1,6 +1,6 @@
 //! The request journal: every request that arrived with a key and what it was answered, for
 //! the console's record page (a conflicting retry keeps its command, for the diff). Buffered
-//! in a bounded queue and written every `--journal-flush-ms` in multi-row statements (and at
+//! in a bounded queue and written every `--journal-flush-ms` in batches, one statement each (and at
 //! shutdown), so a request costs no round trip for it. A crash loses the entries of the last
 //! flush interval: diagnostics only, never a record, a payment or an answer.
 //!

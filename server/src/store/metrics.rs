@@ -119,7 +119,8 @@ struct JournalRow<'a> {
 /// A journal entry's id: its time first, so that new rows land at the end of the primary
 /// key's index instead of on a random page of it.
 fn journal_entry_id(at: DateTime<Utc>) -> String {
-    format!("req_{:012x}{}", at.timestamp_millis(), domain::random::random_hex(6))
+    let random = domain::random::random_hex(6);
+    format!("req_{:012x}{random}", at.timestamp_millis())
 }
 
 /// Runs `statement` with each chunk of `rows` as its JSON array `$1`, all in one

@@ -728,6 +728,9 @@ def markdown(report):
         "",
         *ratios,
         "",
+        "Why each missed target is missed, with the profiles that show it (`scripts/profile-replay`, "
+        "`perf`, the statements below) and what is proposed: `docs/performance.md`.",
+        "",
         "## Where PostgreSQL's time went (`pg_stat_statements`, the main database, whole run)",
         "",
         *statements,

@@ -244,8 +244,7 @@ class Idem:
         return {"IDEM_BENCH_KEY": self.key, "IDEM_BENCH_PAYMENT": json.loads(body)["paymentId"]}
 
     def cpu_seconds(self):
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(Path(f"/proc/{self.process.pid}/stat").read_text())
 
     def rss_mb(self):
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -256,6 +255,12 @@ class Idem:
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+def cpu_seconds(proc_stat):
+    """User and system CPU seconds from a process's /proc/<pid>/stat text."""
+    fields = proc_stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wrk(url, workload, seconds, env, connections=CONNECTIONS):

@@ -21,22 +21,22 @@ import bench
 
 
 def postgres_cpu_seconds():
-    total = 0
+    total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
         if text[text.index("(") + 1:text.rindex(")")].startswith("postgres"):
-            fields = text.rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            total += bench.cpu_seconds(text)
+    return total
 
 
 def profile(idem, workload, seconds, env, record=None):
-    stat_file = tempfile.mktemp(suffix=".perf-stat")
+    scratch = tempfile.TemporaryDirectory()
+    stat_file = Path(scratch.name, "perf-stat")
     counters = subprocess.Popen(["perf", "stat", "-e", "context-switches", "-p", str(idem.process.pid),
-                                 "-o", stat_file])
+                                 "-o", str(stat_file)])
     recorder = subprocess.Popen(["perf", "record", "-F", "2000", "-o", record, "-p", str(idem.process.pid)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if record else None
     time.sleep(0.3)
@@ -47,8 +47,8 @@ def profile(idem, workload, seconds, env, record=None):
         process.send_signal(2)
         process.wait()
     requests = max(row["throughput"] * seconds, 1)
-    switches = int(re.search(r"([\d,]+)\s+context-switches", Path(stat_file).read_text()).group(1).replace(",", ""))
-    os.unlink(stat_file)
+    switches = int(re.search(r"([\d,]+)\s+context-switches", stat_file.read_text()).group(1).replace(",", ""))
+    scratch.cleanup()
     return {"throughput": row["throughput"], "server_cpu_ms": row["cpu_ms_per_request"],
             "postgres_cpu_ms": 1000 * database_cpu / requests, "switches": switches / requests}
 

@@ -125,7 +125,9 @@ impl ResponseSealer {
     /// sealed body can be replayed after it was sealed), and that every live instance (heard
     /// from within `live_within`) holds the key this one seals with. Refuses to start rather
     /// than answer replays with errors. Registering first means that of two instances
-    /// starting at once, at least one sees the other.
+    /// starting at once, at least one sees the other; checking the keys in use again once its
+    /// own is noted means that of two starting at once with different secrets under one key
+    /// id, the one whose probe was not kept refuses.
     pub async fn join(
         &self,
         store: &dyn SealingKeyStore,
@@ -138,13 +140,20 @@ impl ResponseSealer {
             Ok(()) => self.check_live_instances(store, instance_id, live_within).await,
             refused => refused,
         };
+        let checked = match checked {
+            Ok(()) => match self.note_in_use(store).await {
+                Ok(()) => self.check_keys_in_use(store, horizon).await,
+                failed => failed,
+            },
+            refused => refused,
+        };
         if let Err(refusal) = checked {
             if let Err(error) = store.forget_instance(instance_id).await {
                 tracing::warn!(%error, "a refused instance stays registered until its heartbeat ages");
             }
             return Err(refusal);
         }
-        self.note_in_use(store).await
+        Ok(())
     }
 
     /// Renews this instance's registration and its sealing key's use, and checks the keys in

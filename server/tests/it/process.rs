@@ -199,11 +199,15 @@ async fn a_lease_shorter_than_the_provider_timeout_is_refused_at_start() {
 /// Runs `idem serve` expecting it to refuse to start (exit code 1) with `reason` on stderr;
 /// returns the whole of stderr.
 async fn serve_refused(mut command: tokio::process::Command, reason: &str) -> String {
-    let output = command
-        .args(SERVE_ON_FREE_PORTS)
-        .output()
-        .await
-        .expect("run idem serve");
+    // An instance that starts after all would run until killed: the command is killed when
+    // the timeout drops it.
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        command.args(SERVE_ON_FREE_PORTS).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("idem serve was expected to refuse to start ({reason:?}) but kept running"))
+    .expect("run idem serve");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(reason), "expected {reason:?} in: {stderr}");
@@ -227,6 +231,11 @@ async fn instances_sharing_a_database_must_share_response_keys() {
     serve_refused(with_keys(None), "pass the same --response-keys").await;
 
     let first = IdemProcess::serve_with(with_keys(Some(TEST_RESPONSE_KEYS.to_owned()))).await;
+    // It prints its address before it joins: the others start once it answers.
+    let ready = reqwest::get(format!("http://{}/readyz", first.address))
+        .await
+        .expect("GET /readyz");
+    assert_eq!(ready.status(), 200, "the first instance has joined");
     let test_secret = TEST_RESPONSE_KEYS.split_once(':').expect("id:secret").1;
     serve_refused(
         with_keys(Some(format!("t1:{other_secret}"))),
@@ -254,6 +263,53 @@ async fn instances_sharing_a_database_must_share_response_keys() {
     // ...then the new key may seal.
     let rotated = IdemProcess::serve_with(with_keys(Some(t2_seals))).await;
     drop((holding_both, rotated));
+}
+
+/// Two instances started at once with different secrets under one key id: however their
+/// checks and registrations interleave, one starts (and stays ready) and the other refuses.
+#[tokio::test]
+async fn of_two_instances_started_at_once_with_different_secrets_under_one_key_id_one_refuses() {
+    let db = TestDatabase::create(DialectName::Postgres).await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let test_secret = TEST_RESPONSE_KEYS.split_once(':').expect("id:secret").1;
+    let start = |secret: &str| {
+        let mut command = idem_command(dir.path());
+        command
+            .env("DATABASE_URL", db.url())
+            .env("IDEM_RESPONSE_KEYS", format!("t1:{secret}"))
+            .stderr(std::process::Stdio::piped());
+        IdemProcess::serve_with(command)
+    };
+    let (mut one, mut other) = tokio::join!(
+        start(test_secret),
+        start("AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
+    );
+    let mut started = 0;
+    for instance in [&mut one, &mut other] {
+        match reqwest::get(format!("http://{}/readyz", instance.address)).await {
+            Ok(answer) => {
+                assert_eq!(answer.status(), 200, "the instance that started is ready");
+                started += 1;
+            }
+            Err(_) => {
+                assert_eq!(instance.ended().await.code(), Some(1), "refused");
+                let mut stderr = String::new();
+                instance
+                    .child
+                    .stderr
+                    .take()
+                    .expect("piped")
+                    .read_to_string(&mut stderr)
+                    .await
+                    .expect("stderr");
+                assert!(
+                    stderr.contains("is not the key stored responses were sealed with"),
+                    "{stderr}"
+                );
+            }
+        }
+    }
+    assert_eq!(started, 1, "exactly one of the two started");
 }
 
 #[tokio::test]

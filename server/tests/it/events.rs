@@ -280,6 +280,15 @@ async fn crash_then_restart_with(crash_point: &str, transport: &[(&str, &str)]) 
             "every receipt recorded and sent",
         )
         .await;
+    // Each consumer has its own subscription: the ledger's redelivery (after the broker's ack
+    // wait) can come after the receipts are all sent.
+    app.db
+        .eventually_i64(
+            "select count(*) from ledger_transactions",
+            |count| count == AUTHORISED as i64,
+            "every payment in the ledger",
+        )
+        .await;
     assert_once(&app.db).await;
     app
 }

@@ -318,6 +318,21 @@ def measure(idem, postgres, database, workload, seconds, env, right_after=None):
     return row
 
 
+def drain(postgres, database, timeout=300):
+    """Waits until the background work the previous run left (events to publish, which the
+    consumers apply as they are published, and receipts to send) is done, so that it does
+    not run during, and is not counted in, the next run."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = int(postgres.sql(
+            "select (select count(*) from outbox_events where published_at is null and dead_at is null) "
+            "+ (select count(*) from receipts where sent_at is null)", database))
+        if left == 0:
+            return
+        time.sleep(1)
+    print(f"warning: {database} still has background work after {timeout} s", flush=True)
+
+
 def clone_rows(postgres, database, table, where, overrides, first, count):
     """Copies the rows matching `where` `count` times with the `overrides` (SQL over `n`,
     from `first`): a large history in seconds, without a request per row."""
@@ -536,6 +551,7 @@ def grow(args, postgres, sim_url, work):
         for round_number in range(args.rounds):
             for workload in ("fresh_create", "replay"):
                 run_env = dict(env, IDEM_BENCH_PREFIX=f"g{size}-{round_number}")
+                drain(postgres, "idem_growth")
                 samples.setdefault(f"postgres {workload} with {size:,} records", []).append(
                     measure(idem, postgres, "idem_growth", workload, args.seconds, run_env))
         stored = int(postgres.sql("select count(*) from idempotency_records", "idem_growth"))
@@ -716,7 +732,8 @@ def markdown(report):
         "## Growth",
         "",
         "The same workloads on a database that already holds that many settled payments, records and "
-        "stored responses (added by SQL between sizes).",
+        "stored responses (added by SQL between sizes). Each run starts once the background work the "
+        "run before it left (events to publish and apply, receipts to send) is done.",
         "",
         *table(growth_rows),
         "",

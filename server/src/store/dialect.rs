@@ -15,7 +15,7 @@
 
 use super::error::StoreError;
 use super::target::DialectName;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use domain::operator::AuditEntry;
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -168,5 +168,36 @@ impl<D: Dialect> SqlStore<D> {
 /// A timestamp in the one text form both dialects compare correctly (SQLite stores this text;
 /// PostgreSQL casts it).
 pub fn rfc3339_millis(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    // chrono's RFC 3339 writer: `format` would parse a strftime pattern on every call, and
+    // the journal formats a timestamp per request.
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_millis;
+    use chrono::{DateTime, NaiveDate, Utc};
+
+    #[test]
+    fn timestamps_are_written_with_milliseconds_truncated_and_a_z() {
+        let at = |year, month, day, nanos| -> DateTime<Utc> {
+            NaiveDate::from_ymd_opt(year, month, day)
+                .and_then(|date| date.and_hms_nano_opt(23, 59, 58, nanos))
+                .expect("a valid instant")
+                .and_utc()
+        };
+        for (instant, text) in [
+            (at(2026, 12, 1, 0), "2026-12-01T23:59:58.000Z"),
+            (at(2026, 1, 9, 7_000_000), "2026-01-09T23:59:58.007Z"),
+            (at(2026, 6, 30, 999_999_999), "2026-06-30T23:59:58.999Z"),
+            (at(1, 1, 1, 120_000_001), "0001-01-01T23:59:58.120Z"),
+            (at(9999, 12, 31, 999_000_000), "9999-12-31T23:59:58.999Z"),
+        ] {
+            assert_eq!(rfc3339_millis(instant), text);
+            assert_eq!(
+                rfc3339_millis(instant),
+                instant.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+            );
+        }
+    }
 }

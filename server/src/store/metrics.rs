@@ -117,10 +117,10 @@ struct JournalRow<'a> {
 }
 
 /// A journal entry's id: its time first, so that new rows land at the end of the primary
-/// key's index instead of on a random page of it.
-fn journal_entry_id(at: DateTime<Utc>) -> String {
-    let random = domain::random::random_hex(6);
-    format!("req_{:012x}{random}", at.timestamp_millis())
+/// key's index instead of on a random page of it; then its flush's random part (one draw from
+/// the OS per flush, not per request) and its position in that flush.
+fn journal_entry_id(at: DateTime<Utc>, flush: &str, position: usize) -> String {
+    format!("req_{:012x}{flush}{position:06x}", at.timestamp_millis())
 }
 
 /// Runs `statement` with each chunk of `rows` as its JSON array `$1`, all in one
@@ -157,10 +157,12 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     }
 
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
+        let flush = domain::random::random_hex(6);
         let rows: Vec<JournalRow<'_>> = entries
             .iter()
-            .map(|entry| JournalRow {
-                id: journal_entry_id(entry.at),
+            .enumerate()
+            .map(|(position, entry)| JournalRow {
+                id: journal_entry_id(entry.at, &flush, position),
                 tenant_id: entry.scope.tenant_id.as_str(),
                 operation_name: entry.scope.operation.as_str(),
                 idempotency_key: entry.scope.key.as_str(),

@@ -23,6 +23,7 @@ use domain::representation::ApiVersion;
 use domain::scope::Scope;
 use domain::tenant::Principal;
 use serde_json::json;
+use std::sync::OnceLock;
 
 /// A parsed, authenticated create_refund request (refunds always carry a key): from the API
 /// (of a payment), or from the console (of a late charge).
@@ -39,7 +40,19 @@ pub struct CreateRefundRequest {
 
 struct KeyedRefund<'a> {
     request: &'a CreateRefundRequest,
-    refund: NewRefund,
+    /// Made at the claim, as create_payment's payment is.
+    refund: OnceLock<NewRefund>,
+}
+
+impl KeyedRefund<'_> {
+    fn refund(&self) -> &NewRefund {
+        self.refund.get_or_init(|| NewRefund {
+            id: RefundId::generate(),
+            tenant_id: self.request.principal.tenant_id.clone(),
+            command: self.request.command.clone(),
+            of: self.request.of,
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -62,7 +75,7 @@ impl KeyedOperation for KeyedRefund<'_> {
         let exceeds_remaining = |error: &ApiError| engine.sealed(scope, &bound_error(error));
         engine
             .refunds
-            .claim_create_refund(claim, &self.refund, &exceeds_remaining)
+            .claim_create_refund(claim, self.refund(), &exceeds_remaining)
             .await
     }
 
@@ -70,7 +83,7 @@ impl KeyedOperation for KeyedRefund<'_> {
         // The payment's charge is read with the refund: the payment may have been authorised
         // between the request's first read of it and the claim.
         engine
-            .resume_refund(owner, self.refund.id.as_str(), Charging::Send)
+            .resume_refund(owner, self.refund().id.as_str(), Charging::Send)
             .await
     }
 }
@@ -84,12 +97,7 @@ impl PaymentsEngine {
         };
         let operation = KeyedRefund {
             request: &request,
-            refund: NewRefund {
-                id: RefundId::generate(),
-                tenant_id: request.principal.tenant_id.clone(),
-                command: request.command.clone(),
-                of: request.of,
-            },
+            refund: OnceLock::new(),
         };
         self.keyed(&operation, scope, &request.principal, request.api_version)
             .await

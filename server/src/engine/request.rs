@@ -28,6 +28,7 @@ use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::{Operation, Scope};
 use domain::tenant::Principal;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// How many times one request reads its record again after being fenced out before it tells
 /// the client to come back: each round means another owner made progress meanwhile.
@@ -71,7 +72,15 @@ pub(super) trait KeyedOperation: Sync {
 /// create_payment with a key: its payment, made by the claim.
 struct KeyedPayment<'a> {
     request: &'a CreatePaymentRequest,
-    payment: NewPayment,
+    /// Made at the claim: a request its key's record answers needs no payment (nor an id
+    /// drawn from the OS).
+    payment: OnceLock<NewPayment>,
+}
+
+impl KeyedPayment<'_> {
+    fn payment(&self) -> &NewPayment {
+        self.payment.get_or_init(|| new_payment(self.request))
+    }
 }
 
 #[async_trait::async_trait]
@@ -84,16 +93,17 @@ impl KeyedOperation for KeyedPayment<'_> {
         let insufficient_funds = engine.sealed(&claim.scope, &bound_error(&ApiError::InsufficientFunds));
         engine
             .records
-            .claim_create_payment(claim, &self.payment, &insufficient_funds)
+            .claim_create_payment(claim, self.payment(), &insufficient_funds)
             .await
     }
 
     async fn execute(&self, engine: &PaymentsEngine, owner: Owner<'_>, created_at: DateTime<Utc>) -> Owned {
-        let view = PaymentView::of_new(&self.payment, PaymentStatus::Processing, created_at);
+        let payment = self.payment();
+        let view = PaymentView::of_new(payment, PaymentStatus::Processing, created_at);
         engine
             .execute(
                 owner,
-                &self.payment.tenant_id,
+                &payment.tenant_id,
                 &view,
                 self.request.api_version,
                 Charging::Send,
@@ -104,13 +114,10 @@ impl KeyedOperation for KeyedPayment<'_> {
 
 impl PaymentsEngine {
     pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
-        let payment = NewPayment::from_command(
-            PaymentId::generate(),
-            request.principal.tenant_id.clone(),
-            &request.command,
-        );
         let Some(key) = request.key.clone() else {
-            return self.create_payment_without_key(&request, &payment).await;
+            return self
+                .create_payment_without_key(&request, &new_payment(&request))
+                .await;
         };
         let scope = Scope {
             tenant_id: request.principal.tenant_id.clone(),
@@ -119,7 +126,7 @@ impl PaymentsEngine {
         };
         let operation = KeyedPayment {
             request: &request,
-            payment,
+            payment: OnceLock::new(),
         };
         self.keyed(&operation, scope, &request.principal, request.api_version)
             .await
@@ -482,6 +489,15 @@ fn as_retry_of(
     };
     let retry_delay = found.at.retry_delay(&retry);
     (retry, retry_delay)
+}
+
+/// The payment a create_payment request makes, under a new id.
+fn new_payment(request: &CreatePaymentRequest) -> NewPayment {
+    NewPayment::from_command(
+        PaymentId::generate(),
+        request.principal.tenant_id.clone(),
+        &request.command,
+    )
 }
 
 /// A create_payment's fingerprint in `version`.

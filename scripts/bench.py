@@ -200,7 +200,7 @@ class Idem:
     """A release `idem serve`; the first on a database also makes its tenant (keys optional,
     so that requests without one are the baseline), API key and accounts."""
 
-    def __init__(self, binary, data_dir, database_url, provider_url, share=None, extra=()):
+    def __init__(self, binary, data_dir, database_url, provider_url, share=None, extra=(), under=()):
         self.binary, self.data_dir = binary, data_dir
         if share:
             self.env = dict(share.env, IDEM_DATA_DIR=data_dir)
@@ -220,8 +220,9 @@ class Idem:
             for account in range(ACCOUNTS):
                 run([binary, "account", "create", "--tenant", "bench", "--id", f"acc_{account}",
                      "--currency", "EUR", "--balance", "100000000.00"], env=self.env)
+        # `under`: a tool the server runs inside (valgrind), in the same process.
         self.process = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            [*under, binary, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
              "--provider-url", provider_url, "--rate-limit-per-sec", "0", *extra],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = re.search(r"http://[^/]+", self.process.stdout.readline()).group(0)

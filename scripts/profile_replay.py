@@ -6,6 +6,12 @@ each it reports throughput, the CPU milliseconds per request of the server and o
 during the runs, to show what the journal's inserts cost the database. `--perf-record DIR`
 keeps a `perf record` of the server during the last round of each workload (flat: the release
 build has no debug information; `perf report -i DIR/<workload>.data --sort dso,symbol`).
+`--callgrind DIR` also runs a server under valgrind's callgrind and reports the instructions it
+executes per request of each workload (its own and its background's, less an idle window's;
+user space only): a count that, unlike time, does not depend on what else the machine is doing.
+Its dumps stay in DIR (`callgrind_annotate --inclusive=yes DIR/callgrind.out.<pid>.3` for the
+replay). Valgrind has no SHA-NI, so SHA-256 runs its portable code there and the fingerprint's
+share is overstated.
 """
 
 import argparse
@@ -53,6 +59,43 @@ def profile(idem, workload, seconds, env, record=None):
             "postgres_cpu_ms": 1000 * database_cpu / requests, "switches": switches / requests}
 
 
+def instructions_per_request(args, postgres, sim_url, work):
+    """The server's instructions per request of each workload, counted by callgrind (only while
+    the workloads run, over a few connections: valgrind runs one thread at a time)."""
+    out = Path(args.callgrind).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    postgres.create("idem_profile_callgrind")
+    idem = bench.Idem(args.binary, str(work / "callgrind"), postgres.url("idem_profile_callgrind"), sim_url,
+                      under=("valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             f"--callgrind-out-file={out}/callgrind.out.%p"))
+    env = idem.seed_replays()
+    pid = str(idem.process.pid)
+    requests = {}
+    try:
+        subprocess.run(["callgrind_control", "--instr=on", pid], check=True, stdout=subprocess.DEVNULL)
+        # A window of the same length without requests: the background's own instructions
+        # (heartbeats, idle polls), subtracted from each workload's window.
+        time.sleep(args.seconds + 1)
+        subprocess.run(["callgrind_control", "--dump=idle", pid], check=True, stdout=subprocess.DEVNULL)
+        for workload in ("get_payment", "replay"):
+            requests[workload] = bench.wrk(idem.url, workload, args.seconds,
+                                           dict(env, IDEM_BENCH_PREFIX="callgrind"), connections=4)["requests"]
+            time.sleep(1)  # the journal's flush of the last requests
+            subprocess.run(["callgrind_control", f"--dump={workload}", pid], check=True, stdout=subprocess.DEVNULL)
+    finally:
+        idem.stop()
+    def instructions(part):
+        dump = (out / f"callgrind.out.{pid}.{part}").read_text(errors="replace")
+        return int(re.search(r"^totals: (\d+)", dump, re.MULTILINE).group(1))
+
+    idle = instructions(1)
+    per_request = {workload: (instructions(part) - idle) / max(count, 1)
+                   for part, (workload, count) in enumerate(requests.items(), start=2)}
+    lines = [f"  {workload}: {per_request[workload]:,.0f} ({count} requests)" for workload, count in requests.items()]
+    lines.append(f"  replay / GET: {per_request['replay'] / per_request['get_payment']:.2f}; dumps in {out}")
+    return "\ninstructions a request (callgrind):\n" + "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -61,6 +104,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--journal-off", action="store_true")
     parser.add_argument("--perf-record")
+    parser.add_argument("--callgrind")
     args = parser.parse_args()
 
     postgres = bench.Postgres(args.postgres)
@@ -94,6 +138,9 @@ def main():
     finally:
         for idem in servers.values():
             idem.stop()
+    try:
+        counted = instructions_per_request(args, postgres, sim_url, work) if args.callgrind else ""
+    finally:
         sim.terminate()
     print("\nmedians (min-max):")
     for (name, workload), rows in samples.items():
@@ -108,6 +155,8 @@ def main():
                   for get, replay in zip(samples[(name, "get_payment")], samples[(name, "replay")])]
         print(f"  {name}: replay / GET per round {', '.join(f'{r:.2f}' for r in ratios)}; "
               f"median {statistics.median(ratios):.2f}")
+    if counted:
+        print(counted)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ def instructions_per_request(args, postgres, sim_url, work):
             subprocess.run(["callgrind_control", f"--dump={workload}", pid], check=True, stdout=subprocess.DEVNULL)
     finally:
         idem.stop()
+
     def instructions(part):
         dump = (out / f"callgrind.out.{pid}.{part}").read_text(errors="replace")
         return int(re.search(r"^totals: (\d+)", dump, re.MULTILINE).group(1))

@@ -15,9 +15,9 @@
 //! - `answer.rs`: what the client is answered, in the contract's terms.
 //! - `sealing.rs`: stored response bodies sealed at rest.
 //!
-//! The HTTP handler runs [`PaymentsEngine::create_payment`] in its own task, so a client that
-//! disconnects cannot cancel it halfway (no half-done operation, no connection returned to
-//! the pool inside a transaction).
+//! Whatever a keyed request writes runs on a task of its own (`request.rs`), so a caller that
+//! disconnects cannot cancel it halfway (no half-done operation, no connection returned to the
+//! pool inside a transaction); an answer the look-up gives writes nothing and is given at once.
 //!
 //! [`decide`]: domain::decision::decide
 

@@ -23,7 +23,7 @@ use domain::representation::ApiVersion;
 use domain::scope::Scope;
 use domain::tenant::Principal;
 use serde_json::json;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A parsed, authenticated create_refund request (refunds always carry a key): from the API
 /// (of a payment), or from the console (of a late charge).
@@ -38,13 +38,13 @@ pub struct CreateRefundRequest {
     pub of: RefundOf,
 }
 
-struct KeyedRefund<'a> {
-    request: &'a CreateRefundRequest,
+struct KeyedRefund {
+    request: CreateRefundRequest,
     /// Made at the claim, as create_payment's payment is.
     refund: OnceLock<NewRefund>,
 }
 
-impl KeyedRefund<'_> {
+impl KeyedRefund {
     fn refund(&self) -> &NewRefund {
         self.refund.get_or_init(|| NewRefund {
             id: RefundId::generate(),
@@ -56,7 +56,7 @@ impl KeyedRefund<'_> {
 }
 
 #[async_trait::async_trait]
-impl KeyedOperation for KeyedRefund<'_> {
+impl KeyedOperation for KeyedRefund {
     fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint {
         let command = &self.request.command;
         Fingerprint::compute_in(
@@ -89,18 +89,18 @@ impl KeyedOperation for KeyedRefund<'_> {
 }
 
 impl PaymentsEngine {
-    pub async fn create_refund(&self, request: CreateRefundRequest) -> Answer {
+    pub async fn create_refund(self: &Arc<Self>, request: CreateRefundRequest) -> Answer {
         let scope = Scope {
             tenant_id: request.principal.tenant_id.clone(),
             operation: CreateRefund::OPERATION,
             key: request.key.clone(),
         };
+        let (principal, api_version) = (request.principal.clone(), request.api_version);
         let operation = KeyedRefund {
-            request: &request,
+            request,
             refund: OnceLock::new(),
         };
-        self.keyed(&operation, scope, &request.principal, request.api_version)
-            .await
+        self.keyed(operation, scope, &principal, api_version).await
     }
 
     /// A create_refund's owner (new, or resuming after a takeover) with its refund.

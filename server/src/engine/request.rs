@@ -5,6 +5,11 @@
 //! record over when its owner is gone. An operation brings only its own part
 //! ([`KeyedOperation`]): its fingerprint, its claim's local transaction, and what its new
 //! owner does; create_payment's is here, create_refund's in `refunds.rs`.
+//!
+//! Whatever writes (the claim and what its owner does, a takeover, a note of an expired
+//! retry) runs [`to_the_end`], on a task of its own: a caller that goes away (a client hanging
+//! up) cannot cancel it between two writes. An answer the look-up gives writes nothing and
+//! needs no task.
 
 use super::PaymentsEngine;
 use super::answer::{Answer, bound_error};
@@ -28,7 +33,7 @@ use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::{Operation, Scope};
 use domain::tenant::Principal;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// How many times one request reads its record again after being fenced out before it tells
 /// the client to come back: each round means another owner made progress meanwhile.
@@ -49,15 +54,20 @@ pub struct CreatePaymentRequest {
     pub command: CreatePayment,
 }
 
-/// What a record says to a request: an answer now, or "its owner is gone: take it over".
+/// What a record says to a request: an answer now, an answer once the record notes it, or
+/// "its owner is gone: take it over".
 enum Verdict {
     Answer(Answer),
-    Resume { lease_version: i64 },
+    /// A retry past the window under the `reject` policy, counted on its record.
+    NoteExpiredRetry(Answer),
+    Resume {
+        lease_version: i64,
+    },
 }
 
 /// What one keyed operation brings to the idempotency layer.
 #[async_trait::async_trait]
-pub(super) trait KeyedOperation: Sync {
+pub(super) trait KeyedOperation: Send + Sync + 'static {
     /// The request's fingerprint in `version` (a retry is compared in its record's version).
     fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint;
 
@@ -70,23 +80,23 @@ pub(super) trait KeyedOperation: Sync {
 }
 
 /// create_payment with a key: its payment, made by the claim.
-struct KeyedPayment<'a> {
-    request: &'a CreatePaymentRequest,
+struct KeyedPayment {
+    request: CreatePaymentRequest,
     /// Made at the claim: a request its key's record answers needs no payment (nor an id
     /// drawn from the OS).
     payment: OnceLock<NewPayment>,
 }
 
-impl KeyedPayment<'_> {
+impl KeyedPayment {
     fn payment(&self) -> &NewPayment {
-        self.payment.get_or_init(|| new_payment(self.request))
+        self.payment.get_or_init(|| new_payment(&self.request))
     }
 }
 
 #[async_trait::async_trait]
-impl KeyedOperation for KeyedPayment<'_> {
+impl KeyedOperation for KeyedPayment {
     fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint {
-        fingerprint(self.request, version)
+        fingerprint(&self.request, version)
     }
 
     async fn claim(&self, engine: &PaymentsEngine, claim: &NewClaim) -> Result<ClaimOutcome, StoreError> {
@@ -113,30 +123,35 @@ impl KeyedOperation for KeyedPayment<'_> {
 }
 
 impl PaymentsEngine {
-    pub async fn create_payment(&self, request: CreatePaymentRequest) -> Answer {
+    pub async fn create_payment(self: &Arc<Self>, request: CreatePaymentRequest) -> Answer {
         let Some(key) = request.key.clone() else {
-            return self
-                .create_payment_without_key(&request, &new_payment(&request))
-                .await;
+            let engine = Arc::clone(self);
+            return to_the_end(async move {
+                engine
+                    .create_payment_without_key(&request, &new_payment(&request))
+                    .await
+            })
+            .await
+            .unwrap_or_else(|failed| failed);
         };
         let scope = Scope {
             tenant_id: request.principal.tenant_id.clone(),
             operation: CreatePayment::OPERATION,
             key,
         };
+        let (principal, api_version) = (request.principal.clone(), request.api_version);
         let operation = KeyedPayment {
-            request: &request,
+            request,
             payment: OnceLock::new(),
         };
-        self.keyed(&operation, scope, &request.principal, request.api_version)
-            .await
+        self.keyed(operation, scope, &principal, api_version).await
     }
 
-    /// A keyed request of `operation`, through the idempotency layer: the claim (or the
-    /// answer its key's record gives), journalled.
+    /// A keyed request of `operation`, through the idempotency layer: the answer its key's
+    /// record gives, or the claim, journalled.
     pub(super) async fn keyed(
-        &self,
-        operation: &impl KeyedOperation,
+        self: &Arc<Self>,
+        operation: impl KeyedOperation,
         scope: Scope,
         principal: &Principal,
         api_version: ApiVersion,
@@ -152,7 +167,7 @@ impl PaymentsEngine {
             window: settings.expiry.window,
             after_expiry: settings.expiry.after_expiry,
         };
-        let (answer, retry_delay) = self.claim_and_answer(operation, &claim).await;
+        let (answer, retry_delay) = self.answer(operation, &claim).await;
         self.journal_answer(&claim.scope, &claim.fingerprint, &answer, retry_delay);
         answer
     }
@@ -181,30 +196,64 @@ impl PaymentsEngine {
     }
 
     /// The answer, and how long after its key's first request the request came if it is a
-    /// retry.
+    /// retry. The look-up answers here; the claim, or what the record's verdict writes, runs
+    /// to the end.
+    async fn answer(
+        self: &Arc<Self>,
+        operation: impl KeyedOperation,
+        claim: &NewClaim,
+    ) -> (Answer, Option<TimeDelta>) {
+        let scope = &claim.scope;
+        let found = match self.records.look_up(scope).await {
+            Ok(found) => found,
+            // Nothing was written: the retry starts afresh.
+            Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
+        };
+        let Some(mut found) = found else {
+            return self.claim_to_the_end(operation, claim, None).await;
+        };
+        let (retry, retry_delay) = as_retry_of(&operation, &claim.fingerprint, &found);
+        if self.claim_may_renew(scope.operation, &found, &retry) {
+            return self.claim_to_the_end(operation, claim, retry_delay).await;
+        }
+        let answer = match self.verdict(scope, &mut found, &retry) {
+            Verdict::Answer(answer) => answer,
+            verdict => {
+                let (engine, scope) = (Arc::clone(self), scope.clone());
+                to_the_end(async move { engine.carry_out(&scope, found, verdict).await })
+                    .await
+                    .unwrap_or_else(|failed| failed)
+            }
+        };
+        (answer, retry_delay)
+    }
+
+    /// [`Self::claim_and_answer`], run to the end.
+    async fn claim_to_the_end(
+        self: &Arc<Self>,
+        operation: impl KeyedOperation,
+        claim: &NewClaim,
+        retry_delay: Option<TimeDelta>,
+    ) -> (Answer, Option<TimeDelta>) {
+        let (engine, claim) = (Arc::clone(self), claim.clone());
+        to_the_end(async move { engine.claim_and_answer(&operation, &claim, retry_delay).await })
+            .await
+            .unwrap_or_else(|failed| (failed, None))
+    }
+
+    /// The insert-first claim, and the answer to what it decided; when the claim found the
+    /// key's record made or changed since the look-up (a concurrent request), the answer that
+    /// record gives, and that record's retry delay instead of the look-up's.
     async fn claim_and_answer(
         &self,
         operation: &impl KeyedOperation,
         claim: &NewClaim,
+        retry_delay: Option<TimeDelta>,
     ) -> (Answer, Option<TimeDelta>) {
-        let scope = &claim.scope;
-        let retry_delay = match self.records.look_up(scope).await {
-            Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(operation, &claim.fingerprint, &found);
-                if !self.claim_may_renew(scope.operation, &found, &retry) {
-                    return (self.answer_record(scope, found, &retry).await, retry_delay);
-                }
-                retry_delay
-            }
-            Ok(None) => None,
-            // Nothing was written: the retry starts afresh.
-            Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
-        };
         if let Some(answer) = self.claim_anew(operation, claim).await {
             return (answer, retry_delay);
         }
-        // Made or changed between the look-up and the claim (a concurrent request): read
-        // again, with its response.
+        let scope = &claim.scope;
         match self.records.look_up(scope).await {
             Ok(Some(found)) => {
                 let (retry, retry_delay) = as_retry_of(operation, &claim.fingerprint, &found);
@@ -338,13 +387,26 @@ impl PaymentsEngine {
     }
 
     /// The answer `found` gives a request with `fingerprint_hex`, taking the record over when
-    /// its owner is gone. A takeover that is fenced out in turn reads the record again and
-    /// answers it as it stands: a loop, each round answering or reading newer state.
+    /// its owner is gone.
     async fn answer_record(&self, scope: &Scope, mut found: FoundRecord, fingerprint_hex: &str) -> Answer {
-        let mut fingerprint = fingerprint_hex.to_owned();
-        for _ in 0..MAX_ROUNDS {
-            let lease_version = match self.verdict(scope, &mut found, &fingerprint).await {
+        let verdict = self.verdict(scope, &mut found, fingerprint_hex);
+        self.carry_out(scope, found, verdict).await
+    }
+
+    /// Gives `verdict`'s answer, with what it writes first. A takeover that is fenced out in
+    /// turn reads the record again and answers it as it stands: a loop, each round answering
+    /// or reading newer state.
+    async fn carry_out(&self, scope: &Scope, mut found: FoundRecord, mut verdict: Verdict) -> Answer {
+        let mut takeovers = 0;
+        loop {
+            let lease_version = match verdict {
                 Verdict::Answer(answer) => return answer,
+                Verdict::NoteExpiredRetry(answer) => {
+                    if let Err(error) = self.records.note_expired_retry(scope).await {
+                        error.as_api_error("note expired retry");
+                    }
+                    return answer;
+                }
                 Verdict::Resume { lease_version } => lease_version,
             };
             match self
@@ -352,7 +414,7 @@ impl PaymentsEngine {
                 .await
             {
                 Owned::Answered(answer) => return answer,
-                Owned::FencedOut => {}
+                Owned::FencedOut => takeovers += 1,
             }
             let expires_at = Some(found.at.record.expires_at);
             found = match self.records.look_up(scope).await {
@@ -360,14 +422,17 @@ impl PaymentsEngine {
                 Ok(None) => return Answer::error(ApiError::Internal, expires_at),
                 Err(error) => return Answer::error(error.as_api_error("reload after fencing"), expires_at),
             };
-            fingerprint = found.at.record.request_fingerprint.clone();
+            if takeovers == MAX_ROUNDS {
+                return Answer::in_progress(1, Some(found.at.record.expires_at));
+            }
+            let fingerprint = found.at.record.request_fingerprint.clone();
+            verdict = self.verdict(scope, &mut found, &fingerprint);
         }
-        Answer::in_progress(1, Some(found.at.record.expires_at))
     }
 
     /// What the record says to a request with `fingerprint_hex`, counted as its outcome.
     /// A replay takes the response read with the record (it is not needed again).
-    async fn verdict(&self, scope: &Scope, found: &mut FoundRecord, fingerprint_hex: &str) -> Verdict {
+    fn verdict(&self, scope: &Scope, found: &mut FoundRecord, fingerprint_hex: &str) -> Verdict {
         let FoundRecord { at: found, response } = found;
         let expires_at = Some(found.record.expires_at);
         let decision = decide(&found.record, fingerprint_hex, found.now);
@@ -411,15 +476,12 @@ impl PaymentsEngine {
             ),
             Decision::Expired => match self.after_expiry(scope.operation) {
                 AfterExpiry::Reject => {
-                    if let Err(error) = self.records.note_expired_retry(scope).await {
-                        error.as_api_error("note expired retry");
-                    }
-                    Answer::error(
+                    return Verdict::NoteExpiredRetry(Answer::error(
                         ApiError::IdempotencyKeyExpired {
                             resource_id: found.record.resource_id.clone(),
                         },
                         expires_at,
-                    )
+                    ));
                 }
                 // The record passed its window between the claim and this read: the retry's
                 // own claim renews it, so it is told to come back at once.
@@ -471,6 +533,16 @@ impl PaymentsEngine {
             }
         }
     }
+}
+
+/// Runs `work` on a task of its own, so that it runs to its end even when its caller goes
+/// away (no half-done operation, no connection returned to the pool inside a transaction);
+/// the answer when the task failed is a 500.
+async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Result<T, Answer> {
+    tokio::spawn(work).await.map_err(|error| {
+        tracing::error!(%error, "a keyed operation's task failed");
+        Answer::error(ApiError::Internal, None)
+    })
 }
 
 /// The request's fingerprint as `found`'s record was fingerprinted (the retry is compared in

@@ -67,24 +67,8 @@ pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, b
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
-    let engine = state.engine.clone();
-    answered_to_the_end(&headers, async move { engine.create_payment(request).await }).await
-}
-
-/// Runs a keyed operation on a task of its own, so that a client hanging up cannot cancel it
-/// halfway, and renders its answer (in the shape the request's `Prefer` asks for).
-pub(super) async fn answered_to_the_end(
-    headers: &HeaderMap,
-    operation: impl Future<Output = Answer> + Send + 'static,
-) -> Response {
-    let minimal = prefers_minimal(headers);
-    match tokio::spawn(operation).await {
-        Ok(answer) => render(answer, minimal),
-        Err(error) => {
-            tracing::error!(%error, "a keyed operation's task failed");
-            ErrorResponse(ApiError::Internal).into_response()
-        }
-    }
+    let answer = state.engine.create_payment(request).await;
+    render(answer, prefers_minimal(&headers))
 }
 
 async fn parse_create_payment(
@@ -273,7 +257,7 @@ pub(super) async fn authenticate(state: &AppState, headers: &HeaderMap) -> Resul
     }
 }
 
-fn prefers_minimal(headers: &HeaderMap) -> bool {
+pub(super) fn prefers_minimal(headers: &HeaderMap) -> bool {
     headers
         .get_all("prefer")
         .iter()
@@ -282,9 +266,9 @@ fn prefers_minimal(headers: &HeaderMap) -> bool {
         .any(|preference| preference.trim().eq_ignore_ascii_case("return=minimal"))
 }
 
-/// The engine's answer as HTTP, with the contract's headers: `Idempotent-Replayed`,
-/// `Idempotency-Expires`, `Retry-After`.
-fn render(answer: Answer, minimal: bool) -> Response {
+/// The engine's answer as HTTP (in the shape the request's `Prefer` asks for), with the
+/// contract's headers: `Idempotent-Replayed`, `Idempotency-Expires`, `Retry-After`.
+pub(super) fn render(answer: Answer, minimal: bool) -> Response {
     let mut response = match answer.reply {
         Reply::Stored(stored) => {
             let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

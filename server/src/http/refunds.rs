@@ -6,7 +6,7 @@
 use super::AppState;
 use super::error::ErrorResponse;
 use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
-use super::payments::{answered_to_the_end, api_version, authenticate, idempotency_key};
+use super::payments::{api_version, authenticate, idempotency_key, prefers_minimal, render};
 use crate::engine::CreateRefundRequest;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -64,8 +64,8 @@ pub async fn create_refund(
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
-    let engine = state.engine.clone();
-    answered_to_the_end(&headers, async move { engine.create_refund(request).await }).await
+    let answer = state.engine.create_refund(request).await;
+    render(answer, prefers_minimal(&headers))
 }
 
 async fn parse_create_refund(

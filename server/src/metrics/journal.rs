@@ -27,8 +27,16 @@ const MAX_PENDING: usize = 100_000;
 #[derive(Default)]
 pub struct RequestJournal {
     pending: Mutex<VecDeque<JournalEntry>>,
-    /// The longest retry delay seen per tenant and operation, in seconds.
-    longest_retry: Mutex<HashMap<(String, Operation), f64>>,
+    /// Each tenant's retry-delay series, per operation.
+    retries: Mutex<HashMap<String, HashMap<Operation, RetrySeries>>>,
+}
+
+/// One tenant's and operation's retry delays: its histogram's handle (registered on first use
+/// and kept, so that a retry looks no series up by freshly allocated labels) and the longest
+/// delay seen, in seconds.
+struct RetrySeries {
+    delays: metrics::Histogram,
+    longest: f64,
 }
 
 impl RequestJournal {
@@ -49,21 +57,27 @@ impl RequestJournal {
 
     fn observe_retry(&self, scope: &Scope, delay: TimeDelta) {
         let seconds = delay.as_seconds_f64();
-        let tenant = scope.tenant_id.as_str().to_owned();
+        let tenant = scope.tenant_id.as_str();
         let operation = scope.operation;
-        metrics::histogram!(
-            RETRY_DELAY_SECONDS,
-            "tenant" => tenant.clone(),
-            "operation" => operation.as_str(),
-        )
-        .record(seconds);
-        let mut longest = self.longest_retry.lock().unwrap_or_else(PoisonError::into_inner);
-        let known = longest.entry((tenant.clone(), operation)).or_insert(0.0);
-        if seconds > *known {
-            *known = seconds;
+        let mut retries = self.retries.lock().unwrap_or_else(PoisonError::into_inner);
+        let of_tenant = match retries.get_mut(tenant) {
+            Some(of_tenant) => of_tenant,
+            None => retries.entry(tenant.to_owned()).or_default(),
+        };
+        let series = of_tenant.entry(operation).or_insert_with(|| RetrySeries {
+            delays: metrics::histogram!(
+                RETRY_DELAY_SECONDS,
+                "tenant" => tenant.to_owned(),
+                "operation" => operation.as_str(),
+            ),
+            longest: 0.0,
+        });
+        series.delays.record(seconds);
+        if seconds > series.longest {
+            series.longest = seconds;
             metrics::gauge!(
                 LONGEST_RETRY_DELAY_SECONDS,
-                "tenant" => tenant,
+                "tenant" => tenant.to_owned(),
                 "operation" => operation.as_str(),
             )
             .set(seconds);

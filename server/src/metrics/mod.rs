@@ -19,26 +19,69 @@ type BucketKey = (DateTime<Utc>, String, Operation, Outcome);
 
 #[derive(Default)]
 pub struct OutcomeCounter {
-    pending: Mutex<HashMap<BucketKey, i64>>,
+    tenants: Mutex<HashMap<String, TenantCounts>>,
+}
+
+/// One tenant's counts not yet flushed, and its counters' handles (registered on first use and
+/// kept, so that a request looks no series up by freshly allocated labels).
+#[derive(Default)]
+struct TenantCounts {
+    pending: HashMap<(DateTime<Utc>, Operation, Outcome), i64>,
+    counters: HashMap<(Operation, Outcome), metrics::Counter>,
 }
 
 impl OutcomeCounter {
-    fn pending(&self) -> MutexGuard<'_, HashMap<BucketKey, i64>> {
+    fn tenants(&self) -> MutexGuard<'_, HashMap<String, TenantCounts>> {
         // Counts are plain integers: a panic elsewhere cannot leave them half-written.
-        self.pending
+        self.tenants
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn record(&self, tenant_id: &TenantId, operation: Operation, outcome: Outcome) {
-        outcome_counter(tenant_id.as_str(), operation, outcome).increment(1);
-        let minute = Utc::now()
-            .duration_trunc(TimeDelta::minutes(1))
-            .unwrap_or_else(|_| Utc::now());
-        *self
-            .pending()
-            .entry((minute, tenant_id.as_str().to_owned(), operation, outcome))
-            .or_default() += 1;
+        let now = Utc::now();
+        let minute = now.duration_trunc(TimeDelta::minutes(1)).unwrap_or(now);
+        let mut tenants = self.tenants();
+        let tenant = match tenants.get_mut(tenant_id.as_str()) {
+            Some(tenant) => tenant,
+            None => tenants.entry(tenant_id.as_str().to_owned()).or_default(),
+        };
+        tenant
+            .counters
+            .entry((operation, outcome))
+            .or_insert_with(|| outcome_counter(tenant_id.as_str(), operation, outcome))
+            .increment(1);
+        *tenant.pending.entry((minute, operation, outcome)).or_default() += 1;
+    }
+
+    /// Every count not yet flushed, taken.
+    fn drain(&self) -> Vec<(BucketKey, i64)> {
+        let mut tenants = self.tenants();
+        let mut drained = Vec::new();
+        for (tenant_id, tenant) in tenants.iter_mut() {
+            drained.extend(
+                tenant
+                    .pending
+                    .drain()
+                    .map(|((minute, operation, outcome), count)| {
+                        ((minute, tenant_id.clone(), operation, outcome), count)
+                    }),
+            );
+        }
+        drained
+    }
+
+    /// Counts that could not be flushed, kept for the next flush.
+    fn restore(&self, drained: Vec<(BucketKey, i64)>) {
+        let mut tenants = self.tenants();
+        for ((minute, tenant_id, operation, outcome), count) in drained {
+            *tenants
+                .entry(tenant_id)
+                .or_default()
+                .pending
+                .entry((minute, operation, outcome))
+                .or_default() += count;
+        }
     }
 }
 
@@ -86,7 +129,7 @@ pub trait Buffered: Send + Sync + 'static {
 impl Buffered for OutcomeCounter {
     /// A database hiccup delays counts but loses none.
     async fn flush(&self, store: &dyn MetricsStore) {
-        let mut drained: Vec<(BucketKey, i64)> = self.pending().drain().collect();
+        let mut drained = self.drain();
         // Every instance upserts its buckets in the same order, so two flushes at once wait
         // for each other instead of deadlocking.
         drained.sort_by(|(a, _), (b, _)| a.cmp(b));
@@ -107,10 +150,7 @@ impl Buffered for OutcomeCounter {
             .collect();
         if let Err(error) = store.add_outcome_counts(&counts).await {
             tracing::warn!(%error, buckets = counts.len(), "outcome counts not flushed; kept for the next try");
-            let mut pending = self.pending();
-            for (key, count) in drained {
-                *pending.entry(key).or_default() += count;
-            }
+            self.restore(drained);
         }
     }
 }

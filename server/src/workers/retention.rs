@@ -19,8 +19,8 @@ pub struct CleanupSettings {
     pub max_batch: i64,
     /// The longest a batch may hold its transaction.
     pub batch_bound: Duration,
-    /// The least pause between batches (it is at least twice the last batch's time), leaving
-    /// the database to traffic.
+    /// The least pause between batches (it is at least [`YIELD_FACTOR`] times the last
+    /// batch's time), leaving the database to traffic.
     pub pause: Duration,
 }
 
@@ -46,6 +46,12 @@ pub struct Cleanup {
 }
 
 const MIN_BATCH: i64 = 10;
+
+/// The pause after a batch, in multiples of the batch's own time: the worker holds the
+/// database a fifth of the time at most while a backlog drains, and traffic the rest (on
+/// SQLite, whose writers poll for the one write lock, requests find it free most of the time).
+/// docs/performance.md weighs this against how fast a backlog drains.
+const YIELD_FACTOR: u32 = 4;
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
@@ -144,9 +150,7 @@ impl Cleanup {
             if count < u64::try_from(size).unwrap_or(0) {
                 return done;
             }
-            // At least twice the batch's own time: on SQLite, whose writers poll for the one
-            // write lock, requests always find it free most of the time.
-            tokio::time::sleep(self.settings.pause.max(elapsed * 2)).await;
+            tokio::time::sleep(self.settings.pause.max(elapsed * YIELD_FACTOR)).await;
         }
     }
 }

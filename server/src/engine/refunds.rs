@@ -95,12 +95,12 @@ impl PaymentsEngine {
             operation: CreateRefund::OPERATION,
             key: request.key.clone(),
         };
-        let (principal, api_version) = (request.principal.clone(), request.api_version);
+        let (created_by, api_version) = (request.principal.api_key_id.clone(), request.api_version);
         let operation = KeyedRefund {
             request,
             refund: OnceLock::new(),
         };
-        self.keyed(operation, scope, &principal, api_version).await
+        self.keyed(operation, scope, created_by, api_version).await
     }
 
     /// A create_refund's owner (new, or resuming after a takeover) with its refund.

@@ -31,7 +31,7 @@ use domain::payment::{NewPayment, PaymentId};
 use domain::record::{ClaimedAs, ProgressStep};
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::{Operation, Scope};
-use domain::tenant::Principal;
+use domain::tenant::{ApiKeyId, Principal};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -139,28 +139,28 @@ impl PaymentsEngine {
             operation: CreatePayment::OPERATION,
             key,
         };
-        let (principal, api_version) = (request.principal.clone(), request.api_version);
+        let (created_by, api_version) = (request.principal.api_key_id.clone(), request.api_version);
         let operation = KeyedPayment {
             request,
             payment: OnceLock::new(),
         };
-        self.keyed(operation, scope, &principal, api_version).await
+        self.keyed(operation, scope, created_by, api_version).await
     }
 
-    /// A keyed request of `operation`, through the idempotency layer: the answer its key's
-    /// record gives, or the claim, journalled.
+    /// A keyed request of `operation` (made with the API key `created_by`), through the
+    /// idempotency layer: the answer its key's record gives, or the claim, journalled.
     pub(super) async fn keyed(
         self: &Arc<Self>,
         operation: impl KeyedOperation,
         scope: Scope,
-        principal: &Principal,
+        created_by: ApiKeyId,
         api_version: ApiVersion,
     ) -> Answer {
         let settings = self.settings.of(scope.operation);
         let claim = NewClaim {
             scope,
             fingerprint: operation.fingerprint(FingerprintVersion::CURRENT),
-            created_by: principal.api_key_id.clone(),
+            created_by,
             response_schema_version: api_version.as_str().to_owned(),
             lease_owner: self.settings.instance_id.clone(),
             lease: settings.lease,

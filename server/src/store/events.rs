@@ -72,7 +72,8 @@ pub trait EventStore: Send + Sync {
     /// them meanwhile), oldest first, counting the attempt.
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError>;
 
-    /// Marks the events published, in one statement.
+    /// Marks the events published, in one statement; an event marked before keeps its first
+    /// publication time.
     async fn mark_events_published(&self, event_ids: &[String]) -> Result<(), StoreError>;
 
     /// Records a failed publication: backs off (2^attempts seconds, at most 5 min), or
@@ -104,7 +105,7 @@ pub trait EventStore: Send + Sync {
 
     async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError>;
 
-    /// Marks the receipts sent, in one statement.
+    /// Marks the receipts sent, in one statement; a receipt marked before keeps its first time.
     async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError>;
 }
 

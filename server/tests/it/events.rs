@@ -402,6 +402,83 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: 
 
 conformance!(an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed);
 
+/// Marks name their rows: only the listed events and receipts are marked, and one marked
+/// before (a second publisher's late mark, a resend) keeps its first time.
+async fn a_mark_touches_only_the_listed_rows_and_keeps_the_first_time(db: TestDatabase) {
+    let store = db.migrated_store().await;
+    db.execute(
+        "insert into tenants (id, name) values ('ten_1', 'acme');
+         insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
+         insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
+           values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
+         insert into outbox_events (id, payment_id, event_type, payload) values
+           ('evt_1', 'pay_1', 'PaymentCreated', '{}'), ('evt_2', 'pay_1', 'PaymentAuthorized', '{}'),
+           ('evt_3', 'pay_1', 'PaymentSettled', '{}');
+         insert into receipts (dedupe_key, payment_id, body) values
+           ('rcpt_1', 'pay_1', 'one'), ('rcpt_2', 'pay_1', 'two'), ('rcpt_3', 'pay_1', 'three')",
+    )
+    .await
+    .expect("arrange events and receipts");
+    let ids = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+
+    store.mark_events_published(&ids(&["evt_1"])).await.expect("mark");
+    store.mark_receipts_sent(&ids(&["rcpt_1"])).await.expect("mark");
+    db.execute(
+        "update outbox_events set published_at = '2020-01-01T00:00:00.000Z' where id = 'evt_1';
+         update receipts set sent_at = '2020-01-01T00:00:00.000Z' where dedupe_key = 'rcpt_1'",
+    )
+    .await
+    .expect("date the first marks");
+    store
+        .mark_events_published(&ids(&["evt_1", "evt_2", "evt_unknown"]))
+        .await
+        .expect("mark again");
+    store
+        .mark_receipts_sent(&ids(&["rcpt_1", "rcpt_2", "rcpt_unknown"]))
+        .await
+        .expect("mark again");
+
+    let published = |condition: &'static str| db.query_i64(condition);
+    assert_eq!(
+        published("select count(*) from outbox_events where id = 'evt_1' and published_at < '2021-01-01'").await,
+        1,
+        "the first publication time is kept"
+    );
+    assert_eq!(
+        published("select count(*) from outbox_events where id = 'evt_2' and published_at > '2021-01-01'").await,
+        1
+    );
+    assert_eq!(
+        published("select count(*) from outbox_events where id = 'evt_3' and published_at is null").await,
+        1,
+        "an event not listed is left unpublished"
+    );
+    assert_eq!(
+        published("select count(*) from receipts where dedupe_key = 'rcpt_1' and sent_at < '2021-01-01'").await,
+        1,
+        "the first sending time is kept"
+    );
+    assert_eq!(
+        published("select count(*) from receipts where dedupe_key = 'rcpt_2' and sent_at > '2021-01-01'").await,
+        1
+    );
+    assert_eq!(
+        published("select count(*) from receipts where dedupe_key = 'rcpt_3' and sent_at is null").await,
+        1,
+        "a receipt not listed is left unsent"
+    );
+    let claimed = store
+        .claim_events(10, Duration::from_secs(30))
+        .await
+        .expect("claim");
+    assert_eq!(
+        claimed.iter().map(|event| event.event_id.as_str()).collect::<Vec<_>>(),
+        ["evt_3"]
+    );
+}
+
+conformance!(a_mark_touches_only_the_listed_rows_and_keeps_the_first_time);
+
 /// A JetStream stream of this test's own on the NATS server the test scripts provide.
 struct NatsStream {
     url: String,

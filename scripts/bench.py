@@ -369,12 +369,13 @@ def summarise(samples):
                   "min": min(s[key] for s in samples), "max": max(s[key] for s in samples)} for key in keys}
 
 
-def top_statements(postgres, database, limit=12):
+def top_statements(postgres, database, limit=15):
     rows = postgres.sql(
-        "select calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\\s+', ' ', 'g'), 120) "
+        "select calls, round(total_exec_time::numeric, 0), round((total_exec_time / calls)::numeric, 3), "
+        "left(regexp_replace(query, '\\s+', ' ', 'g'), 120) "
         "from pg_stat_statements s join pg_database d on d.oid = s.dbid "
         f"where d.datname = '{database}' order by total_exec_time desc limit {limit}").splitlines()
-    return [dict(zip(("calls", "total_ms", "query"), row.split("|", 2))) for row in rows]
+    return [dict(zip(("calls", "total_ms", "mean_ms", "query"), row.split("|", 3))) for row in rows]
 
 
 def main():
@@ -675,8 +676,9 @@ def markdown(report):
     ]
     settings = report["settings"]
     correctness = report["correctness"]
-    statements = ["| calls | total ms | statement |", "|---|---|---|"] + [
-        f"| {row['calls']} | {row['total_ms']} | `{row['query'].replace('|', '/')}` |" for row in report["statements"]]
+    statements = ["| calls | total ms | mean ms | statement |", "|---|---|---|---|"] + [
+        f"| {row['calls']} | {row['total_ms']} | {row['mean_ms']} | `{row['query'].replace('|', '/')}` |"
+        for row in report["statements"]]
     return "\n".join([
         "# Benchmarks",
         "",

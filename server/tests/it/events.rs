@@ -342,16 +342,19 @@ async fn a_crash_between_sending_a_receipt_and_marking_it_sends_it_again_with_th
     );
 }
 
+/// A tenant, an account and one pending payment, for tests that arrange its events by hand.
+const ONE_PAYMENT: &str = "insert into tenants (id, name) values ('ten_1', 'acme');
+     insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
+     insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
+       values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');";
+
 async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: TestDatabase) {
     let store = db.migrated_store().await;
-    db.execute(
-        "insert into tenants (id, name) values ('ten_1', 'acme');
-         insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
-         insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
-           values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
+    db.execute(&format!(
+        "{ONE_PAYMENT}
          insert into outbox_events (id, payment_id, event_type, payload)
-           values ('evt_1', 'pay_1', 'PaymentAuthorized', '{}')",
-    )
+           values ('evt_1', 'pay_1', 'PaymentAuthorized', '{{}}')"
+    ))
     .await
     .expect("arrange an event");
     let claimed = async || {
@@ -406,17 +409,14 @@ conformance!(an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed)
 /// before (a second publisher's late mark, a resend) keeps its first time.
 async fn a_mark_touches_only_the_listed_rows_and_keeps_the_first_time(db: TestDatabase) {
     let store = db.migrated_store().await;
-    db.execute(
-        "insert into tenants (id, name) values ('ten_1', 'acme');
-         insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 100);
-         insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status)
-           values ('pay_1', 'ten_1', 'acc_1', 10, 'EUR', 'r1', 'web', 'PENDING');
+    db.execute(&format!(
+        "{ONE_PAYMENT}
          insert into outbox_events (id, payment_id, event_type, payload) values
-           ('evt_1', 'pay_1', 'PaymentCreated', '{}'), ('evt_2', 'pay_1', 'PaymentAuthorized', '{}'),
-           ('evt_3', 'pay_1', 'PaymentSettled', '{}');
+           ('evt_1', 'pay_1', 'PaymentCreated', '{{}}'), ('evt_2', 'pay_1', 'PaymentAuthorized', '{{}}'),
+           ('evt_3', 'pay_1', 'PaymentSettled', '{{}}');
          insert into receipts (dedupe_key, payment_id, body) values
-           ('rcpt_1', 'pay_1', 'one'), ('rcpt_2', 'pay_1', 'two'), ('rcpt_3', 'pay_1', 'three')",
-    )
+           ('rcpt_1', 'pay_1', 'one'), ('rcpt_2', 'pay_1', 'two'), ('rcpt_3', 'pay_1', 'three')"
+    ))
     .await
     .expect("arrange events and receipts");
     let ids = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
@@ -440,12 +440,14 @@ async fn a_mark_touches_only_the_listed_rows_and_keeps_the_first_time(db: TestDa
 
     let published = |condition: &'static str| db.query_i64(condition);
     assert_eq!(
-        published("select count(*) from outbox_events where id = 'evt_1' and published_at < '2021-01-01'").await,
+        published("select count(*) from outbox_events where id = 'evt_1' and published_at < '2021-01-01'")
+            .await,
         1,
         "the first publication time is kept"
     );
     assert_eq!(
-        published("select count(*) from outbox_events where id = 'evt_2' and published_at > '2021-01-01'").await,
+        published("select count(*) from outbox_events where id = 'evt_2' and published_at > '2021-01-01'")
+            .await,
         1
     );
     assert_eq!(
@@ -454,12 +456,14 @@ async fn a_mark_touches_only_the_listed_rows_and_keeps_the_first_time(db: TestDa
         "an event not listed is left unpublished"
     );
     assert_eq!(
-        published("select count(*) from receipts where dedupe_key = 'rcpt_1' and sent_at < '2021-01-01'").await,
+        published("select count(*) from receipts where dedupe_key = 'rcpt_1' and sent_at < '2021-01-01'")
+            .await,
         1,
         "the first sending time is kept"
     );
     assert_eq!(
-        published("select count(*) from receipts where dedupe_key = 'rcpt_2' and sent_at > '2021-01-01'").await,
+        published("select count(*) from receipts where dedupe_key = 'rcpt_2' and sent_at > '2021-01-01'")
+            .await,
         1
     );
     assert_eq!(
@@ -472,7 +476,10 @@ async fn a_mark_touches_only_the_listed_rows_and_keeps_the_first_time(db: TestDa
         .await
         .expect("claim");
     assert_eq!(
-        claimed.iter().map(|event| event.event_id.as_str()).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|event| event.event_id.as_str())
+            .collect::<Vec<_>>(),
         ["evt_3"]
     );
 }

@@ -263,7 +263,7 @@ impl EventStatements for Postgres {
     // A mark probes the primary key once per id, and a second mark keeps the first time. With
     // `published_at is null` in its condition instead, the planner read the partial index of
     // unpublished events, which under load is mostly entries of rows published since the last
-    // vacuum: 36 ms a batch in the benchmark, 0.5 ms now.
+    // vacuum, and read all of it (docs/performance.md has the plans and the times).
     const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, now()), claimed_until = \
          null, last_error = null where id in (select jsonb_array_elements_text(cast($1 as jsonb)))";
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \

@@ -520,6 +520,7 @@ def main():
         "results": summary,
     }
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "benchmarks.md").write_text(markdown(report))
     print(f"wrote {out / 'benchmarks.md'}")
@@ -555,6 +556,10 @@ def grow(args, postgres, sim_url, work):
         add_records(postgres, "idem_growth", stored, size - stored)
         stored = size
         for round_number in range(args.rounds):
+            # The sizes run one after the other, so a machine that slows during the run would
+            # read as a cost of size: a control beside each size's runs shows the drift.
+            samples.setdefault(f"control: pgbench select-only beside {size:,} records", []).append(
+                pgbench(postgres, ["-S"], max(args.seconds // 2, 1)))
             for workload in ("fresh_create", "replay"):
                 run_env = dict(env, IDEM_BENCH_PREFIX=f"g{size}-{round_number}")
                 drain(postgres, "idem_growth")
@@ -631,6 +636,8 @@ def markdown(report):
               and "records" not in name and "cleanup" not in name and "storm" not in name]
     open_rows = [name for name in results if " open loop " in name]
     growth_rows = [name for name in results if "records" in name and "cleanup" not in name]
+    growth_drift = ratio(f"control: pgbench select-only beside {report['settings']['growth'][-1]:,} records",
+                         f"control: pgbench select-only beside {report['settings']['growth'][0]:,} records")
     cleanup_rows = [name for name in results if "cleanup" in name]
     storm_rows = [name for name in results if "storm" in name]
     ceilings = [name for name in results if name.startswith("pgbench")]
@@ -672,6 +679,11 @@ def markdown(report):
         "Growth and cleanup:",
         f"- fresh creates with {largest} records / with {smallest}: {verdict(ratio(f'postgres fresh_create with {largest} records', f'postgres fresh_create with {smallest} records'), 0.9)}",
         f"- replays with {largest} records / with {smallest}: {verdict(ratio(f'postgres replay with {largest} records', f'postgres replay with {smallest} records'), 0.9)}",
+        f"- the machine's drift over the growth runs (the control beside the largest size / beside the "
+        f"smallest): {growth_drift:.2f}; the two ratios above divided by it (the verdicts stay on the "
+        f"ratios as measured): fresh creates "
+        f"{ratio(f'postgres fresh_create with {largest} records', f'postgres fresh_create with {smallest} records') / growth_drift:.2f}, "
+        f"replays {ratio(f'postgres replay with {largest} records', f'postgres replay with {smallest} records') / growth_drift:.2f}",
         f"- mix p99 with the cleanup worker purging / idle: {verdict(ratio(cleanup_busy, 'postgres mix, cleanup idle', 'p99'), 1.2, False)}",
         f"- server RSS under the mix, largest seen: {verdict(mix_rss, 150, False)} MB (largest seen "
         f"anywhere, after open-loop runs above a workload's capacity queued requests: {overload_rss:.0f} MB)",
@@ -740,7 +752,10 @@ def markdown(report):
         "",
         "The same workloads on a database that already holds that many settled payments, records and "
         "stored responses (added by SQL between sizes). Each run starts once the background work the "
-        "run before it left (events to publish and apply, receipts to send) is done.",
+        "run before it left (events to publish and apply, receipts to send) is done. Each round at "
+        "each size starts with a control, pgbench select-only against the same cluster for half a "
+        "run's time: the sizes cannot be interleaved, and the control shows how much the machine "
+        "itself moved between them.",
         "",
         *table(growth_rows),
         "",

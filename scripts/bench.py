@@ -636,12 +636,14 @@ def markdown(report):
               and "records" not in name and "cleanup" not in name and "storm" not in name]
     open_rows = [name for name in results if " open loop " in name]
     growth_rows = [name for name in results if "records" in name and "cleanup" not in name]
-    growth_drift = ratio(f"control: pgbench select-only beside {report['settings']['growth'][-1]:,} records",
-                         f"control: pgbench select-only beside {report['settings']['growth'][0]:,} records")
     cleanup_rows = [name for name in results if "cleanup" in name]
     storm_rows = [name for name in results if "storm" in name]
     ceilings = [name for name in results if name.startswith("pgbench")]
     largest, smallest = f"{report['settings']['growth'][-1]:,}", f"{report['settings']['growth'][0]:,}"
+    fresh_growth = ratio(f"postgres fresh_create with {largest} records", f"postgres fresh_create with {smallest} records")
+    replay_growth = ratio(f"postgres replay with {largest} records", f"postgres replay with {smallest} records")
+    growth_drift = ratio(f"control: pgbench select-only beside {largest} records",
+                         f"control: pgbench select-only beside {smallest} records")
     cleanup_busy = f"postgres mix, cleanup purging {report['settings']['cleanup_backlog']:,} expired records"
     # The cleanup runs' server serves only the closed-loop mix; the main servers' memory also
     # holds what the open-loop runs above their capacity queued.
@@ -677,13 +679,12 @@ def markdown(report):
         f"- fresh create: {verdict(median('sqlite fresh_create', 'p99') / median('sqlite fresh_create', 'p50'), 10, False)}",
         "",
         "Growth and cleanup:",
-        f"- fresh creates with {largest} records / with {smallest}: {verdict(ratio(f'postgres fresh_create with {largest} records', f'postgres fresh_create with {smallest} records'), 0.9)}",
-        f"- replays with {largest} records / with {smallest}: {verdict(ratio(f'postgres replay with {largest} records', f'postgres replay with {smallest} records'), 0.9)}",
+        f"- fresh creates with {largest} records / with {smallest}: {verdict(fresh_growth, 0.9)}",
+        f"- replays with {largest} records / with {smallest}: {verdict(replay_growth, 0.9)}",
         f"- the machine's drift over the growth runs (the control beside the largest size / beside the "
         f"smallest): {growth_drift:.2f}; the two ratios above divided by it (the verdicts stay on the "
-        f"ratios as measured): fresh creates "
-        f"{ratio(f'postgres fresh_create with {largest} records', f'postgres fresh_create with {smallest} records') / growth_drift:.2f}, "
-        f"replays {ratio(f'postgres replay with {largest} records', f'postgres replay with {smallest} records') / growth_drift:.2f}",
+        f"ratios as measured): fresh creates {fresh_growth / growth_drift:.2f}, "
+        f"replays {replay_growth / growth_drift:.2f}",
         f"- mix p99 with the cleanup worker purging / idle: {verdict(ratio(cleanup_busy, 'postgres mix, cleanup idle', 'p99'), 1.2, False)}",
         f"- server RSS under the mix, largest seen: {verdict(mix_rss, 150, False)} MB (largest seen "
         f"anywhere, after open-loop runs above a workload's capacity queued requests: {overload_rss:.0f} MB)",

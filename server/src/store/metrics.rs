@@ -6,6 +6,7 @@ use super::error::StoreError;
 use chrono::{DateTime, TimeDelta, Utc};
 use domain::outcome::Outcome;
 use domain::scope::{Operation, Scope};
+use sqlx::Transaction;
 use std::collections::BTreeMap;
 use strum::VariantArray;
 
@@ -74,7 +75,7 @@ pub trait MetricsStore: Send + Sync {
 }
 
 /// Metrics statements that differ by dialect.
-pub trait MetricsStatements {
+pub trait MetricsStatements: Dialect {
     /// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
     /// oldest, and how many have an expired lease.
     const IN_PROGRESS_GAUGES: &'static str;
@@ -84,10 +85,16 @@ pub trait MetricsStatements {
     /// `$1` a JSON array of outcome counts (`bucket_start` RFC 3339, `tenant_id`,
     /// `operation_name`, `outcome`, `count`): each added to its bucket.
     const ADD_OUTCOME_COUNTS: &'static str;
-    /// `$1` a JSON array of journal entries, with the table's column names: inserted.
-    const ADD_JOURNAL_ENTRIES: &'static str;
     /// `$1` a JSON array of API key ids: last used now.
     const NOTE_API_KEYS_USED: &'static str;
+
+    /// Appends `rows` to the request journal in `tx`. The journal takes a row for every
+    /// request that carries a key, so this is the largest statement a replay causes: how each
+    /// dialect writes a batch most cheaply differs (PostgreSQL streams it with `COPY`).
+    fn append_journal(
+        tx: &mut Transaction<'static, Self>,
+        rows: &[JournalRow<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// An outcome count as [`MetricsStatements::ADD_OUTCOME_COUNTS`] reads it.
@@ -100,20 +107,21 @@ struct OutcomeCountRow<'a> {
     count: i64,
 }
 
-/// A journal entry as [`MetricsStatements::ADD_JOURNAL_ENTRIES`] reads it.
+/// A journal entry as a row of `idempotency_requests`, its fields in the table's column order
+/// and with its column names.
 #[derive(serde::Serialize)]
-struct JournalRow<'a> {
-    id: String,
-    tenant_id: &'a str,
-    operation_name: &'static str,
-    idempotency_key: &'a str,
-    at: String,
-    fingerprint: &'a str,
-    canonical_command: Option<&'a str>,
-    status_code: u16,
-    error_code: Option<&'a str>,
-    replayed: bool,
-    retry_delay_ms: Option<i64>,
+pub struct JournalRow<'a> {
+    pub id: String,
+    pub tenant_id: &'a str,
+    pub operation_name: &'static str,
+    pub idempotency_key: &'a str,
+    pub at: String,
+    pub fingerprint: &'a str,
+    pub canonical_command: Option<&'a str>,
+    pub status_code: u16,
+    pub error_code: Option<&'a str>,
+    pub replayed: bool,
+    pub retry_delay_ms: Option<i64>,
 }
 
 /// A journal entry's id: its time first, so that new rows land at the end of the primary
@@ -123,20 +131,18 @@ fn journal_entry_id(at: DateTime<Utc>, flush: &str, position: usize) -> String {
     format!("req_{:012x}{flush}{position:06x}", at.timestamp_millis())
 }
 
-/// Runs `statement` with each chunk of `rows` as its JSON array `$1`, all in one
-/// transaction: a statement of one fixed text, prepared once per connection (a multi-row
-/// `values` list has a text per row count, each parsed and planned anew).
-async fn insert_as_json<D: Dialect, T: serde::Serialize>(
-    store: &SqlStore<D>,
+/// Runs `statement` in `tx` with each chunk of `rows` as its JSON array `$1`: a statement of
+/// one fixed text, prepared once per connection (a multi-row `values` list has a text per row
+/// count, each parsed and planned anew).
+pub(super) async fn insert_as_json<D: Dialect, T: serde::Serialize + Sync>(
+    tx: &mut Transaction<'static, D>,
     statement: &'static str,
     rows: &[T],
 ) -> Result<(), StoreError> {
-    let mut tx = store.begin().await?;
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let json = serde_json::to_string(chunk).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        sqlx::query(statement).bind(json).execute(&mut *tx).await?;
+        sqlx::query(statement).bind(json).execute(&mut **tx).await?;
     }
-    tx.commit().await?;
     Ok(())
 }
 
@@ -153,7 +159,10 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
                 count: count.count,
             })
             .collect();
-        insert_as_json(self, D::ADD_OUTCOME_COUNTS, &rows).await
+        let mut tx = self.begin().await?;
+        insert_as_json(&mut tx, D::ADD_OUTCOME_COUNTS, &rows).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError> {
@@ -175,7 +184,10 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
                 retry_delay_ms: entry.retry_delay.map(|delay| delay.num_milliseconds()),
             })
             .collect();
-        insert_as_json(self, D::ADD_JOURNAL_ENTRIES, &rows).await
+        let mut tx = self.begin().await?;
+        D::append_journal(&mut tx, &rows).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn note_api_keys_used(&self, ids: &[String]) -> Result<(), StoreError> {

@@ -15,7 +15,7 @@ use super::console::ConsoleStatements;
 use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use super::events::EventStatements;
-use super::metrics::MetricsStatements;
+use super::metrics::{JournalRow, MetricsStatements, insert_as_json};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::records::RecordStatements;
@@ -26,7 +26,7 @@ use super::target::DialectName;
 use super::tenants::TenantStatements;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::{Sqlite, SqlitePool, Transaction};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -292,6 +292,13 @@ impl ConsoleStatements for Sqlite {
          order by operation_name";
 }
 
+/// `$1` a JSON array of journal entries, with the table's column names: inserted.
+const ADD_JOURNAL_ENTRIES: &str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+    fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) select value ->> 'id', \
+    value ->> 'tenant_id', value ->> 'operation_name', value ->> 'idempotency_key', value ->> 'at', \
+    value ->> 'fingerprint', value ->> 'canonical_command', value ->> 'status_code', value ->> 'error_code', \
+    value ->> 'replayed', value ->> 'retry_delay_ms' from json_each($1)";
+
 impl MetricsStatements for Sqlite {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
          86400.0, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) \
@@ -304,13 +311,16 @@ impl MetricsStatements for Sqlite {
          select value ->> 'bucket_start', value ->> 'tenant_id', value ->> 'operation_name', value ->> 'outcome', \
          value ->> 'count' from json_each($1) where true on conflict (bucket_start, tenant_id, operation_name, outcome) \
          do update set count = outcome_buckets.count + excluded.count";
-    const ADD_JOURNAL_ENTRIES: &'static str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-         fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) select value ->> 'id', \
-         value ->> 'tenant_id', value ->> 'operation_name', value ->> 'idempotency_key', value ->> 'at', \
-         value ->> 'fingerprint', value ->> 'canonical_command', value ->> 'status_code', value ->> 'error_code', \
-         value ->> 'replayed', value ->> 'retry_delay_ms' from json_each($1)";
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
          (select value from json_each($1))";
+
+    /// One statement per chunk of rows, each chunk bound as a JSON array.
+    async fn append_journal(
+        tx: &mut Transaction<'static, Sqlite>,
+        rows: &[JournalRow<'_>],
+    ) -> Result<(), StoreError> {
+        insert_as_json(tx, ADD_JOURNAL_ENTRIES, rows).await
+    }
 }
 
 impl OperatorStatements for Sqlite {

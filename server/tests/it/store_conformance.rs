@@ -574,6 +574,94 @@ mod outcome_buckets {
         );
     }
 
+    /// Journal rows come back exactly as they went in, whatever their text holds: quotes,
+    /// commas, backslashes, line breaks, tabs, a literal `\N`, letters beyond ASCII, and an
+    /// empty text apart from a missing one.
+    async fn journal_rows_keep_their_text_exactly(db: TestDatabase) {
+        use domain::key::IdempotencyKey;
+        use domain::scope::{Operation, Scope};
+        use domain::tenant::TenantId;
+        use idem::store::metrics::JournalEntry;
+        let store = db.migrated_store().await;
+        db.execute("insert into tenants (id, name) values ('ten_1', 'acme')")
+            .await
+            .expect("tenant");
+        let command = "{\"note\":\"a \\\"quoted\\\", comma\\nline\ttab\r\\\\N \u{e9}\u{20ac}\"}\n\"\",";
+        type Sent<'a> = (&'a str, Option<&'a str>, Option<&'a str>, bool, Option<i64>);
+        let sent: [Sent<'_>; 4] = [
+            (
+                r#"a"1,\x"#,
+                Some(command),
+                Some("IDEMPOTENCY_KEY_REUSED"),
+                false,
+                None,
+            ),
+            ("b", None, Some(""), true, Some(0)),
+            (r"c\N", Some(""), None, true, Some(123_456_789_012)),
+            ("d", Some(r"\N"), Some(r#"""#), false, Some(-1)),
+        ];
+        let at = Utc
+            .with_ymd_and_hms(2026, 11, 29, 0, 0, 0)
+            .single()
+            .expect("time");
+        let entries: Vec<JournalEntry> = sent
+            .iter()
+            .map(|(key, command, error_code, replayed, delay)| JournalEntry {
+                scope: Scope {
+                    tenant_id: TenantId::from_stored("ten_1".to_owned()),
+                    operation: Operation::CreatePayment,
+                    key: IdempotencyKey::parse(key.as_bytes()).expect("key"),
+                },
+                at,
+                fingerprint: format!("f,\"{key}"),
+                canonical_command: command.map(str::to_owned),
+                status_code: 422,
+                error_code: error_code.map(str::to_owned),
+                replayed: *replayed,
+                retry_delay: delay.map(chrono::Duration::milliseconds),
+            })
+            .collect();
+        store.add_journal_entries(&entries).await.expect("flush");
+        type Stored = (
+            String,
+            String,
+            Option<String>,
+            i32,
+            Option<String>,
+            bool,
+            Option<i64>,
+        );
+        let stored: Vec<Stored> = db
+            .query_all(
+                "select idempotency_key, fingerprint, canonical_command, status_code, error_code, \
+                 replayed, retry_delay_ms from idempotency_requests order by idempotency_key",
+            )
+            .await;
+        let expected: Vec<Stored> = sent
+            .iter()
+            .map(|(key, command, error_code, replayed, delay)| {
+                (
+                    (*key).to_owned(),
+                    format!("f,\"{key}"),
+                    command.map(str::to_owned),
+                    422,
+                    error_code.map(str::to_owned),
+                    *replayed,
+                    *delay,
+                )
+            })
+            .collect();
+        assert_eq!(stored, expected);
+        assert_eq!(
+            db.query_i64(
+                "select count(*) from idempotency_requests where at = (select min(at) from \
+                 idempotency_requests) and at = (select max(at) from idempotency_requests)"
+            )
+            .await,
+            4
+        );
+    }
+
     /// Retry delays of 1 s to 1,000 s in a range, among first requests, another tenant's
     /// retries and retries outside the range: nearest-rank quantiles, the longest, and the
     /// retries past each window asked about, counted only from what the filter selects.
@@ -655,6 +743,7 @@ mod outcome_buckets {
     conformance!(
         counts_from_several_flushes_add_up_in_their_bucket,
         a_large_flush_writes_every_row,
+        journal_rows_keep_their_text_exactly,
         retry_delays_are_read_per_operation_against_each_window
     );
 }

@@ -144,6 +144,19 @@ end
 """,
 }
 
+# The section of benchmarks.md that scripts/bench-incident writes; a run of this script keeps it.
+INCIDENT_SECTION = ("<!-- incident-day -->", "<!-- /incident-day -->")
+
+
+def kept_incident_section(page):
+    """The incident day's section of `page` as it stands (with a blank line before it), or ""."""
+    text = page.read_text() if page.exists() else ""
+    start, end = INCIDENT_SECTION
+    if start not in text:
+        return ""
+    return "\n" + start + text.split(start, 1)[1].split(end, 1)[0] + end + "\n"
+
+
 def run(command, env=None, check=True):
     return subprocess.run(command, env=env, check=check, capture_output=True, text=True)
 
@@ -522,7 +535,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "benchmarks.md").write_text(markdown(report))
+    page = out / "benchmarks.md"
+    page.write_text(markdown(report) + kept_incident_section(page))
     print(f"wrote {out / 'benchmarks.md'}")
 
 

@@ -3,13 +3,15 @@
 //! checking the caller's role on the server: deny by default.
 
 use crate::dto::{
-    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
-    EventsOverview, LateChargeRefundPreview, OverrideRequestView, ReconcilePreview, ReconcileResult,
-    RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult, RetryWindow,
-    RevealedResponse,
+    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, BulkSelection, CurrentOperator,
+    Dashboard, EventsOverview, GroupChoice, LateChargeRefundPreview, OverrideRequestView, ReconcilePreview,
+    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RecoveryQueue,
+    RedriveResult, RetryWindow, RevealedResponse,
 };
 #[cfg(feature = "ssr")]
 use domain::operator::OperatorRole;
+use domain::queue::QueueQuery;
+use domain::recovery::BulkControl;
 use domain::recovery::OverrideOutcome;
 use domain::recovery::ReconcileAction;
 use leptos::prelude::*;
@@ -83,10 +85,14 @@ pub async fn get_record(record: RecordRef) -> Result<Option<RecordDetail>, Serve
     crate::backend::backend()?.record(record).await.map_err(failed)
 }
 
-#[server(endpoint = "console/recovery-queue")]
-pub async fn get_recovery_queue() -> Result<Vec<RecordSummary>, ServerFnError> {
+/// A page of the recovery queue: the records needing attention that match `query`.
+#[server(endpoint = "console/recovery-queue", input = Json)]
+pub async fn get_recovery_queue(query: QueueQuery) -> Result<RecoveryQueue, ServerFnError> {
     crate::auth::require(OperatorRole::Viewer)?;
-    crate::backend::backend()?.recovery_queue().await.map_err(failed)
+    crate::backend::backend()?
+        .recovery_queue(query)
+        .await
+        .map_err(failed)
 }
 
 /// The read-only first step of a reconciliation: asks the provider, changes nothing.
@@ -114,37 +120,54 @@ pub async fn apply_reconcile(
         .map_err(failed)
 }
 
-/// Starts a background reconciliation of exactly the records the operator saw in the preview
-/// (never "whatever matches now"), each guarded by the version it had then.
-#[server(endpoint = "console/reconcile/bulk", input = Json)]
-pub async fn start_bulk_reconcile(
-    previews: Vec<(RecordRef, i64, ReconcileAction)>,
-    reason: String,
-) -> Result<BulkJobView, ServerFnError> {
+/// Freezes the records of a bulk reconciliation on the server (every record matching a
+/// filter, or those ticked, each at its version now) and previews them in the background.
+#[server(endpoint = "console/bulk/select", input = Json)]
+pub async fn select_for_bulk(selection: BulkSelection) -> Result<BulkJobView, ServerFnError> {
     let operator = crate::auth::require(OperatorRole::Operator)?;
     crate::backend::backend()?
-        .start_bulk_reconcile(&operator, previews, reason)
+        .select_for_bulk(&operator, selection)
         .await
         .map_err(failed)
 }
 
-/// A bulk reconciliation's progress and per-record results.
-#[server(endpoint = "console/reconcile/bulk-job")]
+/// Applies a previewed bulk job to the groups kept, under one name and one reason.
+#[server(endpoint = "console/bulk/apply", input = Json)]
+pub async fn apply_bulk_job(
+    id: String,
+    name: String,
+    reason: String,
+    choices: Vec<GroupChoice>,
+) -> Result<BulkJobView, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .apply_bulk_job(&operator, id, name, reason, choices)
+        .await
+        .map_err(failed)
+}
+
+/// Pauses, resumes or aborts a bulk job.
+#[server(endpoint = "console/bulk/control", input = Json)]
+pub async fn control_bulk_job(id: String, control: BulkControl) -> Result<BulkJobView, ServerFnError> {
+    let operator = crate::auth::require(OperatorRole::Operator)?;
+    crate::backend::backend()?
+        .control_bulk_job(&operator, id, control)
+        .await
+        .map_err(failed)
+}
+
+/// A bulk job: its preview's groups, progress and latest results.
+#[server(endpoint = "console/bulk/job")]
 pub async fn get_bulk_job(id: String) -> Result<Option<BulkJobView>, ServerFnError> {
     crate::auth::require(OperatorRole::Viewer)?;
     crate::backend::backend()?.bulk_job(id).await.map_err(failed)
 }
 
-/// Previews several records at once, for a bulk reconciliation.
-#[server(endpoint = "console/reconcile/bulk-preview", input = Json)]
-pub async fn bulk_preview(records: Vec<RecordRef>) -> Result<Vec<ReconcilePreview>, ServerFnError> {
-    crate::auth::require(OperatorRole::Operator)?;
-    let backend = crate::backend::backend()?;
-    let mut previews = Vec::with_capacity(records.len());
-    for record in records {
-        previews.push(backend.preview_reconcile(record).await.map_err(failed)?);
-    }
-    Ok(previews)
+/// Every bulk job, newest first.
+#[server(endpoint = "console/bulk/jobs")]
+pub async fn list_bulk_jobs() -> Result<Vec<BulkJobView>, ServerFnError> {
+    crate::auth::require(OperatorRole::Viewer)?;
+    crate::backend::backend()?.bulk_jobs().await.map_err(failed)
 }
 
 /// An admin asks for an override without the provider's evidence; a second admin decides.

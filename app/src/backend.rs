@@ -3,11 +3,13 @@
 //! render on the server without ever depending on sqlx or on `server`.
 
 use crate::dto::{
-    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, CurrentOperator, Dashboard,
-    DashboardRange, EventsOverview, LateChargeRefundPreview, OverrideRequestView, ReconcilePreview,
-    ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary, RedriveResult,
-    RetryWindow, RevealedResponse,
+    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, BulkSelection, CurrentOperator,
+    Dashboard, DashboardRange, EventsOverview, GroupChoice, LateChargeRefundPreview, OverrideRequestView,
+    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    RecoveryQueue, RedriveResult, RetryWindow, RevealedResponse,
 };
+use domain::queue::QueueQuery;
+use domain::recovery::BulkControl;
 use domain::recovery::OverrideOutcome;
 use domain::recovery::ReconcileAction;
 use leptos::prelude::*;
@@ -49,13 +51,18 @@ pub trait ConsoleReads: Send + Sync + 'static {
 
     async fn record(&self, record: RecordRef) -> Result<Option<RecordDetail>, ConsoleError>;
 
-    async fn recovery_queue(&self) -> Result<Vec<RecordSummary>, ConsoleError>;
+    /// A page of the records needing attention that match the query; `Invalid` names a filter
+    /// field that does not parse.
+    async fn recovery_queue(&self, query: QueueQuery) -> Result<RecoveryQueue, ConsoleError>;
 
     /// Asks the provider, changes nothing.
     async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError>;
 
-    /// A bulk job's progress and per-record results.
+    /// A bulk job: its preview's groups, its progress and its latest results.
     async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError>;
+
+    /// Every bulk job, newest first (without groups or results).
+    async fn bulk_jobs(&self) -> Result<Vec<BulkJobView>, ConsoleError>;
 
     /// Pending override requests first, then recently decided ones.
     async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError>;
@@ -82,13 +89,34 @@ pub trait ConsoleActions: Send + Sync + 'static {
         reason: String,
     ) -> Result<ReconcileResult, ConsoleError>;
 
-    /// Starts a background reconciliation of exactly these records, each at the version and
-    /// with the action its preview showed, all with one reason.
-    async fn start_bulk_reconcile(
+    /// Freezes a bulk reconciliation's records on the server (each at its version now: every
+    /// record matching a filter, or those ticked) and previews them in the background: the
+    /// provider asked about each, the action proposed, grouped.
+    async fn select_for_bulk(
         &self,
         operator: &CurrentOperator,
-        items: Vec<(RecordRef, i64, ReconcileAction)>,
+        selection: BulkSelection,
+    ) -> Result<BulkJobView, ConsoleError>;
+
+    /// Applies a previewed job to the groups kept (each with its action), under one name and
+    /// one reason; each item is applied only if its record is still at the version frozen
+    /// and the provider still says the same, and audited.
+    async fn apply_bulk_job(
+        &self,
+        operator: &CurrentOperator,
+        id: String,
+        name: String,
         reason: String,
+        choices: Vec<GroupChoice>,
+    ) -> Result<BulkJobView, ConsoleError>;
+
+    /// Pauses, resumes or aborts a job (audited); an abort leaves every item not done
+    /// untouched and reported.
+    async fn control_bulk_job(
+        &self,
+        operator: &CurrentOperator,
+        id: String,
+        control: BulkControl,
     ) -> Result<BulkJobView, ConsoleError>;
 
     /// An admin's override of a record that needs an operator, without the provider's

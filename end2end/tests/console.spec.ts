@@ -166,24 +166,24 @@ test("a viewer cannot reconcile: no button, and the server refuses a direct call
   expect(await direct.text()).toContain("needs the operator role");
 });
 
-test("a bulk reconciliation of three records reports three results", async ({ page, request }) => {
+test("a bulk reconciliation of three ticked records reports three results", async ({ page, request }) => {
   const keys = [1, 2, 3].map((n) => `bulk-${n}-${Date.now()}`);
   for (const key of keys) await unknownPayment(request, key);
 
   await signIn(page, "operator");
-  await page.goto("/recovery");
+  await page.goto(`/recovery?tenant=${tenant}`);
   await hydrated(page);
   for (const key of keys) await page.getByLabel(`select ${key}`).check();
-  await page.getByRole("button", { name: "Preview 3 selected" }).click();
+  await page.getByRole("button", { name: "Preview 3 ticked" }).click();
   const preview = page.getByRole("dialog", { name: "Bulk reconciliation" });
-  for (const key of keys) await expect(preview.locator(`li[data-key="${key}"]`)).toContainText("succeeded");
-  await expect(preview.getByLabel("Reason (goes into the audit log)")).toBeFocused();
+  await expect(preview.locator('tr[data-bulk-group="create_payment/succeeded"]')).toHaveAttribute("data-items", "3");
+  await preview.getByLabel("Job name").fill("three by hand (e2e)");
   await preview.getByLabel("Reason (goes into the audit log)").fill("bulk: provider shows the charges");
-  await preview.getByRole("button", { name: "Apply to these records" }).click();
+  await preview.getByRole("button", { name: "Apply to the kept groups" }).click();
   // The job runs in the background; the page reads its progress until it is finished.
-  const results = page.locator('[data-bulk-results="3"] li');
-  await expect(results).toHaveCount(3, { timeout: 15_000 });
-  await expect(page.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
+  const job = page.locator("[data-bulk-job]");
+  await expect(job).toHaveAttribute("data-state", "finished", { timeout: 15_000 });
+  await expect(job.locator('[data-bulk-results] li[data-ok="true"]')).toHaveCount(3);
 });
 
 /** A payment the provider (with `fault`) says it did not charge, released by an operator. */

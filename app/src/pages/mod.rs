@@ -25,7 +25,7 @@ pub use audit::AuditPage;
 pub use dashboard::DashboardPage;
 pub use events::EventsPage;
 pub use records::{RecordPage, RecordsPage};
-pub use recovery::RecoveryPage;
+pub use recovery::{BulkJobPage, BulkJobsPage, RecoveryPage};
 pub use sign_in::SignInPage;
 
 /// The HTML document the server renders around the app.
@@ -115,6 +115,8 @@ pub fn App() -> impl IntoView {
                         ssr=SsrMode::Async
                     />
                     <Route path=StaticSegment("recovery") view=RecoveryPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("recovery"), StaticSegment("jobs")) view=BulkJobsPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("recovery"), StaticSegment("jobs"), ParamSegment("id")) view=BulkJobPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("events") view=EventsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("audit") view=AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=AdminPage ssr=SsrMode::Async />

@@ -1,5 +1,6 @@
 use super::overrides::OverrideRequestForm;
 use super::reconcile::ReconcilePanel;
+use super::recovery::{cause_text, next_look_text};
 use super::widgets::{
     Choice, Loading, Panel, ReasonAndApply, StatusBadge, TextField, Time, load_error, named, reason_given,
 };
@@ -8,7 +9,7 @@ use crate::api::{
     resolve_late_charge, reveal_response, whoami,
 };
 use crate::dto::{
-    ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordSummary, ReleasedPaymentView,
+    NextLook, ReconcileResult, RecordDetail, RecordFilter, RecordRef, RecordSummary, ReleasedPaymentView,
 };
 use domain::operator::OperatorRole;
 use domain::record::{ProgressStep, RecordStatus};
@@ -343,6 +344,46 @@ fn LateChargeRefund(
     }
 }
 
+/// Why the record's outcome is unknown, in words, and whether the worker still looks: the
+/// first thing an operator reads on an unresolved record (and the history on a settled one).
+fn why_unknown_view(detail: &RecordDetail) -> Option<impl IntoView + use<>> {
+    if detail.unknown_cause.is_none() && detail.last_error.is_none() {
+        return None;
+    }
+    let unresolved = detail.status == RecordStatus::UnknownRequiresRecovery;
+    let heading = if unresolved {
+        "Why the outcome is unknown"
+    } else {
+        "Why the outcome was unknown"
+    };
+    let cause = cause_text(detail.unknown_cause);
+    let last = detail.last_error.clone().map(|error| {
+        view! {
+            <p data-last-error>
+                "Latest failure: " {error} " ("
+                <Time at=detail.last_error_at.clone().unwrap_or_default() />
+                ")"
+            </p>
+        }
+    });
+    let next = detail.next_look.clone().map(|next| {
+        let gave_up = matches!(next, NextLook::GaveUp(_));
+        view! {
+            <p data-next-look data-gave-up=gave_up.to_string()>
+                {next_look_text(&next)}
+            </p>
+        }
+    });
+    Some(view! {
+        <section class="panel why" data-why-unknown>
+            <h2>{heading}</h2>
+            <p data-cause>{cause}</p>
+            {last}
+            {next}
+        </section>
+    })
+}
+
 #[component]
 fn RecordView(
     detail: RecordDetail,
@@ -381,6 +422,7 @@ fn RecordView(
             <h2>"Command"</h2>
             <pre class="command">{command}</pre>
         </section>
+        {why_unknown_view(&detail)}
         {(role >= OperatorRole::Operator && needs_operator)
             .then(|| view! { <ReconcilePanel record=detail.record.clone() applied /> })}
         {(role >= OperatorRole::Admin && needs_operator)
@@ -477,7 +519,7 @@ fn RecordView(
                 {field("Lease version", detail.lease_version.to_string())}
                 {field("Lease until", optional(&detail.locked_until))}
                 {field("Recovery attempts", detail.recovery_attempts.to_string())}
-                {field("Next recovery", optional(&detail.next_recovery_at))}
+                {field("Next recovery", detail.next_look.as_ref().map_or_else(|| "—".to_owned(), next_look_text))}
                 {field("Retries after expiry", detail.expired_retries.to_string())}
             </dl>
         </section>

@@ -23,6 +23,7 @@ pub mod money;
 pub mod operator;
 pub mod outcome;
 pub mod payment;
+pub mod queue;
 #[cfg(feature = "random")]
 pub mod random;
 pub mod record;
@@ -38,7 +39,9 @@ mod tests {
     use crate::operator::OperatorRole;
     use crate::outcome::Outcome;
     use crate::record::{ClaimedAs, ProgressStep, RecordStatus};
-    use crate::recovery::{OverrideState, ReconcileAction};
+    use crate::recovery::{
+        BulkControl, BulkJobState, EvidenceKind, OverrideState, ReconcileAction, UnknownCause,
+    };
     use crate::representation::PaymentStatus;
     use crate::scope::Operation;
     use std::fmt::Debug;
@@ -76,6 +79,10 @@ mod tests {
             "ApplyProviderResult",
         );
         round_trips((OverrideState::Pending, "pending"), "PENDING");
+        round_trips((UnknownCause::TimedOut, "timed_out"), "TimedOut");
+        round_trips((EvidenceKind::NoCharge, "no_charge"), "NoCharge");
+        round_trips((BulkJobState::Previewed, "previewed"), "PREVIEWED");
+        round_trips((BulkControl::Abort, "abort"), "Abort");
         round_trips((Operation::CreatePayment, "create_payment"), "CreatePayment");
         round_trips(
             (Outcome::ConflictDifferentRequest, "conflict_different_request"),

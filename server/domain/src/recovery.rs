@@ -2,6 +2,7 @@
 //! provider's evidence, the reconcile actions it allows, and overrides two admins vouch for
 //! when the provider cannot answer.
 
+use crate::scope::Operation;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use strum::{EnumString, IntoStaticStr, VariantArray};
@@ -32,6 +33,22 @@ impl ReconcileAction {
     /// Its name in the audit log and in stored bulk jobs.
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+
+    /// What an operator may apply to a record of `operation` that needs one, given what the
+    /// provider says, the one to propose first; nothing when the provider did not answer.
+    /// A refund is never marked failed without the provider's answer, so releasing its key is
+    /// offered for payments only.
+    pub fn offered(operation: Operation, evidence: EvidenceKind) -> &'static [ReconcileAction] {
+        match (evidence, operation) {
+            (EvidenceKind::Succeeded | EvidenceKind::Declined, _) => &[ReconcileAction::ApplyProviderResult],
+            (EvidenceKind::NoCharge, Operation::CreatePayment) => &[
+                ReconcileAction::RetryCharge,
+                ReconcileAction::MarkFailedAndReleaseKey,
+            ],
+            (EvidenceKind::NoCharge, Operation::CreateRefund) => &[ReconcileAction::RetryCharge],
+            (EvidenceKind::Unreachable, _) => &[],
+        }
     }
 }
 
@@ -74,5 +91,166 @@ impl OverrideState {
     /// Its stored name.
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+}
+
+/// Why a record's outcome is unknown: what the provider call that left it so proves, in the
+/// operator's words. Each says that money may have moved; none says whether it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum UnknownCause {
+    /// No answer came within the client's timeout.
+    TimedOut,
+    /// The provider answered with a server error (5xx).
+    ErrorAnswer,
+    /// An answer came that could not be read.
+    UnreadableAnswer,
+    /// The connection broke after the request was sent.
+    ConnectionLost,
+    /// The request never left (no connection): nothing was charged, but only a look-up says so.
+    NotSent,
+    /// The provider refused the request (4xx).
+    Rejected,
+}
+
+impl UnknownCause {
+    /// Its stored name (and the queue filter's value).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Why the outcome is unknown, as a sentence's end: "the provider …".
+    pub fn words(self) -> &'static str {
+        match self {
+            UnknownCause::TimedOut => "timed out: no answer came in time",
+            UnknownCause::ErrorAnswer => "answered with a server error",
+            UnknownCause::UnreadableAnswer => "sent an answer that could not be read",
+            UnknownCause::ConnectionLost => "lost the connection after the request was sent",
+            UnknownCause::NotSent => "could not be reached (nothing was sent)",
+            UnknownCause::Rejected => "refused the request",
+        }
+    }
+}
+
+/// A provider failure as the record keeps it: the cause when it was the call that sends
+/// (which is what made the outcome unknown), and the failure in words with the call's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderFailure {
+    /// `None` for a look-up: it leaves the record's cause as the send left it.
+    pub cause: Option<UnknownCause>,
+    pub words: String,
+}
+
+/// What the provider said, as kept for the console (the evidence's kind; its detail is the
+/// charge id or the problem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum EvidenceKind {
+    Succeeded,
+    Declined,
+    NoCharge,
+    Unreachable,
+}
+
+impl EvidenceKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl ProviderEvidence {
+    pub fn kind(&self) -> EvidenceKind {
+        match self {
+            ProviderEvidence::Charged { status, .. } if status == "succeeded" => EvidenceKind::Succeeded,
+            ProviderEvidence::Charged { .. } => EvidenceKind::Declined,
+            ProviderEvidence::NoCharge => EvidenceKind::NoCharge,
+            ProviderEvidence::Unreachable { .. } => EvidenceKind::Unreachable,
+        }
+    }
+
+    /// The charge's id, the problem, or nothing.
+    pub fn detail(&self) -> &str {
+        match self {
+            ProviderEvidence::Charged { charge_id, .. } => charge_id,
+            ProviderEvidence::NoCharge => "",
+            ProviderEvidence::Unreachable { problem } => problem,
+        }
+    }
+
+    /// The evidence again from its kind and detail as kept.
+    pub fn from_kept(kind: EvidenceKind, detail: String) -> ProviderEvidence {
+        match kind {
+            EvidenceKind::Succeeded => ProviderEvidence::Charged {
+                charge_id: detail,
+                status: "succeeded".to_owned(),
+            },
+            EvidenceKind::Declined => ProviderEvidence::Charged {
+                charge_id: detail,
+                status: "declined".to_owned(),
+            },
+            EvidenceKind::NoCharge => ProviderEvidence::NoCharge,
+            EvidenceKind::Unreachable => ProviderEvidence::Unreachable { problem: detail },
+        }
+    }
+}
+
+/// Where a bulk reconciliation is. It is frozen at `Previewing` (the records and their
+/// versions), previewed item by item in the background, then applied to the groups the
+/// operator kept; it can be paused (and resumed) while running, and aborted until finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum BulkJobState {
+    Previewing,
+    Previewed,
+    Running,
+    Paused,
+    Aborted,
+    Finished,
+}
+
+impl BulkJobState {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether nothing more will happen to it.
+    pub fn is_over(self) -> bool {
+        matches!(self, BulkJobState::Aborted | BulkJobState::Finished)
+    }
+}
+
+/// What an operator does to a job: the state it moves to, from the states it may move from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(EnumString, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum BulkControl {
+    Pause,
+    Resume,
+    Abort,
+}
+
+impl BulkControl {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// `(from, to)`: the control applies only to a job in one of `from`.
+    pub fn transition(self) -> (&'static [BulkJobState], BulkJobState) {
+        match self {
+            BulkControl::Pause => (&[BulkJobState::Running], BulkJobState::Paused),
+            BulkControl::Resume => (&[BulkJobState::Paused], BulkJobState::Running),
+            BulkControl::Abort => (
+                &[
+                    BulkJobState::Previewing,
+                    BulkJobState::Previewed,
+                    BulkJobState::Running,
+                    BulkJobState::Paused,
+                ],
+                BulkJobState::Aborted,
+            ),
+        }
     }
 }

@@ -9,11 +9,11 @@ use crate::store::StoreError;
 use crate::store::approvals::NewOverrideRequest;
 use app::backend::{ConsoleActions, ConsoleError};
 use app::dto::{
-    BulkJobView, CurrentOperator, LateChargeRefundPreview, OverrideRequestView, ReconcileResult, RecordRef,
-    RedriveResult, RevealedResponse,
+    BulkJobView, BulkSelection, CurrentOperator, GroupChoice, LateChargeRefundPreview, OverrideRequestView,
+    ReconcileResult, RecordRef, RedriveResult, RevealedResponse,
 };
 use domain::operator::{AuditEntry, OperatorRole};
-use domain::recovery::{OverrideOutcome, OverrideState, ReconcileAction};
+use domain::recovery::{BulkControl, OverrideOutcome, OverrideState, ReconcileAction};
 use std::time::Duration;
 
 /// How long a request waits for a second admin. Evidence a day old is not the evidence the
@@ -125,13 +125,32 @@ impl ConsoleActions for StoreConsole {
         .await
     }
 
-    async fn start_bulk_reconcile(
+    async fn select_for_bulk(
         &self,
         operator: &CurrentOperator,
-        items: Vec<(RecordRef, i64, ReconcileAction)>,
-        reason: String,
+        selection: BulkSelection,
     ) -> Result<BulkJobView, ConsoleError> {
-        self.start_bulk_job(operator, items, reason).await
+        self.select_bulk_job(operator, selection).await
+    }
+
+    async fn apply_bulk_job(
+        &self,
+        operator: &CurrentOperator,
+        id: String,
+        name: String,
+        reason: String,
+        choices: Vec<GroupChoice>,
+    ) -> Result<BulkJobView, ConsoleError> {
+        self.apply_job(operator, &id, &name, &reason, choices).await
+    }
+
+    async fn control_bulk_job(
+        &self,
+        operator: &CurrentOperator,
+        id: String,
+        control: BulkControl,
+    ) -> Result<BulkJobView, ConsoleError> {
+        self.control_job(operator, &id, control).await
     }
 
     async fn request_override(

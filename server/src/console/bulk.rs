@@ -1,84 +1,343 @@
-//! Bulk reconciliation in the background. Starting a job writes the frozen set (each record at
-//! the version its preview showed, with the action shown) and runs it at once in this
-//! instance, holding a lease on the job; every instance also resumes, now and then, unfinished
-//! jobs whose runner's lease ran out (the process died). Each item is applied exactly as a
-//! single reconciliation (guards, audit) in the name of the operator who started the job, and
-//! only while they may still reconcile: their role and standing are read again for every item.
+//! Bulk reconciliation in the background, for an outage's hundreds or thousands of unknown
+//! outcomes. Selecting freezes the set on the server (every record matching a filter, or the
+//! records ticked, each at its version), so that the browser never sends a list of thousands;
+//! the job then previews each record against the provider (several at a time) and groups them
+//! by operation and evidence, each group with the action proposed. The operator keeps groups,
+//! names the job, gives one reason and applies; each kept item is then applied exactly as a
+//! single reconciliation (the version it was previewed at and the provider's answer checked
+//! again, one audit entry) in the name of the operator who applied the job, and only while
+//! they may still reconcile. A job can be paused, resumed and aborted; its runner holds a
+//! lease, so that another instance resumes it when this one dies.
 
 use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
 use crate::store::StoreError;
-use crate::store::bulk::{BulkItem, BulkItemResult, ClaimedBulkJob};
+use crate::store::bulk::{
+    BulkItem, BulkItemResult, ClaimedBulkJob, FrozenItem, GroupChoice, ItemPreview, JobApproval, NewBulkJob,
+};
+use crate::store::console::RecordName;
 use crate::store::operators::StoredOperator;
-use app::backend::{ConsoleActions, ConsoleError};
-use app::dto::{BulkJobView, CurrentOperator, RecordRef};
+use app::backend::{ConsoleActions, ConsoleError, ConsoleReads};
+use app::dto::{BulkJobView, BulkSelection, CurrentOperator};
 use domain::operator::{AuditEntry, OperatorRole};
-use domain::recovery::ReconcileAction;
+use domain::queue::{QueueFilter, QueueQuery};
+use domain::recovery::{BulkControl, BulkJobState, ReconcileAction};
+use domain::scope::Operation;
+use futures_util::StreamExt;
 use std::time::Duration;
 
 /// How long a runner holds a job without finishing an item before another may resume it:
 /// longer than one item can take (a provider call, bounded by its timeout).
 pub const BULK_LEASE: Duration = Duration::from_secs(60);
 
-/// Records one bulk reconciliation takes at most.
-const MAX_BULK_ITEMS: usize = 500;
+/// Records one bulk job takes at most: a larger outage is cleared in several named jobs.
+pub const MAX_BULK_ITEMS: usize = 10_000;
+
+/// Records ticked by hand one job takes at most.
+const MAX_TICKED: usize = 500;
+
+/// Provider look-ups a preview runs at once: a thousand records in seconds, without a
+/// thundering herd at a provider that is just recovering.
+const PREVIEWS_AT_ONCE: usize = 8;
+
+/// Items a job's page shows; the results file has them all.
+const ITEMS_SHOWN: i64 = 100;
+
+/// Items read per page when the results file is written.
+const RESULTS_PAGE: i64 = 1_000;
 
 impl StoreConsole {
-    /// Writes the frozen set and starts running it here.
-    pub(super) async fn start_bulk_job(
+    /// Freezes the selection as a new job and starts previewing it here.
+    pub(super) async fn select_bulk_job(
         &self,
         operator: &CurrentOperator,
-        items: Vec<(RecordRef, i64, ReconcileAction)>,
-        reason: String,
+        selection: BulkSelection,
     ) -> Result<BulkJobView, ConsoleError> {
-        let reason = checked_reason(&reason)?;
-        if items.is_empty() || items.len() > MAX_BULK_ITEMS {
-            return Err(ConsoleError::Invalid(format!(
-                "a bulk reconciliation takes 1 to {MAX_BULK_ITEMS} records"
-            )));
-        }
-        let items = items
+        let (described, items) = match selection {
+            BulkSelection::Matching(query) => self.matching_items(&query).await?,
+            BulkSelection::Records(records) => {
+                if records.is_empty() || records.len() > MAX_TICKED {
+                    return Err(ConsoleError::Invalid(format!(
+                        "a bulk reconciliation of ticked records takes 1 to {MAX_TICKED} of them; \
+                         select all matching a filter for more"
+                    )));
+                }
+                let mut items = Vec::with_capacity(records.len());
+                for record in records {
+                    let found = self.existing_record(&record, "bulk select").await?;
+                    items.push((views::record_name(&record), found.record.lease_version));
+                }
+                (format!("{} records ticked by hand", items.len()), items)
+            }
+        };
+        let frozen: Vec<FrozenItem> = items
             .into_iter()
             .zip(0..)
-            .map(|((record, version, action), position)| {
-                scope_of(&record)?;
-                Ok(BulkItem {
-                    position,
-                    record: views::record_name(&record),
-                    version,
-                    action,
-                })
+            .map(|((record, version), position)| FrozenItem {
+                position,
+                record,
+                version,
             })
-            .collect::<Result<Vec<_>, ConsoleError>>()?;
-        let job = ClaimedBulkJob {
+            .collect();
+        let job = NewBulkJob {
             id: format!("blk_{}", domain::random::random_hex(12)),
             requested_by: operator.username.clone(),
-            reason,
+            selection: described,
         };
         self.store
-            .create_bulk_job(&job, &items)
+            .create_bulk_job(&job, &frozen)
             .await
-            .map_err(unavailable("bulk reconcile"))?;
-        // Run it here and now; if this instance dies, another resumes it after the lease.
-        let claimed = self
-            .store
-            .claim_bulk_job(Some(&job.id), BULK_LEASE)
-            .await
-            .map_err(unavailable("bulk reconcile"))?;
-        if let Some(claimed) = claimed {
-            let console = self.clone();
-            tokio::spawn(async move { console.run_bulk_job(claimed).await });
-        }
-        let view = self
-            .store
-            .bulk_job(&job.id)
-            .await
-            .map_err(unavailable("bulk job"))?;
-        view.map(views::bulk_job)
-            .ok_or_else(|| ConsoleError::Invalid("the job vanished".to_owned()))
+            .map_err(unavailable("bulk select"))?;
+        self.write_audit(
+            AuditEntry::new(&operator.username, "bulk.select")
+                .on(&job.id)
+                .ended("ok")
+                .details(format!("{} records: {}", frozen.len(), job.selection)),
+        )
+        .await;
+        self.run_here(&job.id).await;
+        self.existing_job(&job.id).await
     }
 
-    /// One pass of the resumer: runs, one after the other, unfinished jobs nobody holds;
-    /// returns how many.
+    /// Every record matching the query, each at its version now, and the filter in words.
+    async fn matching_items(
+        &self,
+        query: &QueueQuery,
+    ) -> Result<(String, Vec<(RecordName, i64)>), ConsoleError> {
+        let (filter, _) =
+            QueueFilter::parse(query).map_err(|refused| ConsoleError::Invalid(refused.to_string()))?;
+        let page = self
+            .store
+            .recovery_queue(&filter, None, self.recovery_max_attempts, MAX_BULK_ITEMS as i64)
+            .await
+            .map_err(unavailable("bulk select"))?;
+        if page.total == 0 {
+            return Err(ConsoleError::Invalid("no record matches this filter".to_owned()));
+        }
+        if page.total > MAX_BULK_ITEMS as i64 {
+            return Err(ConsoleError::Invalid(format!(
+                "{} records match; a bulk job takes at most {MAX_BULK_ITEMS}: narrow the filter",
+                page.total
+            )));
+        }
+        let items = page
+            .rows
+            .into_iter()
+            .map(|row| (row.record, row.version))
+            .collect();
+        Ok((described(query), items))
+    }
+
+    pub(super) async fn apply_job(
+        &self,
+        operator: &CurrentOperator,
+        id: &str,
+        name: &str,
+        reason: &str,
+        choices: Vec<app::dto::GroupChoice>,
+    ) -> Result<BulkJobView, ConsoleError> {
+        let reason = checked_reason(reason)?;
+        let name = name.trim();
+        if !(1..=100).contains(&name.chars().count()) {
+            return Err(ConsoleError::Invalid(
+                "name the job in 1 to 100 characters".to_owned(),
+            ));
+        }
+        let choices = choices
+            .into_iter()
+            .map(|choice| {
+                let operation: Operation = choice.operation.parse().map_err(|_| {
+                    ConsoleError::Invalid(format!("unknown operation {:?}", choice.operation))
+                })?;
+                if let Some(action) = choice.action
+                    && !ReconcileAction::offered(operation, choice.evidence).contains(&action)
+                {
+                    return Err(ConsoleError::Invalid(format!(
+                        "{} is not offered when the provider says {}",
+                        action.as_str(),
+                        choice.evidence.as_str()
+                    )));
+                }
+                Ok(GroupChoice {
+                    operation,
+                    evidence: choice.evidence,
+                    action: choice.action,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let approval = JobApproval {
+            applied_by: operator.username.clone(),
+            name: name.to_owned(),
+            reason: reason.clone(),
+            choices,
+        };
+        let started = self
+            .store
+            .apply_bulk_job(id, &approval)
+            .await
+            .map_err(unavailable("bulk apply"))?;
+        if !started {
+            let job = self.existing_job(id).await?;
+            return Err(ConsoleError::Invalid(format!(
+                "the job is {}, not waiting to be applied",
+                job.state.as_str()
+            )));
+        }
+        let kept: Vec<String> = approval
+            .choices
+            .iter()
+            .map(|choice| {
+                format!(
+                    "{}/{}: {}",
+                    choice.operation.as_str(),
+                    choice.evidence.as_str(),
+                    choice.action.map_or("left out", ReconcileAction::as_str)
+                )
+            })
+            .collect();
+        self.write_audit(
+            AuditEntry::new(&operator.username, "bulk.apply")
+                .on(id)
+                .because(&reason)
+                .ended("ok")
+                .details(format!("{name}; {}", kept.join(", "))),
+        )
+        .await;
+        self.run_here(id).await;
+        self.existing_job(id).await
+    }
+
+    pub(super) async fn control_job(
+        &self,
+        operator: &CurrentOperator,
+        id: &str,
+        control: BulkControl,
+    ) -> Result<BulkJobView, ConsoleError> {
+        let changed = self
+            .store
+            .control_bulk_job(id, control)
+            .await
+            .map_err(unavailable("bulk control"))?;
+        let job = self.existing_job(id).await?;
+        let action = format!("bulk.{}", control.as_str());
+        if !changed {
+            let refusal = format!(
+                "a job that is {} cannot be {}d",
+                job.state.as_str(),
+                control.as_str()
+            );
+            self.write_audit(
+                AuditEntry::new(&operator.username, action)
+                    .on(id)
+                    .ended("refused")
+                    .details(&refusal),
+            )
+            .await;
+            return Err(ConsoleError::Invalid(refusal));
+        }
+        self.write_audit(AuditEntry::new(&operator.username, action).on(id).ended("ok"))
+            .await;
+        if control == BulkControl::Resume {
+            self.run_here(id).await;
+        }
+        self.existing_job(id).await
+    }
+
+    /// A job with its groups and first items.
+    pub(super) async fn bulk_job_view(&self, id: &str) -> Result<Option<BulkJobView>, ConsoleError> {
+        let Some(job) = self.store.bulk_job(id).await.map_err(unavailable("bulk job"))? else {
+            return Ok(None);
+        };
+        let (groups, items) = tokio::try_join!(
+            self.store.bulk_job_groups(id),
+            self.store.bulk_job_items(id, 0, ITEMS_SHOWN),
+        )
+        .map_err(unavailable("bulk job"))?;
+        Ok(Some(views::bulk_job(job, groups, items)))
+    }
+
+    async fn existing_job(&self, id: &str) -> Result<BulkJobView, ConsoleError> {
+        self.bulk_job_view(id)
+            .await?
+            .ok_or_else(|| ConsoleError::Invalid("no such bulk job".to_owned()))
+    }
+
+    /// Every item of a job with its preview and result, as CSV (`None`: no such job).
+    pub async fn bulk_results_csv(&self, id: &str) -> Result<Option<String>, StoreError> {
+        if self.store.bulk_job(id).await?.is_none() {
+            return Ok(None);
+        }
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        let header = [
+            "position",
+            "tenant_id",
+            "operation",
+            "idempotency_key",
+            "version",
+            "evidence",
+            "evidence_detail",
+            "action",
+            "outcome",
+            "record_status",
+            "message",
+            "done_at",
+        ];
+        let mut from = 0;
+        write_row(&mut csv, &header);
+        loop {
+            let items = self.store.bulk_job_items(id, from, RESULTS_PAGE).await?;
+            let Some(last) = items.last() else { break };
+            from = last.position + 1;
+            for item in &items {
+                let outcome = match (&item.result, item.included, item.action) {
+                    (Some(result), _, _) if result.ok => "applied",
+                    (Some(_), _, _) => "not applied",
+                    (None, false, Some(_)) => "left out",
+                    (None, _, None) if item.evidence.is_some() => "nothing to apply",
+                    (None, _, _) => "pending",
+                };
+                let evidence = item.evidence.as_ref();
+                write_row(
+                    &mut csv,
+                    &[
+                        &item.position.to_string(),
+                        &item.record.tenant_id,
+                        &item.record.operation,
+                        &item.record.key,
+                        &item.version.to_string(),
+                        evidence.map_or("", |evidence| evidence.kind().as_str()),
+                        evidence.map_or("", |evidence| evidence.detail()),
+                        item.action.map_or("", ReconcileAction::as_str),
+                        outcome,
+                        item.result
+                            .as_ref()
+                            .and_then(|result| result.status)
+                            .map_or("", |status| status.as_str()),
+                        item.result.as_ref().map_or("", |result| result.message.as_str()),
+                        &item.done_at.map(crate::store::rfc3339_millis).unwrap_or_default(),
+                    ],
+                );
+            }
+        }
+        let bytes = csv.into_inner().unwrap_or_default();
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Claims the job and runs it on a task of its own, here; if this instance dies, another
+    /// resumes it after the lease.
+    async fn run_here(&self, id: &str) {
+        match self.store.claim_bulk_job(Some(id), BULK_LEASE).await {
+            Ok(Some(claimed)) => {
+                let console = self.clone();
+                tokio::spawn(async move { console.run_bulk_job(claimed).await });
+            }
+            // Another runner holds it (or it has nothing to do): the resumer takes it later.
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, job = id, "bulk: not claimed here; resumed later"),
+        }
+    }
+
+    /// One pass of the resumer: runs, one after the other, jobs with work to do that nobody
+    /// holds; returns how many.
     pub async fn resume_bulk_jobs(&self) -> usize {
         let mut resumed = 0;
         loop {
@@ -97,37 +356,86 @@ impl StoreConsole {
         }
     }
 
-    /// Applies a claimed job's pending items in order, then marks it finished.
+    /// Previews a claimed job's items, or applies its kept items in order, then moves it on.
     async fn run_bulk_job(&self, job: ClaimedBulkJob) {
-        let items = match self.store.pending_bulk_items(&job.id).await {
-            Ok(items) => items,
+        let ran = match job.state {
+            BulkJobState::Previewing => self.preview_items(&job).await,
+            _ => self.apply_items(&job).await,
+        };
+        if let Err(error) = ran {
+            tracing::error!(%error, job = %job.id, "bulk reconcile: stopped; resumed later");
+        }
+    }
+
+    async fn preview_items(&self, job: &ClaimedBulkJob) -> Result<(), StoreError> {
+        let items = self.store.unpreviewed_bulk_items(&job.id).await?;
+        for chunk in items.chunks(PREVIEWS_AT_ONCE * 4) {
+            if self.store.bulk_job_state(&job.id).await? != Some(BulkJobState::Previewing) {
+                return Ok(());
+            }
+            // Owned futures: a borrowing closure here is not `Send` for every lifetime
+            // (rust-lang/rust#102211), which `tokio::spawn` needs.
+            let previews: Vec<_> = futures_util::stream::iter(chunk.to_vec())
+                .map(|item| {
+                    let console = self.clone();
+                    async move { console.preview_item(&item).await }
+                })
+                .buffer_unordered(PREVIEWS_AT_ONCE)
+                .collect()
+                .await;
+            for (position, version, preview) in previews {
+                self.store
+                    .note_bulk_preview(&job.id, position, version, &preview, BULK_LEASE)
+                    .await?;
+            }
+        }
+        self.store.finish_bulk_preview(&job.id).await
+    }
+
+    /// An item's preview, through the single record's: what the provider says and the first
+    /// option, at the version it was previewed at (nothing to apply to a record that no
+    /// longer needs an operator).
+    async fn preview_item(&self, item: &BulkItem) -> (i32, i64, ItemPreview) {
+        let record = views::record_ref(item.record.clone());
+        let preview = match self.preview_reconcile(record).await {
+            Ok(preview) => preview,
             Err(error) => {
-                tracing::error!(%error, job = %job.id, "bulk reconcile: items not read; resumed later");
-                return;
+                return (
+                    item.position,
+                    item.version,
+                    ItemPreview {
+                        evidence: domain::recovery::ProviderEvidence::Unreachable {
+                            problem: error.to_string(),
+                        },
+                        proposed: None,
+                    },
+                );
             }
         };
-        for item in items {
-            let result = match self.run_bulk_item(&job, &item).await {
-                Ok(result) => result,
-                Err(error) => {
-                    tracing::error!(%error, job = %job.id, "bulk reconcile: operator not read; resumed later");
-                    return;
-                }
-            };
-            if let Err(error) = self
-                .store
-                .finish_bulk_item(&job.id, item.position, &result, BULK_LEASE)
-                .await
-            {
-                // Applied (and audited) but not noted: a resumed run finds the record changed
-                // and says so, nothing is applied twice.
-                tracing::error!(%error, job = %job.id, "bulk reconcile: result not recorded; resumed later");
-                return;
+        (
+            item.position,
+            preview.version,
+            ItemPreview {
+                proposed: preview.options.first().map(|option| option.action),
+                evidence: preview.evidence,
+            },
+        )
+    }
+
+    async fn apply_items(&self, job: &ClaimedBulkJob) -> Result<(), StoreError> {
+        for item in self.store.pending_bulk_items(&job.id).await? {
+            // Paused or aborted: stop here; a resume hands the job to a runner again.
+            if self.store.bulk_job_state(&job.id).await? != Some(BulkJobState::Running) {
+                return Ok(());
             }
+            let result = self.run_bulk_item(job, &item).await?;
+            // Applied (and audited) but not noted, on failure: a resumed run finds the record
+            // changed and says so; nothing is applied twice.
+            self.store
+                .finish_bulk_item(&job.id, item.position, &result, BULK_LEASE)
+                .await?;
         }
-        if let Err(error) = self.store.finish_bulk_job(&job.id).await {
-            tracing::error!(%error, job = %job.id, "bulk reconcile: not marked finished; resumed later");
-        }
+        self.store.finish_bulk_job(&job.id).await
     }
 
     /// One item, applied only if the job's operator may reconcile now (a role lowered or an
@@ -137,13 +445,19 @@ impl StoreConsole {
         job: &ClaimedBulkJob,
         item: &BulkItem,
     ) -> Result<BulkItemResult, StoreError> {
+        let Some(action) = item.action else {
+            return Ok(BulkItemResult {
+                ok: false,
+                message: "nothing to apply".to_owned(),
+                status: None,
+            });
+        };
         let standing = self.store.operator_by_username(&job.requested_by).await?;
         let operator = match reconciling_operator(standing) {
             Ok(operator) => operator,
             Err(refusal) => {
                 let message = format!("not applied: {} {refusal}", job.requested_by);
-                let action = format!("reconcile.{}", item.action.as_str());
-                let refused = AuditEntry::new(&job.requested_by, action)
+                let refused = AuditEntry::new(&job.requested_by, format!("reconcile.{}", action.as_str()))
                     .on(item.record.audit_target())
                     .because(&job.reason)
                     .ended("refused")
@@ -156,10 +470,17 @@ impl StoreConsole {
                 });
             }
         };
+        if let Err(refused) = scope_of(&views::record_ref(item.record.clone())) {
+            return Ok(BulkItemResult {
+                ok: false,
+                message: refused.to_string(),
+                status: None,
+            });
+        }
         let record = views::record_ref(item.record.clone());
         Ok(
             match self
-                .apply_reconcile(&operator, record, item.version, item.action, job.reason.clone())
+                .apply_reconcile(&operator, record, item.version, action, job.reason.clone())
                 .await
             {
                 Ok(result) => BulkItemResult {
@@ -177,6 +498,48 @@ impl StoreConsole {
     }
 }
 
+/// A filter in words, for the job's record of how it was selected.
+fn described(query: &QueueQuery) -> String {
+    let fields = [
+        ("tenant", &query.tenant),
+        ("operation", &query.operation),
+        ("attention", &query.attention),
+        ("older than (min)", &query.min_age_minutes),
+        ("younger than (min)", &query.max_age_minutes),
+        ("currency", &query.currency),
+        ("amount from", &query.min_amount),
+        ("amount to", &query.max_amount),
+        ("why unknown", &query.cause),
+        ("provider says", &query.evidence),
+        ("search", &query.search),
+    ];
+    let said: Vec<String> = fields
+        .iter()
+        .filter(|(_, value)| !value.trim().is_empty())
+        .map(|(name, value)| format!("{name} = {}", value.trim()))
+        .collect();
+    if said.is_empty() {
+        "every record needing attention".to_owned()
+    } else {
+        format!("every record needing attention with {}", said.join(", "))
+    }
+}
+
+/// One row of a results file; a cell a spreadsheet would run as a formula is written with a
+/// leading apostrophe (keys and references come from API clients).
+fn write_row(csv: &mut csv::Writer<Vec<u8>>, cells: &[&str]) {
+    let safe = cells.iter().map(|cell| {
+        if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+            format!("'{cell}")
+        } else {
+            (*cell).to_owned()
+        }
+    });
+    if let Err(error) = csv.write_record(safe) {
+        tracing::error!(%error, "bulk results: a row was not written");
+    }
+}
+
 /// The operator a job's items are applied as, or why they may no longer be.
 fn reconciling_operator(standing: Option<StoredOperator>) -> Result<CurrentOperator, &'static str> {
     match standing {
@@ -187,5 +550,40 @@ fn reconciling_operator(standing: Option<StoredOperator>) -> Result<CurrentOpera
             username: operator.username,
             role: operator.role,
         }),
+    }
+}
+
+/// `GET /console/bulk-jobs/{id}/results.csv`: every item of a job with its evidence, action
+/// and result, for any signed-in operator (the gate has checked the session).
+pub async fn results_file(
+    axum::extract::State(console): axum::extract::State<StoreConsole>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    match console.bulk_results_csv(&id).await {
+        Ok(Some(csv)) => {
+            let file = format!(
+                "attachment; filename=\"{}-results.csv\"",
+                id.replace(['"', '\\'], "")
+            );
+            (
+                [
+                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+                    (header::CONTENT_DISPOSITION, file),
+                ],
+                csv,
+            )
+                .into_response()
+        }
+        Ok(None) => (StatusCode::NOT_FOUND, "no such bulk job\n").into_response(),
+        Err(error) => {
+            tracing::error!(%error, job = %id, "bulk results: store failure");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store is unavailable; try again shortly\n",
+            )
+                .into_response()
+        }
     }
 }

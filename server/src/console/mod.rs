@@ -8,7 +8,7 @@
 pub mod access;
 mod actions;
 mod admin;
-mod bulk;
+pub mod bulk;
 mod diff;
 mod late_charges;
 pub mod limits;

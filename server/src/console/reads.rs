@@ -8,19 +8,23 @@ use app::backend::{ConsoleError, ConsoleReads};
 use app::dto::{
     AuditEntryView, BulkJobView, ConsumerLag, Dashboard, DashboardRange, EventsOverview, LiveGauges,
     OverrideRequestView, ReconcileOption, ReconcilePreview, RecordDetail, RecordFilter, RecordPage,
-    RecordRef, RecordSummary, RetryWindow, Series, TenantOption, WindowFit,
+    RecordRef, RecordSummary, RecoveryQueue, RetryWindow, Series, TenantOption, WindowFit,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::cursor::AuditCursor;
 use domain::outcome::Outcome;
+use domain::queue::{QueueCursor, QueueFilter, QueueQuery};
 use domain::record::RecordStatus;
-use domain::recovery::{ProviderEvidence, ReconcileAction};
+use domain::recovery::{EvidenceKind, ProviderEvidence, ReconcileAction};
 use domain::scope::Operation;
 use std::time::Duration;
 use strum::VariantArray;
 
 /// Rows per records page.
 const PAGE: usize = 50;
+
+/// Rows per recovery queue page.
+const QUEUE_PAGE: usize = 50;
 
 /// How long back the events page looks for a consumer's lag.
 const LAG_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -235,16 +239,48 @@ impl ConsoleReads for StoreConsole {
             .audit_of_target(&scope.audit_target(), 100)
             .await
             .map_err(unavailable("record audit"))?;
-        Ok(Some(views::record_detail(history, audit)))
+        Ok(Some(views::record_detail(
+            history,
+            audit,
+            self.recovery_max_attempts,
+        )))
     }
 
-    async fn recovery_queue(&self) -> Result<Vec<RecordSummary>, ConsoleError> {
-        let rows = self
-            .store
-            .recovery_queue(200)
-            .await
-            .map_err(unavailable("recovery queue"))?;
-        Ok(rows.into_iter().map(views::summary).collect())
+    async fn recovery_queue(&self, query: QueueQuery) -> Result<RecoveryQueue, ConsoleError> {
+        let (filter, after) =
+            QueueFilter::parse(&query).map_err(|refused| ConsoleError::Invalid(refused.to_string()))?;
+        let (page, tenants) = tokio::try_join!(
+            self.store.recovery_queue(
+                &filter,
+                after.as_ref(),
+                self.recovery_max_attempts,
+                (QUEUE_PAGE + 1) as i64
+            ),
+            self.store.tenants(),
+        )
+        .map_err(unavailable("recovery queue"))?;
+        let mut rows = page.rows;
+        let next = (rows.len() > QUEUE_PAGE).then(|| {
+            let last = &rows[QUEUE_PAGE - 1];
+            QueueCursor {
+                sort_value: last.sort_value,
+                tenant_id: last.record.tenant_id.clone(),
+                operation: last.record.operation.clone(),
+                key: last.record.key.clone(),
+            }
+            .to_text()
+        });
+        rows.truncate(QUEUE_PAGE);
+        Ok(RecoveryQueue {
+            total: count(page.total),
+            rows: rows
+                .into_iter()
+                .map(|row| views::queue_row(row, self.recovery_max_attempts))
+                .collect(),
+            next,
+            tenants: tenants.into_iter().map(|(_, name)| name).collect(),
+            read_at: now_text(),
+        })
     }
 
     async fn preview_reconcile(&self, record: RecordRef) -> Result<ReconcilePreview, ConsoleError> {
@@ -254,11 +290,17 @@ impl ConsoleReads for StoreConsole {
         let resource_id = found.record.resource_id.clone().unwrap_or_default();
         let operation = scope_of(&record)?.operation;
         let evidence = self.engine.provider_evidence(operation, &resource_id).await;
+        // Kept for the queue (what the provider says, and its filter); a failure to keep it
+        // loses nothing the operator sees now.
+        if let Err(error) = self
+            .store
+            .note_evidence(&views::record_name(&record), &evidence)
+            .await
+        {
+            tracing::warn!(%error, "console: the provider's evidence not kept");
+        }
         let options = if needs_operator {
-            match operation {
-                Operation::CreatePayment => payment_options(status, &resource_id, &evidence),
-                Operation::CreateRefund => refund_options(status, &resource_id, &evidence),
-            }
+            reconcile_options(operation, status, &resource_id, &evidence)
         } else {
             Vec::new()
         };
@@ -280,8 +322,19 @@ impl ConsoleReads for StoreConsole {
     }
 
     async fn bulk_job(&self, id: String) -> Result<Option<BulkJobView>, ConsoleError> {
-        let job = self.store.bulk_job(&id).await.map_err(unavailable("bulk job"))?;
-        Ok(job.map(views::bulk_job))
+        self.bulk_job_view(&id).await
+    }
+
+    async fn bulk_jobs(&self) -> Result<Vec<BulkJobView>, ConsoleError> {
+        let jobs = self
+            .store
+            .bulk_jobs(100)
+            .await
+            .map_err(unavailable("bulk jobs"))?;
+        Ok(jobs
+            .into_iter()
+            .map(|job| views::bulk_job(job, Vec::new(), Vec::new()))
+            .collect())
     }
 
     async fn overrides(&self) -> Result<Vec<OverrideRequestView>, ConsoleError> {
@@ -340,107 +393,89 @@ impl ConsoleReads for StoreConsole {
     }
 }
 
-/// What each possible action would do, in the operator's words, given what the provider
-/// said; the safest first.
-/// What an operator may apply to an unresolved create_refund record, given the provider's
-/// answer: its result, or the refund sent again with the same provider key. A refund is never
-/// marked failed without the provider's answer.
-fn refund_options(
+/// What an operator may apply to a record that needs one, given what the provider said
+/// (`ReconcileAction::offered`, the safest first), each with exactly what it changes.
+pub(super) fn reconcile_options(
+    operation: Operation,
     status: RecordStatus,
-    refund_id: &str,
+    resource_id: &str,
     evidence: &ProviderEvidence,
 ) -> Vec<ReconcileOption> {
-    let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
-    match evidence {
-        ProviderEvidence::Charged {
-            charge_id,
-            status: refund,
-        } if refund == "succeeded" => vec![option(
-            ReconcileAction::ApplyProviderResult,
-            vec![
-                format!("record {status} -> COMPLETED"),
-                format!("refund {refund_id} PROCESSING -> SUCCEEDED, provider refund {charge_id}"),
-                "response 201 stored: retries with the key are answered with it".to_owned(),
-                "event RefundSucceeded".to_owned(),
-            ],
-        )],
-        ProviderEvidence::Charged { charge_id, .. } => vec![option(
-            ReconcileAction::ApplyProviderResult,
-            vec![
-                format!("record {status} -> FAILED_REPLAYABLE"),
-                format!(
-                    "refund {refund_id} PROCESSING -> FAILED (provider refund {charge_id}); its amount is refundable again"
-                ),
-                "response 402 REFUND_DECLINED stored: retries with the key are answered with it".to_owned(),
-                "event RefundFailed".to_owned(),
-            ],
-        )],
-        ProviderEvidence::NoCharge => vec![option(
-            ReconcileAction::RetryCharge,
-            vec![
-                format!("the refund is sent now with its provider key provider_refund_{refund_id}"),
-                format!("then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"),
-            ],
-        )],
-        ProviderEvidence::Unreachable { .. } => Vec::new(),
-    }
+    ReconcileAction::offered(operation, evidence.kind())
+        .iter()
+        .map(|&action| ReconcileOption {
+            action,
+            changes: changes(operation, action, status, resource_id, evidence),
+        })
+        .collect()
 }
 
-/// What an operator may apply to an unresolved create_payment record, given the provider's
-/// answer.
-fn payment_options(
+/// What applying `action` changes, in the operator's words.
+fn changes(
+    operation: Operation,
+    action: ReconcileAction,
     status: RecordStatus,
-    payment_id: &str,
+    id: &str,
     evidence: &ProviderEvidence,
-) -> Vec<ReconcileOption> {
-    let option = |action, changes: Vec<String>| ReconcileOption { action, changes };
-    match evidence {
-        ProviderEvidence::Charged {
-            charge_id,
-            status: charge,
-        } if charge == "succeeded" => vec![option(
-            ReconcileAction::ApplyProviderResult,
-            vec![
-                format!("record {status} -> COMPLETED"),
-                format!("payment {payment_id} PROCESSING -> PENDING, provider charge {charge_id}"),
-                "response 201 stored: retries with the key are answered with it".to_owned(),
-                "event PaymentAuthorized".to_owned(),
-            ],
-        )],
-        ProviderEvidence::Charged { charge_id, .. } => vec![option(
-            ReconcileAction::ApplyProviderResult,
-            vec![
-                format!("record {status} -> FAILED_REPLAYABLE"),
-                format!(
-                    "payment {payment_id} PROCESSING -> DECLINED (charge {charge_id}); the held amount is released"
-                ),
-                "response 402 PAYMENT_DECLINED stored: retries with the key are answered with it".to_owned(),
-                "event PaymentDeclined".to_owned(),
-            ],
-        )],
-        ProviderEvidence::NoCharge => vec![
-            option(
-                ReconcileAction::RetryCharge,
-                vec![
-                    format!(
-                        "the charge is sent now with the payment's provider key provider_payment_{payment_id}"
-                    ),
-                    format!(
-                        "then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"
-                    ),
-                ],
+) -> Vec<String> {
+    let (noun, provider_noun, created, succeeded, failed, declined_code, key) = match operation {
+        Operation::CreatePayment => (
+            "payment",
+            "provider charge",
+            "PaymentAuthorized",
+            "PENDING",
+            "DECLINED",
+            "402 PAYMENT_DECLINED",
+            format!("the charge is sent now with the payment's provider key provider_payment_{id}"),
+        ),
+        Operation::CreateRefund => (
+            "refund",
+            "provider refund",
+            "RefundSucceeded",
+            "SUCCEEDED",
+            "FAILED",
+            "402 REFUND_DECLINED",
+            format!("the refund is sent now with its provider key provider_refund_{id}"),
+        ),
+    };
+    match (action, evidence.kind()) {
+        (ReconcileAction::ApplyProviderResult, EvidenceKind::Succeeded) => vec![
+            format!("record {status} -> COMPLETED"),
+            format!(
+                "{noun} {id} PROCESSING -> {succeeded}, {provider_noun} {}",
+                evidence.detail()
             ),
-            option(
-                ReconcileAction::MarkFailedAndReleaseKey,
-                vec![
-                    format!("record {status} -> FAILED_RETRYABLE: the key's next retry executes anew"),
-                    format!(
-                        "payment {payment_id} PROCESSING -> DECLINED, not charged; the held amount and its merchant reference are released"
-                    ),
-                    "nothing is sent to the provider; event PaymentDeclined".to_owned(),
-                ],
-            ),
+            "response 201 stored: retries with the key are answered with it".to_owned(),
+            format!("event {created}"),
         ],
-        ProviderEvidence::Unreachable { .. } => Vec::new(),
+        (ReconcileAction::ApplyProviderResult, _) => vec![
+            format!("record {status} -> FAILED_REPLAYABLE"),
+            match operation {
+                Operation::CreatePayment => format!(
+                    "payment {id} PROCESSING -> DECLINED (charge {}); the held amount is released",
+                    evidence.detail()
+                ),
+                Operation::CreateRefund => format!(
+                    "refund {id} PROCESSING -> FAILED (provider refund {}); its amount is refundable again",
+                    evidence.detail()
+                ),
+            },
+            format!("response {declined_code} stored: retries with the key are answered with it"),
+            match operation {
+                Operation::CreatePayment => "event PaymentDeclined".to_owned(),
+                Operation::CreateRefund => "event RefundFailed".to_owned(),
+            },
+        ],
+        (ReconcileAction::RetryCharge, _) => vec![
+            key,
+            format!("then record {status} -> COMPLETED or FAILED_REPLAYABLE, as the provider answers"),
+        ],
+        (ReconcileAction::MarkFailedAndReleaseKey, _) => vec![
+            format!("record {status} -> FAILED_RETRYABLE: the key's next retry executes anew"),
+            format!(
+                "{noun} {id} PROCESSING -> {failed}, not charged; the held amount and its merchant reference are released"
+            ),
+            "nothing is sent to the provider; event PaymentDeclined".to_owned(),
+        ],
     }
 }

@@ -4,8 +4,8 @@
 
 use super::diff;
 use crate::store::approvals::OverrideRequest;
-use crate::store::bulk::BulkJob;
-use crate::store::console::{RecordName, RecordQuery, RecordSummary};
+use crate::store::bulk::{BulkJob, ItemReport, JobGroup};
+use crate::store::console::{QueueRow, RecordName, RecordQuery, RecordSummary};
 use crate::store::events::DeadLetter;
 use crate::store::history::{RecordHistory, RefundSummary};
 use crate::store::operators::LoggedAudit;
@@ -14,6 +14,8 @@ use crate::store::rfc3339_millis as at;
 use app::dto;
 use chrono::{DateTime, Utc};
 use domain::cursor::RecordCursor;
+use domain::record::RecordStatus;
+use domain::recovery::ReconcileAction;
 use domain::scope::Operation;
 
 pub fn record_ref(name: RecordName) -> dto::RecordRef {
@@ -109,7 +111,35 @@ fn refund_summary(record: &RecordName, refund: RefundSummary) -> dto::RefundSumm
     }
 }
 
-pub fn record_detail(history: RecordHistory, audit: Vec<LoggedAudit>) -> dto::RecordDetail {
+/// When the recovery worker looks at a record next, or that it gave up (`max_attempts`: its
+/// limit); `None` for a record nobody needs to look at (settled, or an owner at work).
+pub fn next_look(
+    status: RecordStatus,
+    attempts: i32,
+    max_attempts: i32,
+    next_recovery_at: Option<DateTime<Utc>>,
+    last_look_at: DateTime<Utc>,
+    locked_until: Option<DateTime<Utc>>,
+) -> Option<dto::NextLook> {
+    match status {
+        RecordStatus::UnknownRequiresRecovery if attempts >= max_attempts => {
+            Some(dto::NextLook::GaveUp(at(last_look_at)))
+        }
+        RecordStatus::UnknownRequiresRecovery => {
+            Some(dto::NextLook::At(at(next_recovery_at.unwrap_or(last_look_at))))
+        }
+        RecordStatus::InProgress if locked_until.is_none_or(|until| until <= Utc::now()) => {
+            Some(dto::NextLook::NextPass)
+        }
+        _ => None,
+    }
+}
+
+pub fn record_detail(
+    history: RecordHistory,
+    audit: Vec<LoggedAudit>,
+    max_attempts: i32,
+) -> dto::RecordDetail {
     let refund = history
         .refund
         .map(|refund| refund_summary(&history.record, refund));
@@ -149,7 +179,17 @@ pub fn record_detail(history: RecordHistory, audit: Vec<LoggedAudit>) -> dto::Re
         lease_version: history.lease_version,
         locked_until: history.locked_until.map(at),
         recovery_attempts: history.recovery_attempts,
-        next_recovery_at: history.next_recovery_at.map(at),
+        next_look: next_look(
+            history.status,
+            history.recovery_attempts,
+            max_attempts,
+            history.next_recovery_at,
+            history.last_error_at.unwrap_or(history.updated_at),
+            history.locked_until,
+        ),
+        unknown_cause: history.unknown_cause,
+        last_error: history.last_error,
+        last_error_at: history.last_error_at.map(at),
         expired_retries: history.expired_retries,
         created_by: history.created_by,
         created_at: at(history.created_at),
@@ -235,32 +275,94 @@ pub fn override_request(request: OverrideRequest) -> dto::OverrideRequestView {
     }
 }
 
-pub fn bulk_job(job: BulkJob) -> dto::BulkJobView {
+/// A row of the recovery queue.
+pub fn queue_row(row: QueueRow, max_attempts: i32) -> dto::QueueRowView {
+    let amount = match (row.amount_minor, row.currency.as_deref()) {
+        (Some(minor), Some(currency)) => Some(minor_to_decimal(minor, currency)),
+        _ => None,
+    };
+    dto::QueueRowView {
+        next_look: next_look(
+            row.status,
+            row.recovery_attempts,
+            max_attempts,
+            row.next_recovery_at,
+            row.last_error_at.unwrap_or(row.updated_at),
+            None,
+        )
+        .unwrap_or(dto::NextLook::NextPass),
+        record: record_ref(row.record),
+        tenant_name: row.tenant_name,
+        status: row.status,
+        version: row.version,
+        resource_id: row.resource_id,
+        amount,
+        currency: row.currency,
+        merchant_reference: row.merchant_reference,
+        created_at: at(row.created_at),
+        recovery_attempts: row.recovery_attempts,
+        unknown_cause: row.unknown_cause,
+        last_error: row.last_error,
+        last_error_at: row.last_error_at.map(at),
+        evidence: row.evidence.map(|(evidence, seen)| (evidence, at(seen))),
+    }
+}
+
+/// A bulk job, with its groups and first items when the page shows them.
+pub fn bulk_job(job: BulkJob, groups: Vec<JobGroup>, first_items: Vec<ItemReport>) -> dto::BulkJobView {
+    let count = |value: i64| u64::try_from(value).unwrap_or(0);
     dto::BulkJobView {
         id: job.id,
+        name: job.name,
+        state: job.state,
+        selection: job.selection,
         requested_by: job.requested_by,
         reason: job.reason,
+        applied_by: job.applied_by,
         created_at: at(job.created_at),
+        applied_at: job.applied_at.map(at),
         finished_at: job.finished_at.map(at),
-        items: job
-            .items
+        items: count(job.counts.items),
+        previewed: count(job.counts.previewed),
+        included: count(job.counts.included),
+        done: count(job.counts.done),
+        ok: count(job.counts.ok),
+        groups: groups
             .into_iter()
-            .map(|(item, result)| {
-                let record = record_ref(item.record);
-                dto::BulkItemView {
-                    position: item.position,
-                    version: item.version,
-                    action: item.action,
-                    result: result.map(|result| dto::ReconcileResult {
-                        record: record.clone(),
-                        ok: result.ok,
-                        status: result.status,
-                        message: result.message,
-                    }),
-                    record,
-                }
+            .map(|group| dto::BulkGroupView {
+                offered: group
+                    .operation
+                    .parse::<Operation>()
+                    .map(|operation| ReconcileAction::offered(operation, group.evidence).to_vec())
+                    .unwrap_or_default(),
+                operation: group.operation,
+                evidence: group.evidence,
+                action: group.action,
+                included: group.included,
+                items: count(group.items),
+                done: count(group.done),
+                ok: count(group.ok),
             })
             .collect(),
+        first_items: first_items.into_iter().map(bulk_item).collect(),
+    }
+}
+
+pub fn bulk_item(item: ItemReport) -> dto::BulkItemView {
+    let record = record_ref(item.record);
+    dto::BulkItemView {
+        position: item.position,
+        version: item.version,
+        evidence: item.evidence,
+        action: item.action,
+        included: item.included,
+        result: item.result.map(|result| dto::ReconcileResult {
+            record: record.clone(),
+            ok: result.ok,
+            status: result.status,
+            message: result.message,
+        }),
+        record,
     }
 }
 

@@ -15,6 +15,7 @@ use domain::operator::AuditEntry;
 use domain::outcome::Outcome;
 use domain::payment::{PaymentId, new_event_id};
 use domain::record::RecordAt;
+use domain::recovery::ProviderFailure;
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
@@ -77,24 +78,30 @@ impl PaymentsEngine {
         let expires_at = owner.expires_at();
         // PROVIDER_REQUEST_SENT is durable from here on.
         crash_point(CrashPoint::BeforeProviderCall);
+        let send = || async {
+            self.provider
+                .create_charge(&payment.id, payment.amount)
+                .await
+                .map_err(|error| error.of_send("charge request"))
+        };
         let charge = match charging {
-            Charging::Send => self.provider.create_charge(&payment.id, payment.amount).await,
+            Charging::Send => send().await,
             // A taker never sends blindly: the first owner may have been charged already.
             Charging::AskFirst => match self.provider.find_charge(&payment.id).await {
                 Ok(Some(charge)) => Ok(charge),
-                Ok(None) => self.provider.create_charge(&payment.id, payment.amount).await,
-                Err(error) => Err(error),
+                Ok(None) => send().await,
+                Err(error) => Err(error.of_look_up("charge look-up")),
             },
             Charging::Vouched(charge) => Ok(charge),
         };
         let charge = match charge {
             Ok(charge) => charge,
-            Err(error) => {
+            Err(failure) => {
                 // Whatever the failure, a charge may exist or the request may need sending
                 // again with the same provider key: recovery decides by asking, never guessing.
-                tracing::warn!(%error, payment_id = %payment.id, "provider call failed; outcome unknown");
+                tracing::warn!(error = %failure.words, payment_id = %payment.id, "provider call failed; outcome unknown");
                 return self
-                    .outcome_unknown(owner, tenant_id, CreatePayment::OPERATION, &payment.id)
+                    .outcome_unknown(owner, tenant_id, CreatePayment::OPERATION, &payment.id, &failure)
                     .await;
             }
         };
@@ -133,13 +140,14 @@ impl PaymentsEngine {
     }
 
     /// The provider's answer was lost (counted): the record becomes UNKNOWN_REQUIRES_RECOVERY
-    /// (fenced by the lease), and the client is told so.
+    /// (fenced by the lease) with why, and the client is told so.
     pub(super) async fn outcome_unknown(
         &self,
         owner: Owner<'_>,
         tenant_id: &TenantId,
         operation: Operation,
         resource_id: &str,
+        failure: &ProviderFailure,
     ) -> Owned {
         self.count(tenant_id, operation, Outcome::ProviderError);
         self.count(tenant_id, operation, Outcome::OutcomeUnknown);
@@ -151,7 +159,11 @@ impl PaymentsEngine {
             // Without a record the payment itself stays PROCESSING for recovery.
             return Owned::Answered(Answer::outcome_unknown(operation, resource_id, 1, None));
         };
-        match self.records.mark_outcome_unknown(scope, lease_version).await {
+        match self
+            .records
+            .mark_outcome_unknown(scope, lease_version, failure)
+            .await
+        {
             Ok(true) => Owned::Answered(Answer::outcome_unknown(operation, resource_id, 1, expires_at)),
             Ok(false) => Owned::FencedOut,
             Err(error) => Owned::Answered(Answer::error(

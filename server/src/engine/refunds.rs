@@ -139,21 +139,19 @@ impl PaymentsEngine {
         };
         // PROVIDER_REQUEST_SENT is durable from here on.
         crash_point(CrashPoint::BeforeProviderCall);
+        let send = || async {
+            self.provider
+                .create_refund(&view.id, charge_id, view.amount)
+                .await
+                .map_err(|error| error.of_send("refund request"))
+        };
         let answered = match charging {
-            Charging::Send => {
-                self.provider
-                    .create_refund(&view.id, charge_id, view.amount)
-                    .await
-            }
+            Charging::Send => send().await,
             // A taker never sends blindly: the first owner's refund may have been made.
             Charging::AskFirst => match self.provider.find_refund(&view.id).await {
                 Ok(Some(found)) => Ok(found),
-                Ok(None) => {
-                    self.provider
-                        .create_refund(&view.id, charge_id, view.amount)
-                        .await
-                }
-                Err(error) => Err(error),
+                Ok(None) => send().await,
+                Err(error) => Err(error.of_look_up("refund look-up")),
             },
             Charging::Vouched(_) => {
                 tracing::error!(refund_id = %view.id, "a refund's outcome cannot be vouched for");
@@ -162,11 +160,11 @@ impl PaymentsEngine {
         };
         let provider_refund = match answered {
             Ok(provider_refund) => provider_refund,
-            Err(error) => {
+            Err(failure) => {
                 // Whatever the failure, the refund may exist: recovery asks, never guesses.
-                tracing::warn!(%error, refund_id = %view.id, "provider refund failed; outcome unknown");
+                tracing::warn!(error = %failure.words, refund_id = %view.id, "provider refund failed; outcome unknown");
                 return self
-                    .outcome_unknown(owner, &scope.tenant_id, scope.operation, &view.id)
+                    .outcome_unknown(owner, &scope.tenant_id, scope.operation, &view.id, &failure)
                     .await;
             }
         };

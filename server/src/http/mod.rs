@@ -69,7 +69,7 @@ pub struct AppState {
 
 /// The payments API and the console, behind the middleware every request goes through.
 pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -> Router {
-    let console_backend = Backend(Arc::new(console));
+    let console_backend = Backend(Arc::new(console.clone()));
     let access = AccessState {
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),
@@ -95,7 +95,10 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         settings.body_limit_bytes,
         in_the_contracts_shape,
     ));
-    let console = bounded(console_router(console_backend, access, settings), settings);
+    let console = bounded(
+        console_router(console, console_backend, access, settings),
+        settings,
+    );
 
     api.merge(console)
         .layer(CompressionLayer::new())
@@ -132,7 +135,12 @@ fn bounded(router: Router, settings: &HttpSettings) -> Router {
 /// The console: server-rendered pages, their server functions, and the built assets. Pages
 /// set their own Content-Security-Policy (with the nonce of their inline scripts); every other
 /// answer gets one that allows nothing, and none may be framed or sniffed.
-fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings) -> Router {
+fn console_router(
+    store_console: StoreConsole,
+    backend: Backend,
+    access: AccessState,
+    settings: &HttpSettings,
+) -> Router {
     let options = LeptosOptions::builder()
         .output_name("idem")
         .site_root(settings.site_root.to_string_lossy().into_owned())
@@ -154,6 +162,12 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
         .route("/sign-in", post(console::access::sign_in))
         .route("/sign-out", post(console::access::sign_out))
         .with_state(access.clone());
+    let downloads = Router::new()
+        .route(
+            "/console/bulk-jobs/{id}/results.csv",
+            get(console::bulk::results_file),
+        )
+        .with_state(store_console);
     let session_layer = console::access::session_layer(access.store.clone(), settings.secure_cookies);
 
     Router::new()
@@ -168,6 +182,7 @@ fn console_router(backend: Backend, access: AccessState, settings: &HttpSettings
         ))
         .with_state(options)
         .merge(sign_in)
+        .merge(downloads)
         .layer(axum::middleware::from_fn_with_state(
             access.clone(),
             console::access::gate,

@@ -3,6 +3,7 @@
 
 use super::{Charge, ChargeRequest, ProviderRefund, RefundRequest, provider_key, provider_refund_key};
 use domain::money::Amount;
+use domain::recovery::{ProviderFailure, UnknownCause};
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,8 +19,36 @@ pub enum ProviderError {
     Rejected { status: u16, body: String },
     /// The request may have been accepted (timeout after sending, 5xx, unreadable answer):
     /// only asking the provider by the same key can tell.
-    #[error("the provider's outcome is unknown: {0}")]
-    OutcomeUnknown(String),
+    #[error("the provider's outcome is unknown: {1}")]
+    OutcomeUnknown(UnknownCause, String),
+}
+
+impl ProviderError {
+    /// What the failure proves, as a record keeps it.
+    pub fn cause(&self) -> UnknownCause {
+        match self {
+            ProviderError::NotSent(_) => UnknownCause::NotSent,
+            ProviderError::Rejected { .. } => UnknownCause::Rejected,
+            ProviderError::OutcomeUnknown(cause, _) => *cause,
+        }
+    }
+
+    /// The failure of a call that sends (`call`: "charge request", …): its cause is why the
+    /// record's outcome is unknown.
+    pub fn of_send(&self, call: &str) -> ProviderFailure {
+        ProviderFailure {
+            cause: Some(self.cause()),
+            words: format!("{call}: {self}"),
+        }
+    }
+
+    /// The failure of a look-up: the outcome stays unknown for the reason it was.
+    pub fn of_look_up(&self, call: &str) -> ProviderFailure {
+        ProviderFailure {
+            cause: None,
+            words: format!("{call}: {self}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -156,24 +185,28 @@ fn counted<T>(call: &'static str, result: Result<T, ProviderError>) -> Result<T,
         Ok(_) => RESULTS[0],
         Err(ProviderError::NotSent(_)) => RESULTS[1],
         Err(ProviderError::Rejected { .. }) => RESULTS[2],
-        Err(ProviderError::OutcomeUnknown(_)) => RESULTS[3],
+        Err(ProviderError::OutcomeUnknown(..)) => RESULTS[3],
     };
     metrics::counter!("provider_calls_total", "call" => call, "result" => outcome).increment(1);
     result
 }
 
 async fn read_answer<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, ProviderError> {
-    response
-        .json::<T>()
-        .await
-        .map_err(|error| ProviderError::OutcomeUnknown(format!("unreadable answer: {error}")))
+    response.json::<T>().await.map_err(|error| {
+        ProviderError::OutcomeUnknown(
+            UnknownCause::UnreadableAnswer,
+            format!("unreadable answer: {error}"),
+        )
+    })
 }
 
 fn classify_transport(error: reqwest::Error) -> ProviderError {
     if error.is_connect() {
         ProviderError::NotSent(error.to_string())
+    } else if error.is_timeout() {
+        ProviderError::OutcomeUnknown(UnknownCause::TimedOut, format!("timed out: {error}"))
     } else {
-        ProviderError::OutcomeUnknown(error.to_string())
+        ProviderError::OutcomeUnknown(UnknownCause::ConnectionLost, error.to_string())
     }
 }
 
@@ -185,6 +218,6 @@ async fn classify_status(status: StatusCode, response: reqwest::Response) -> Pro
             body,
         }
     } else {
-        ProviderError::OutcomeUnknown(format!("{status}: {body}"))
+        ProviderError::OutcomeUnknown(UnknownCause::ErrorAnswer, format!("{status}: {body}"))
     }
 }

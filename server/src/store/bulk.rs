@@ -1,22 +1,42 @@
-//! Bulk reconciliations run in the background: the frozen set of items (record, version,
-//! action) written with the job, a runner's lease on the job (so that one instance runs it
-//! and another resumes it when that one died), each item's result as it is done.
+//! Bulk reconciliations, run in the background: the frozen set of items (record and version)
+//! written with the job, each item's preview (the provider's evidence and the action proposed
+//! for it), the groups an operator kept with the job's name and reason, a runner's lease on
+//! the job (so that one instance runs it and another resumes it when that one died), each
+//! item's result as it is done, and the operator's pause, resume and abort.
 
 use super::console::RecordName;
-use super::dialect::{Dialect, SqlStore};
+use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::RecordStatus;
-use domain::recovery::ReconcileAction;
+use domain::recovery::{BulkControl, BulkJobState, EvidenceKind, ProviderEvidence, ReconcileAction};
+use domain::scope::Operation;
+use sqlx::Row;
 use std::time::Duration;
 
-/// One record of a bulk reconciliation, as the operator saw it in the preview.
+/// One record of a bulk job, frozen when the job was made: the record at the version seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrozenItem {
+    pub position: i32,
+    pub record: RecordName,
+    pub version: i64,
+}
+
+/// An item as the runner takes it: frozen, with the action to apply (none before its preview).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BulkItem {
     pub position: i32,
     pub record: RecordName,
     pub version: i64,
-    pub action: ReconcileAction,
+    pub action: Option<ReconcileAction>,
+}
+
+/// An item's preview: what the provider said and the action proposed (none: nothing can be
+/// applied to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemPreview {
+    pub evidence: ProviderEvidence,
+    pub proposed: Option<ReconcileAction>,
 }
 
 /// How one item ended.
@@ -28,39 +48,135 @@ pub struct BulkItemResult {
     pub status: Option<RecordStatus>,
 }
 
-/// A job a runner holds: who started it and why (each item is applied in their name).
+/// A new job: who selects, and how (the filter or "by hand", for the record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBulkJob {
+    pub id: String,
+    pub requested_by: String,
+    pub selection: String,
+}
+
+/// A job a runner holds: who started it and why (each item is applied in their name), and
+/// what it is doing (previewing or applying).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedBulkJob {
     pub id: String,
     pub requested_by: String,
     pub reason: String,
+    pub state: BulkJobState,
 }
 
-/// A job and how far it got.
+/// What an operator kept of one group of a previewed job: the group (operation, evidence)
+/// and the action applied to it, or `None` to leave it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupChoice {
+    pub operation: Operation,
+    pub evidence: EvidenceKind,
+    pub action: Option<ReconcileAction>,
+}
+
+/// The operator's word that starts a previewed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobApproval {
+    pub applied_by: String,
+    pub name: String,
+    pub reason: String,
+    pub choices: Vec<GroupChoice>,
+}
+
+/// A job, without its items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BulkJob {
     pub id: String,
+    pub name: String,
+    pub state: BulkJobState,
+    pub selection: String,
     pub requested_by: String,
     pub reason: String,
+    pub applied_by: Option<String>,
     pub created_at: DateTime<Utc>,
+    pub applied_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-    pub items: Vec<(BulkItem, Option<BulkItemResult>)>,
+    pub counts: JobCounts,
+}
+
+/// How far a job got, counted over its items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    pub items: i64,
+    pub previewed: i64,
+    /// Items in the groups kept (every item until the job is applied).
+    pub included: i64,
+    pub done: i64,
+    pub ok: i64,
+}
+
+/// One group of a previewed job: the records of one operation the provider said the same of,
+/// and what was proposed for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobGroup {
+    pub operation: String,
+    pub evidence: EvidenceKind,
+    /// The action applied to the group (proposed, or chosen at apply); `None` when nothing
+    /// can be applied.
+    pub action: Option<ReconcileAction>,
+    pub included: bool,
+    pub items: i64,
+    pub done: i64,
+    pub ok: i64,
+}
+
+/// One item with everything known of it, for the job's page and its results file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemReport {
+    pub position: i32,
+    pub record: RecordName,
+    pub version: i64,
+    pub evidence: Option<ProviderEvidence>,
+    pub action: Option<ReconcileAction>,
+    pub included: bool,
+    pub result: Option<BulkItemResult>,
+    pub done_at: Option<DateTime<Utc>>,
 }
 
 #[async_trait::async_trait]
 pub trait BulkStore: Send + Sync {
-    /// The job and its items, in one transaction.
-    async fn create_bulk_job(&self, job: &ClaimedBulkJob, items: &[BulkItem]) -> Result<(), StoreError>;
+    /// The job (previewing) and its frozen items, in one transaction.
+    async fn create_bulk_job(&self, job: &NewBulkJob, items: &[FrozenItem]) -> Result<(), StoreError>;
 
-    /// Takes an unfinished job nobody holds (or whose holder's lease ran out) for `lease`:
-    /// the one named, or else the oldest.
+    /// Takes a job that has work to do (previewing or running) that nobody holds, or whose
+    /// holder's lease ran out, for `lease`: the one named, or else the oldest.
     async fn claim_bulk_job(
         &self,
         only: Option<&str>,
         lease: Duration,
     ) -> Result<Option<ClaimedBulkJob>, StoreError>;
 
-    /// The items not done yet, in order.
+    /// The job's state now (`None`: no such job).
+    async fn bulk_job_state(&self, job_id: &str) -> Result<Option<BulkJobState>, StoreError>;
+
+    /// The items not previewed yet, in order.
+    async fn unpreviewed_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError>;
+
+    /// An item's preview at the record's version it saw (what applying it is guarded by); the
+    /// runner's lease is renewed with it.
+    async fn note_bulk_preview(
+        &self,
+        job_id: &str,
+        position: i32,
+        version: i64,
+        preview: &ItemPreview,
+        lease: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Previewing -> previewed, the runner's lease given back.
+    async fn finish_bulk_preview(&self, job_id: &str) -> Result<(), StoreError>;
+
+    /// Previewed -> running with the operator's name, reason and choices, in one transaction;
+    /// `false` when the job was not previewed (not yet, or no longer).
+    async fn apply_bulk_job(&self, job_id: &str, approval: &JobApproval) -> Result<bool, StoreError>;
+
+    /// The items kept and not done yet, in order.
     async fn pending_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError>;
 
     /// An item's result; the runner's lease is renewed with it.
@@ -72,53 +188,141 @@ pub trait BulkStore: Send + Sync {
         lease: Duration,
     ) -> Result<(), StoreError>;
 
+    /// Running -> finished.
     async fn finish_bulk_job(&self, job_id: &str) -> Result<(), StoreError>;
 
+    /// An operator's pause, resume or abort, if the job is in a state it applies to; an abort
+    /// reports every kept item not done as not applied, in the same transaction.
+    async fn control_bulk_job(&self, job_id: &str, control: BulkControl) -> Result<bool, StoreError>;
+
     async fn bulk_job(&self, job_id: &str) -> Result<Option<BulkJob>, StoreError>;
+
+    /// The job's groups, by operation and evidence.
+    async fn bulk_job_groups(&self, job_id: &str) -> Result<Vec<JobGroup>, StoreError>;
+
+    /// The job's items in order, from `from_position`, `limit` at most.
+    async fn bulk_job_items(
+        &self,
+        job_id: &str,
+        from_position: i32,
+        limit: i64,
+    ) -> Result<Vec<ItemReport>, StoreError>;
+
+    /// The newest jobs first, `limit` at most.
+    async fn bulk_jobs(&self, limit: i64) -> Result<Vec<BulkJob>, StoreError>;
 }
 
 /// Bulk statements that differ by dialect.
 pub trait BulkStatements {
-    /// `$1` lease seconds, `$2` the job's id or empty for any: returns id, requester, reason.
+    /// `$1` lease seconds, `$2` the job's id or empty for any: returns id, requested_by (the
+    /// operator who applied it, once applied), reason, state.
     const CLAIM_JOB: &'static str;
     /// `$1` job, `$2` lease seconds.
     const RENEW_JOB: &'static str;
+    /// `$1` job, `$2` position, `$3` evidence kind, `$4` its detail, `$5` proposed action, `$6`
+    /// the record's version previewed.
+    const NOTE_PREVIEW: &'static str;
+    /// `$1` job, `$2` name, `$3` reason, `$4` applied by: previewed -> running.
+    const APPLY_JOB: &'static str;
     /// `$1` job, `$2` position, `$3` ok, `$4` message, `$5` record status.
     const FINISH_ITEM: &'static str;
-    /// `$1` job.
+    /// `$1` job: running -> finished.
     const FINISH_JOB: &'static str;
+    /// `$1` job, `$2` the message: every kept item not done is reported not applied.
+    const ABORT_ITEMS: &'static str;
+    /// `$1` job: -> aborted, from a state an abort applies to.
+    const ABORT_JOB: &'static str;
 }
 
-/// Position, tenant, operation, key, version, action.
-type ItemRow = (i32, String, String, String, i64, String);
+/// The columns of a job with its counts, for [`job_of`].
+const JOB_COLUMNS: &str = "j.id, j.name, j.state, j.selection, j.requested_by, j.reason, j.applied_by, \
+     j.created_at, j.applied_at, j.finished_at, \
+     (select count(*) from bulk_job_items i where i.job_id = j.id) as items, \
+     (select count(*) from bulk_job_items i where i.job_id = j.id and i.previewed_at is not null) as previewed, \
+     (select count(*) from bulk_job_items i where i.job_id = j.id and i.included) as included, \
+     (select count(*) from bulk_job_items i where i.job_id = j.id and i.included and i.done_at is not null) as done, \
+     (select count(*) from bulk_job_items i where i.job_id = j.id and i.ok) as ok_items";
 
-fn item_of((position, tenant_id, operation, key, version, action): ItemRow) -> Result<BulkItem, StoreError> {
-    Ok(BulkItem {
-        position,
-        record: RecordName {
-            tenant_id,
-            operation,
-            key,
+fn job_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<BulkJob, StoreError> {
+    Ok(BulkJob {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        state: StoreError::parse_stored("bulk job state", &row.try_get::<String, _>("state")?)?,
+        selection: row.try_get("selection")?,
+        requested_by: row.try_get("requested_by")?,
+        reason: row.try_get("reason")?,
+        applied_by: row.try_get("applied_by")?,
+        created_at: row.try_get("created_at")?,
+        applied_at: row.try_get("applied_at")?,
+        finished_at: row.try_get("finished_at")?,
+        counts: JobCounts {
+            items: row.try_get("items")?,
+            previewed: row.try_get("previewed")?,
+            included: row.try_get("included")?,
+            done: row.try_get("done")?,
+            ok: row.try_get("ok_items")?,
         },
-        version,
-        action: StoreError::parse_stored("bulk action", &action)?,
     })
 }
 
+fn item_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<BulkItem, StoreError> {
+    Ok(BulkItem {
+        position: row.try_get("position")?,
+        record: RecordName {
+            tenant_id: row.try_get("tenant_id")?,
+            operation: row.try_get("operation_name")?,
+            key: row.try_get("idempotency_key")?,
+        },
+        version: row.try_get("record_version")?,
+        action: StoreError::parse_optional("bulk action", row.try_get("action")?)?,
+    })
+}
+
+fn report_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<ItemReport, StoreError> {
+    let item = item_of::<D>(row)?;
+    let detail: Option<String> = row.try_get("evidence_detail")?;
+    let evidence = StoreError::parse_optional::<EvidenceKind>("evidence", row.try_get("evidence")?)?
+        .map(|kind| ProviderEvidence::from_kept(kind, detail.unwrap_or_default()));
+    let ok: Option<bool> = row.try_get("ok")?;
+    let result = match ok {
+        Some(ok) => Some(BulkItemResult {
+            ok,
+            message: row.try_get::<Option<String>, _>("message")?.unwrap_or_default(),
+            status: StoreError::parse_optional("record status", row.try_get("record_status")?)?,
+        }),
+        None => None,
+    };
+    Ok(ItemReport {
+        position: item.position,
+        record: item.record,
+        version: item.version,
+        evidence,
+        action: item.action,
+        included: row.try_get("included")?,
+        result,
+        done_at: row.try_get("done_at")?,
+    })
+}
+
+const ITEM_COLUMNS: &str = "position, tenant_id, operation_name, idempotency_key, record_version, action";
+
 #[async_trait::async_trait]
 impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
-    async fn create_bulk_job(&self, job: &ClaimedBulkJob, items: &[BulkItem]) -> Result<(), StoreError> {
+    async fn create_bulk_job(&self, job: &NewBulkJob, items: &[FrozenItem]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query("insert into bulk_jobs (id, requested_by, reason) values ($1, $2, $3)")
-            .bind(job.id.as_str())
-            .bind(job.requested_by.as_str())
-            .bind(job.reason.as_str())
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "insert into bulk_jobs (id, requested_by, reason, state, selection) \
+             values ($1, $2, '', 'previewing', $3)",
+        )
+        .bind(job.id.as_str())
+        .bind(job.requested_by.as_str())
+        .bind(job.selection.as_str())
+        .execute(&mut *tx)
+        .await?;
         for item in items {
             sqlx::query(
                 "insert into bulk_job_items (job_id, position, tenant_id, operation_name, idempotency_key, \
-                 record_version, action) values ($1, $2, $3, $4, $5, $6, $7)",
+                 record_version) values ($1, $2, $3, $4, $5, $6)",
             )
             .bind(job.id.as_str())
             .bind(item.position)
@@ -126,7 +330,6 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             .bind(item.record.operation.as_str())
             .bind(item.record.key.as_str())
             .bind(item.version)
-            .bind(item.action.as_str())
             .execute(&mut *tx)
             .await?;
         }
@@ -140,28 +343,127 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         lease: Duration,
     ) -> Result<Option<ClaimedBulkJob>, StoreError> {
         let mut tx = self.begin().await?;
-        let claimed: Option<(String, String, String)> = sqlx::query_as(D::CLAIM_JOB)
+        let claimed = sqlx::query(D::CLAIM_JOB)
             .bind(lease.as_secs_f64())
             .bind(only.unwrap_or_default())
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(claimed.map(|(id, requested_by, reason)| ClaimedBulkJob {
-            id,
-            requested_by,
-            reason,
-        }))
+        claimed
+            .map(|row| {
+                Ok(ClaimedBulkJob {
+                    id: row.try_get("id")?,
+                    requested_by: row.try_get("requested_by")?,
+                    reason: row.try_get("reason")?,
+                    state: StoreError::parse_stored("bulk job state", &row.try_get::<String, _>("state")?)?,
+                })
+            })
+            .transpose()
     }
 
-    async fn pending_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError> {
-        let rows: Vec<ItemRow> = sqlx::query_as(
-            "select position, tenant_id, operation_name, idempotency_key, record_version, action \
-             from bulk_job_items where job_id = $1 and done_at is null order by position",
-        )
+    async fn bulk_job_state(&self, job_id: &str) -> Result<Option<BulkJobState>, StoreError> {
+        let state: Option<String> = sqlx::query_scalar("select state from bulk_jobs where id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        StoreError::parse_optional("bulk job state", state)
+    }
+
+    async fn unpreviewed_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and previewed_at is null order by position"
+        ))
         .bind(job_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(item_of).collect()
+        rows.iter().map(item_of::<D>).collect()
+    }
+
+    async fn note_bulk_preview(
+        &self,
+        job_id: &str,
+        position: i32,
+        version: i64,
+        preview: &ItemPreview,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(D::NOTE_PREVIEW)
+            .bind(job_id)
+            .bind(position)
+            .bind(preview.evidence.kind().as_str())
+            .bind(preview.evidence.detail())
+            .bind(preview.proposed.map(ReconcileAction::as_str))
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(D::RENEW_JOB)
+            .bind(job_id)
+            .bind(lease.as_secs_f64())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn finish_bulk_preview(&self, job_id: &str) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "update bulk_jobs set state = 'previewed', runner_until = null \
+                 where id = $1 and state = 'previewing'",
+            )
+            .bind(job_id),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn apply_bulk_job(&self, job_id: &str, approval: &JobApproval) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let started = sqlx::query(D::APPLY_JOB)
+            .bind(job_id)
+            .bind(approval.name.as_str())
+            .bind(approval.reason.as_str())
+            .bind(approval.applied_by.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if started != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        // Items with nothing to apply are never kept; each group the operator chose is kept
+        // with its action, or left out.
+        sqlx::query("update bulk_job_items set included = false where job_id = $1 and action is null")
+            .bind(job_id)
+            .execute(&mut *tx)
+            .await?;
+        for choice in &approval.choices {
+            sqlx::query(
+                "update bulk_job_items set action = coalesce($4, action), included = $5 \
+                 where job_id = $1 and operation_name = $2 and evidence = $3 and action is not null",
+            )
+            .bind(job_id)
+            .bind(choice.operation.as_str())
+            .bind(choice.evidence.as_str())
+            .bind(choice.action.map(ReconcileAction::as_str))
+            .bind(choice.action.is_some())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn pending_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and done_at is null \
+             and included and action is not null order by position"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(item_of::<D>).collect()
     }
 
     async fn finish_bulk_item(
@@ -194,54 +496,93 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         Ok(())
     }
 
-    async fn bulk_job(&self, job_id: &str) -> Result<Option<BulkJob>, StoreError> {
-        let job: Option<(String, String, String, DateTime<Utc>, Option<DateTime<Utc>>)> = sqlx::query_as(
-            "select id, requested_by, reason, created_at, finished_at from bulk_jobs where id = $1",
-        )
+    async fn control_bulk_job(&self, job_id: &str, control: BulkControl) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = match control {
+            BulkControl::Pause => sqlx::query(
+                "update bulk_jobs set state = 'paused' where id = $1 and state = 'running'",
+            ),
+            // Resumed by whichever instance claims it first (its runner let it go).
+            BulkControl::Resume => sqlx::query(
+                "update bulk_jobs set state = 'running', runner_until = null where id = $1 and state = 'paused'",
+            ),
+            BulkControl::Abort => sqlx::query(D::ABORT_JOB),
+        }
         .bind(job_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some((id, requested_by, reason, created_at, finished_at)) = job else {
-            return Ok(None);
-        };
-        let rows: Vec<(
-            i32,
-            String,
-            String,
-            String,
-            i64,
-            String,
-            Option<bool>,
-            Option<String>,
-            Option<String>,
-        )> = sqlx::query_as(
-            "select position, tenant_id, operation_name, idempotency_key, record_version, action, ok, \
-                 message, record_status from bulk_job_items where job_id = $1 order by position",
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if changed && control == BulkControl::Abort {
+            sqlx::query(D::ABORT_ITEMS)
+                .bind(job_id)
+                .bind("not applied: the job was aborted")
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn bulk_job(&self, job_id: &str) -> Result<Option<BulkJob>, StoreError> {
+        let row = sqlx::query(&format!("select {JOB_COLUMNS} from bulk_jobs j where j.id = $1"))
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_of::<D>).transpose()
+    }
+
+    async fn bulk_job_groups(&self, job_id: &str) -> Result<Vec<JobGroup>, StoreError> {
+        let rows = sqlx::query(
+            "select operation_name, evidence, action, included, count(*) as items, \
+             count(done_at) as done, sum(case when ok then 1 else 0 end) as ok_items \
+             from bulk_job_items where job_id = $1 and evidence is not null \
+             group by operation_name, evidence, action, included \
+             order by count(*) desc, operation_name, evidence, action",
         )
         .bind(job_id)
         .fetch_all(&self.pool)
         .await?;
-        let items = rows
-            .into_iter()
-            .map(
-                |(position, tenant_id, operation, key, version, action, ok, message, status)| {
-                    let item = item_of((position, tenant_id, operation, key, version, action))?;
-                    let result = ok.map(|ok| BulkItemResult {
-                        ok,
-                        message: message.unwrap_or_default(),
-                        status: status.and_then(|status| status.parse().ok()),
-                    });
-                    Ok((item, result))
-                },
-            )
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok(Some(BulkJob {
-            id,
-            requested_by,
-            reason,
-            created_at,
-            finished_at,
-            items,
-        }))
+        rows.iter()
+            .map(|row| {
+                Ok(JobGroup {
+                    operation: row.try_get("operation_name")?,
+                    evidence: StoreError::parse_stored("evidence", &row.try_get::<String, _>("evidence")?)?,
+                    action: StoreError::parse_optional("bulk action", row.try_get("action")?)?,
+                    included: row.try_get("included")?,
+                    items: row.try_get("items")?,
+                    done: row.try_get("done")?,
+                    ok: row.try_get("ok_items")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn bulk_job_items(
+        &self,
+        job_id: &str,
+        from_position: i32,
+        limit: i64,
+    ) -> Result<Vec<ItemReport>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {ITEM_COLUMNS}, evidence, evidence_detail, included, ok, message, record_status, done_at \
+             from bulk_job_items where job_id = $1 and position >= $2 order by position limit $3"
+        ))
+        .bind(job_id)
+        .bind(from_position)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(report_of::<D>).collect()
+    }
+
+    async fn bulk_jobs(&self, limit: i64) -> Result<Vec<BulkJob>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {JOB_COLUMNS} from bulk_jobs j order by j.created_at desc, j.id desc limit $1"
+        ))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_of::<D>).collect()
     }
 }

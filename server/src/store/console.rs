@@ -8,8 +8,12 @@ use super::dialect::{Dialect, SqlStore, rfc3339_millis};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::cursor::RecordCursor;
+use domain::queue::{Attention, EvidenceFilter, QueueCursor, QueueFilter};
 use domain::record::{ProgressStep, RecordStatus};
+use domain::recovery::{EvidenceKind, ProviderEvidence, UnknownCause};
+use domain::scope::Operation;
 use domain::scope::Scope;
+use sqlx::Row;
 use std::time::Duration;
 
 /// A record as stored names it. Parsed into a [`Scope`] only to act on it, so that a record of
@@ -102,9 +106,21 @@ pub trait ConsoleStore: Send + Sync {
     /// payment it names and released it).
     async fn find_records(&self, needle: &str, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
 
-    /// Records needing attention: unknown outcomes (oldest first) and in-progress records
-    /// whose owner's lease ran out.
-    async fn recovery_queue(&self, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
+    /// Records needing attention (unknown outcomes, in-progress records whose owner's lease
+    /// ran out) that match `filter`, in its order after `after`: `limit` rows at most, and how
+    /// many match in all. `max_attempts`: the recovery worker's limit.
+    async fn recovery_queue(
+        &self,
+        filter: &QueueFilter,
+        after: Option<&QueueCursor>,
+        max_attempts: i32,
+        limit: i64,
+    ) -> Result<QueuePage, StoreError>;
+
+    /// Keeps what the provider just said about a record for an operator (replacing what it
+    /// said before); nothing when the record is gone.
+    async fn note_evidence(&self, record: &RecordName, evidence: &ProviderEvidence)
+    -> Result<(), StoreError>;
 
     /// Released payments whose provider key showed a charge after all, not yet refunded.
     async fn late_charges(&self) -> Result<i64, StoreError>;
@@ -133,7 +149,13 @@ pub trait ConsoleStatements {
     /// from, `$7` to, `$8`..`$11` cursor (created at, tenant, operation, key), `$12` limit:
     /// [`SummaryRow`]s.
     const LIST_RECORDS: &'static str;
-    /// `$1` limit: [`SummaryRow`]s.
+    /// `$1` attempt limit, `$2` tenant name, `$3` operation, `$4` attention, `$5` created at
+    /// most at, `$6` created at least at, `$7` currency, `$8`..`$9` amount bounds (minor
+    /// units), `$10` unknown cause, `$11` evidence (or `not_asked`), `$12` exact key, resource
+    /// id or merchant reference (empty: any), `$13` order, `$14` 1 with a cursor, `$15`..`$18`
+    /// the cursor (sort value, tenant, operation, key), `$19` limit: `total` (every row), then
+    /// the page's [`QueueRow`] columns (none when the page is empty), in the order's
+    /// `sort_value`.
     const RECOVERY_QUEUE: &'static str;
     /// `$1` from epoch, `$2` to epoch, `$3` tenant, `$4` operation (empty: any), `$5`..`$13`
     /// windows in milliseconds: [`RetryDelaysRow`]s, one per operation with retries.
@@ -230,6 +252,80 @@ fn summary_of(
         updated_at,
         recovery_attempts,
     })
+}
+
+/// A row of the recovery queue: the record and what an operator decides by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRow {
+    pub record: RecordName,
+    pub tenant_name: String,
+    pub status: RecordStatus,
+    /// The record's lease version: what a reconciliation is guarded by.
+    pub version: i64,
+    pub resource_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub recovery_attempts: i32,
+    pub next_recovery_at: Option<DateTime<Utc>>,
+    pub unknown_cause: Option<UnknownCause>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub merchant_reference: Option<String>,
+    /// What the provider said when last asked for an operator, and when.
+    pub evidence: Option<(ProviderEvidence, DateTime<Utc>)>,
+    /// Its place in the filter's order (what the next page's cursor carries).
+    pub sort_value: i64,
+}
+
+/// A page of the recovery queue and how many records match in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePage {
+    pub total: i64,
+    pub rows: Vec<QueueRow>,
+}
+
+impl QueueRow {
+    fn read<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<QueueRow, StoreError> {
+        let stored = |name: &str, text: Option<String>| {
+            text.map(|text| StoreError::parse_stored(name, &text)).transpose()
+        };
+        let evidence_kind: Option<EvidenceKind> = stored("evidence", row.try_get("evidence")?)?;
+        let evidence = match (
+            evidence_kind,
+            row.try_get::<Option<DateTime<Utc>>, _>("evidence_at")?,
+        ) {
+            (Some(kind), Some(at)) => {
+                let detail: Option<String> = row.try_get("evidence_detail")?;
+                Some((ProviderEvidence::from_kept(kind, detail.unwrap_or_default()), at))
+            }
+            _ => None,
+        };
+        Ok(QueueRow {
+            record: RecordName {
+                tenant_id: row.try_get("tenant_id")?,
+                operation: row.try_get("operation_name")?,
+                key: row.try_get("idempotency_key")?,
+            },
+            tenant_name: row.try_get("tenant_name")?,
+            status: StoreError::parse_stored("record status", &row.try_get::<String, _>("status")?)?,
+            version: row.try_get("lease_version")?,
+            resource_id: row.try_get("resource_id")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+            recovery_attempts: row.try_get("recovery_attempts")?,
+            next_recovery_at: row.try_get("next_recovery_at")?,
+            unknown_cause: StoreError::parse_optional("unknown cause", row.try_get("unknown_cause")?)?,
+            last_error: row.try_get("last_error")?,
+            last_error_at: row.try_get("last_error_at")?,
+            amount_minor: row.try_get("amount_minor")?,
+            currency: row.try_get("currency")?,
+            merchant_reference: row.try_get("merchant_reference")?,
+            evidence,
+            sort_value: row.try_get("sort_value")?,
+        })
+    }
 }
 
 /// Microseconds: PostgreSQL keeps them, and a cursor rounded down would skip rows.
@@ -350,12 +446,79 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
         rows.into_iter().map(summary_of).collect()
     }
 
-    async fn recovery_queue(&self, limit: i64) -> Result<Vec<RecordSummary>, StoreError> {
-        let rows: Vec<SummaryRow> = sqlx::query_as(D::RECOVERY_QUEUE)
+    async fn recovery_queue(
+        &self,
+        filter: &QueueFilter,
+        after: Option<&QueueCursor>,
+        max_attempts: i32,
+        limit: i64,
+    ) -> Result<QueuePage, StoreError> {
+        // Ages are bounds on the creation time, taken from this clock: a filter, not a lease.
+        let now = Utc::now();
+        let amount = filter.amount;
+        let rows = sqlx::query(D::RECOVERY_QUEUE)
+            .bind(max_attempts)
+            .bind(filter.tenant_name.as_deref().unwrap_or_default())
+            .bind(filter.operation.map_or("", Operation::as_str))
+            .bind(filter.attention.map_or("", Attention::as_str))
+            .bind(filter.min_age.map_or_else(
+                || "9999-12-31T23:59:59.999Z".to_owned(),
+                |age| rfc3339_millis(now - age),
+            ))
+            .bind(filter.max_age.map_or_else(
+                || "0001-01-01T00:00:00.000Z".to_owned(),
+                |age| rfc3339_millis(now - age),
+            ))
+            .bind(amount.map_or("", |range| range.currency.code()))
+            .bind(amount.and_then(|range| range.min_minor).unwrap_or(i64::MIN))
+            .bind(amount.and_then(|range| range.max_minor).unwrap_or(i64::MAX))
+            .bind(filter.cause.map_or("", UnknownCause::as_str))
+            .bind(filter.evidence.map_or("", EvidenceFilter::as_str))
+            .bind(filter.search.as_deref().unwrap_or_default())
+            .bind(filter.order.as_str())
+            .bind(i32::from(after.is_some()))
+            .bind(after.map_or(0, |cursor| cursor.sort_value))
+            .bind(after.map_or("", |cursor| cursor.tenant_id.as_str()))
+            .bind(after.map_or("", |cursor| cursor.operation.as_str()))
+            .bind(after.map_or("", |cursor| cursor.key.as_str()))
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter().map(summary_of).collect()
+        let total = match rows.first() {
+            Some(row) => row.try_get("total")?,
+            None => 0,
+        };
+        let rows = rows
+            .iter()
+            // An empty page is one row of the total alone.
+            .filter(|row| matches!(row.try_get::<Option<String>, _>("tenant_id"), Ok(Some(_))))
+            .map(QueueRow::read::<D>)
+            .collect::<Result<_, _>>()?;
+        Ok(QueuePage { total, rows })
+    }
+
+    async fn note_evidence(
+        &self,
+        record: &RecordName,
+        evidence: &ProviderEvidence,
+    ) -> Result<(), StoreError> {
+        // `excluded.at` is the proposed row's default: the database's time of this look.
+        self.write_one(
+            sqlx::query(
+                "insert into record_evidence (tenant_id, operation_name, idempotency_key, kind, detail) \
+                 select tenant_id, operation_name, idempotency_key, $4, $5 from idempotency_records \
+                 where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
+                 on conflict (tenant_id, operation_name, idempotency_key) do update \
+                 set kind = excluded.kind, detail = excluded.detail, at = excluded.at",
+            )
+            .bind(record.tenant_id.as_str())
+            .bind(record.operation.as_str())
+            .bind(record.key.as_str())
+            .bind(evidence.kind().as_str())
+            .bind(evidence.detail()),
+        )
+        .await?;
+        Ok(())
     }
 
     async fn late_charges(&self) -> Result<i64, StoreError> {

@@ -29,7 +29,7 @@ pub trait Dialect:
     + for<'q> Imply<<Self as Database>::Arguments<'q>, Is: IntoArguments<'q, Self>>
     + Imply<<Self as Database>::QueryResult, Is: RowsAffected>
     + Imply<usize, Is: ColumnIndex<<Self as Database>::Row>>
-    + for<'q> Imply<&'q str, Is: Encode<'q, Self> + Type<Self>>
+    + for<'q> Imply<&'q str, Is: Encode<'q, Self> + Type<Self> + ColumnIndex<<Self as Database>::Row>>
     + for<'q> Imply<Option<&'q str>, Is: Encode<'q, Self> + Type<Self>>
     + for<'q> Imply<&'q [u8], Is: Encode<'q, Self> + Type<Self>>
     + for<'q> Imply<String, Is: Encode<'q, Self> + Decode<'q, Self> + Type<Self>>

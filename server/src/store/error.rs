@@ -49,6 +49,16 @@ impl StoreError {
     pub(super) fn parse_stored<T: std::str::FromStr>(what: &str, value: &str) -> Result<T, StoreError> {
         value.parse().map_err(|_| StoreError::corrupt(what, value))
     }
+
+    /// [`parse_stored`](Self::parse_stored) of a value that may be missing.
+    pub(super) fn parse_optional<T: std::str::FromStr>(
+        what: &str,
+        value: Option<String>,
+    ) -> Result<Option<T>, StoreError> {
+        value
+            .map(|value| StoreError::parse_stored(what, &value))
+            .transpose()
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -7,6 +7,7 @@ use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
+use domain::recovery::UnknownCause;
 use domain::representation::PaymentStatus;
 use domain::scope::{Operation, Scope};
 use sqlx::Row;
@@ -31,6 +32,11 @@ pub struct RecordHistory {
     pub locked_until: Option<DateTime<Utc>>,
     pub recovery_attempts: i32,
     pub next_recovery_at: Option<DateTime<Utc>>,
+    /// Why the outcome is (or was) unknown: the failed send's cause.
+    pub unknown_cause: Option<UnknownCause>,
+    /// The latest provider failure in words, and when.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
     pub expired_retries: i32,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
@@ -191,7 +197,8 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             "select status, progress_step, settled_status, cast(fingerprint_version as integer), \
              request_fingerprint, canonical_command, resource_id, provider_reference, response_status_code, \
              lease_owner, lease_version, locked_until, recovery_attempts, next_recovery_at, expired_retries, \
-             created_by, created_at, updated_at, completed_at, expires_at, claimed_as \
+             created_by, created_at, updated_at, completed_at, expires_at, claimed_as, \
+             unknown_cause, last_error, last_error_at \
              from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
         )
         .bind(tenant)
@@ -224,6 +231,9 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             locked_until: row.try_get(11)?,
             recovery_attempts: row.try_get(12)?,
             next_recovery_at: row.try_get(13)?,
+            unknown_cause: StoreError::parse_optional("unknown cause", row.try_get("unknown_cause")?)?,
+            last_error: row.try_get("last_error")?,
+            last_error_at: row.try_get("last_error_at")?,
             expired_retries: row.try_get(14)?,
             created_by: row.try_get(15)?,
             created_at: row.try_get(16)?,

@@ -180,7 +180,8 @@ impl RecordStatements for Postgres {
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
          recovery_attempts + 1, next_recovery_at = now() + make_interval(secs => 1 << \
-         least(recovery_attempts, 8)) where tenant_id = $1 and operation_name = $2 and \
+         least(recovery_attempts, 8)), unknown_cause = coalesce($5, unknown_cause), last_error = \
+         $6, last_error_at = now() where tenant_id = $1 and operation_name = $2 and \
          idempotency_key = $3 and lease_version = $4 and status = 'IN_PROGRESS'";
     const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
          locked_until = now() + make_interval(secs => $2), status = 'IN_PROGRESS', progress_step = \
@@ -296,10 +297,35 @@ impl ConsoleStatements for Postgres {
          created_at < $7::timestamptz and (created_at, tenant_id, operation_name, idempotency_key) \
          < ($8::timestamptz, $9, $10, $11) order by created_at desc, tenant_id desc, operation_name \
          desc, idempotency_key desc limit $12";
-    const RECOVERY_QUEUE: &'static str = "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
-         where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= \
-         now()) order by created_at limit $1";
+    const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
+         r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
+         r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \
+         coalesce(p.amount_minor, f.amount_minor) as amount_minor, coalesce(p.currency, f.currency) \
+         as currency, coalesce(p.merchant_reference, f.reference) as merchant_reference, e.kind as \
+         evidence, e.detail as evidence_detail, e.at as evidence_at, case $13::text when 'newest' then \
+         -cast(extract(epoch from r.created_at) * 1000000 as bigint) when 'largest' then -coalesce(p.amount_minor, f.amount_minor, 0) when \
+         'smallest' then coalesce(p.amount_minor, f.amount_minor, 0) else cast(extract(epoch from r.created_at) * 1000000 as bigint) end as \
+         sort_value from idempotency_records r join tenants t on t.id = r.tenant_id left join \
+         payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join \
+         refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id left join \
+         record_evidence e on e.tenant_id = r.tenant_id and e.operation_name = r.operation_name and \
+         e.idempotency_key = r.idempotency_key where (r.status = 'UNKNOWN_REQUIRES_RECOVERY' or \
+         (r.status = 'IN_PROGRESS' and r.locked_until <= now())) and ($2::text = '' or t.name = $2) \
+         and ($3::text = '' or r.operation_name = $3) and ($4::text = '' or ($4 = \
+         'needs_operator' and r.status = 'UNKNOWN_REQUIRES_RECOVERY' and r.recovery_attempts >= \
+         $1) or ($4 = 'worker_retrying' and r.status = 'UNKNOWN_REQUIRES_RECOVERY' and \
+         r.recovery_attempts < $1) or ($4 = 'stale_in_progress' and r.status = 'IN_PROGRESS')) \
+         and r.created_at <= $5::timestamptz and r.created_at >= $6::timestamptz and ($7::text = '' or \
+         (coalesce(p.currency, f.currency) = $7 and coalesce(p.amount_minor, f.amount_minor) \
+         between $8::bigint and $9::bigint)) and ($10::text = '' or r.unknown_cause = $10) and \
+         ($11::text = '' or ($11 = 'not_asked' and e.kind is null) or e.kind = $11) and \
+         ($12::text = '' or r.idempotency_key = $12 or r.resource_id = $12 or \
+         p.merchant_reference = $12 or f.reference = $12)), page as (select * from matching where \
+         $14 = 0 or (sort_value, tenant_id, operation_name, idempotency_key) > ($15::bigint, $16, \
+         $17, $18) order by sort_value, tenant_id, operation_name, idempotency_key limit $19) \
+         select (select count(*) from matching) as total, page.* from (select 1 as one) as one \
+         left join page on 1 = 1 order by page.sort_value, page.tenant_id, page.operation_name, \
+         page.idempotency_key";
     const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
          row_number() over (partition by operation_name order by retry_delay_ms) from \
          idempotency_requests where retry_delay_ms is not null and at >= to_timestamp($1::bigint) and at < to_timestamp($2::bigint) and ($3::text = '' or \
@@ -430,15 +456,23 @@ impl ApprovalStatements for Postgres {
 
 impl BulkStatements for Postgres {
     const CLAIM_JOB: &'static str = "update bulk_jobs set runner_until = now() + make_interval(secs => $1) where id in ( select \
-         id from bulk_jobs where finished_at is null and (runner_until is null or runner_until <= \
-         now()) and ($2 = '' or id = $2) order by created_at limit 1 for update skip locked) \
-         returning id, requested_by, reason";
+         id from bulk_jobs where state in ('previewing', 'running') and (runner_until is null or \
+         runner_until <= now()) and ($2 = '' or id = $2) order by created_at limit 1 for update \
+         skip locked) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
     const RENEW_JOB: &'static str =
         "update bulk_jobs set runner_until = now() + make_interval(secs => $2) where id = $1";
+    const NOTE_PREVIEW: &'static str = "update bulk_job_items set evidence = $3, evidence_detail = $4, action = $5, record_version = $6, previewed_at = \
+         now() where job_id = $1 and position = $2";
+    const APPLY_JOB: &'static str = "update bulk_jobs set state = 'running', name = $2, reason = $3, applied_by = $4, applied_at \
+         = now(), runner_until = null where id = $1 and state = 'previewed'";
     const FINISH_ITEM: &'static str = "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = now() where \
          job_id = $1 and position = $2";
-    const FINISH_JOB: &'static str =
-        "update bulk_jobs set finished_at = now(), runner_until = null where id = $1";
+    const FINISH_JOB: &'static str = "update bulk_jobs set state = 'finished', finished_at = now(), runner_until = null where id \
+         = $1 and state = 'running'";
+    const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = false, message = $2, done_at = now() where job_id = $1 and \
+         included and done_at is null";
+    const ABORT_JOB: &'static str = "update bulk_jobs set state = 'aborted', finished_at = now() where id = $1 and state in \
+         ('previewing', 'previewed', 'running', 'paused')";
 }
 
 impl RetentionStatements for Postgres {

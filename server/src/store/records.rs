@@ -18,6 +18,7 @@ use domain::expiry::AfterExpiry;
 use domain::key::IdempotencyKey;
 use domain::payment::{NewPayment, new_event_id};
 use domain::record::{ClaimedAs, RecordAt, StoredRecord};
+use domain::recovery::{ProviderFailure, UnknownCause};
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
 use sqlx::query::QueryAs;
@@ -73,9 +74,15 @@ pub trait RecordStore: Send + Sync {
     ) -> Result<bool, StoreError>;
 
     /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost),
-    /// counting the attempt and backing off the next one (1 s, 2 s, 4 s … 256 s).
+    /// counting the attempt and backing off the next one (1 s, 2 s, 4 s … 256 s), and notes
+    /// why (`failure`: its cause when a send failed, its words and time always).
     /// Conditional on `lease_version`, like every owner's write.
-    async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError>;
+    async fn mark_outcome_unknown(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        failure: &ProviderFailure,
+    ) -> Result<bool, StoreError>;
 
     /// Takes over a record whose owner's lease expired (or whose outcome is unknown): one
     /// conditional update on the stale lease version, so exactly one taker wins.
@@ -132,8 +139,9 @@ pub trait RecordStatements {
     /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
     /// lease version: IN_PROGRESS at that version -> settled.
     const SETTLE_RECORD: &'static str;
-    /// `$1`..`$3` scope, `$4` lease version: IN_PROGRESS at that version -> unknown outcome,
-    /// attempt counted, next look backed off.
+    /// `$1`..`$3` scope, `$4` lease version, `$5` the failed send's cause (null after a failed
+    /// look-up: the cause stays), `$6` the failure in words: IN_PROGRESS at that version ->
+    /// unknown outcome, attempt counted, next look backed off, the failure and its time noted.
     const MARK_UNKNOWN: &'static str;
     /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
     /// takes an expired lease (or an unknown outcome), bumping its version; returns the new
@@ -581,14 +589,21 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         Ok(true)
     }
 
-    async fn mark_outcome_unknown(&self, scope: &Scope, lease_version: i64) -> Result<bool, StoreError> {
+    async fn mark_outcome_unknown(
+        &self,
+        scope: &Scope,
+        lease_version: i64,
+        failure: &ProviderFailure,
+    ) -> Result<bool, StoreError> {
         let marked = self
             .write_one(
                 sqlx::query(D::MARK_UNKNOWN)
                     .bind(scope.tenant_id.as_str())
                     .bind(scope.operation.as_str())
                     .bind(scope.key.as_str())
-                    .bind(lease_version),
+                    .bind(lease_version)
+                    .bind(failure.cause.map(UnknownCause::as_str))
+                    .bind(failure.words.as_str()),
             )
             .await?;
         Ok(marked == 1)

@@ -144,7 +144,8 @@ impl RecordStatements for Sqlite {
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), recovery_attempts = recovery_attempts + 1, \
          next_recovery_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', (1 << min(recovery_attempts, 8)) \
-         || ' seconds') where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
+         || ' seconds'), unknown_cause = coalesce($5, unknown_cause), last_error = $6, \
+         last_error_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
          lease_version = $4 and status = 'IN_PROGRESS'";
     const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
          locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $2 || ' seconds'), status = \
@@ -267,10 +268,35 @@ impl ConsoleStatements for Sqlite {
          (created_at, tenant_id, operation_name, idempotency_key) < (strftime('%Y-%m-%dT%H:%M:%fZ', \
          $8), $9, $10, $11) order by created_at desc, tenant_id desc, operation_name desc, \
          idempotency_key desc limit $12";
-    const RECOVERY_QUEUE: &'static str = "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
-         where status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and locked_until <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) order by created_at limit $1";
+    const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
+         r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
+         r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \
+         coalesce(p.amount_minor, f.amount_minor) as amount_minor, coalesce(p.currency, f.currency) \
+         as currency, coalesce(p.merchant_reference, f.reference) as merchant_reference, e.kind as \
+         evidence, e.detail as evidence_detail, e.at as evidence_at, case $13 when 'newest' then \
+         -(cast(round((julianday(r.created_at) - 2440587.5) * 86400000.0) as integer) * 1000) when 'largest' then -coalesce(p.amount_minor, f.amount_minor, 0) when \
+         'smallest' then coalesce(p.amount_minor, f.amount_minor, 0) else (cast(round((julianday(r.created_at) - 2440587.5) * 86400000.0) as integer) * 1000) end as \
+         sort_value from idempotency_records r join tenants t on t.id = r.tenant_id left join \
+         payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join \
+         refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id left join \
+         record_evidence e on e.tenant_id = r.tenant_id and e.operation_name = r.operation_name and \
+         e.idempotency_key = r.idempotency_key where (r.status = 'UNKNOWN_REQUIRES_RECOVERY' or \
+         (r.status = 'IN_PROGRESS' and r.locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))) and ($2 = '' or t.name = $2) \
+         and ($3 = '' or r.operation_name = $3) and ($4 = '' or ($4 = \
+         'needs_operator' and r.status = 'UNKNOWN_REQUIRES_RECOVERY' and r.recovery_attempts >= \
+         $1) or ($4 = 'worker_retrying' and r.status = 'UNKNOWN_REQUIRES_RECOVERY' and \
+         r.recovery_attempts < $1) or ($4 = 'stale_in_progress' and r.status = 'IN_PROGRESS')) \
+         and r.created_at <= $5 and r.created_at >= $6 and ($7 = '' or \
+         (coalesce(p.currency, f.currency) = $7 and coalesce(p.amount_minor, f.amount_minor) \
+         between $8 and $9)) and ($10 = '' or r.unknown_cause = $10) and \
+         ($11 = '' or ($11 = 'not_asked' and e.kind is null) or e.kind = $11) and \
+         ($12 = '' or r.idempotency_key = $12 or r.resource_id = $12 or \
+         p.merchant_reference = $12 or f.reference = $12)), page as (select * from matching where \
+         $14 = 0 or (sort_value, tenant_id, operation_name, idempotency_key) > ($15, $16, \
+         $17, $18) order by sort_value, tenant_id, operation_name, idempotency_key limit $19) \
+         select (select count(*) from matching) as total, page.* from (select 1 as one) as one \
+         left join page on 1 = 1 order by page.sort_value, page.tenant_id, page.operation_name, \
+         page.idempotency_key";
     const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
          row_number() over (partition by operation_name order by retry_delay_ms) from \
          idempotency_requests where retry_delay_ms is not null and at >= strftime('%Y-%m-%dT%H:%M:%fZ', $1, 'unixepoch') and at < \
@@ -351,15 +377,23 @@ impl ApprovalStatements for Sqlite {
 
 impl BulkStatements for Sqlite {
     const CLAIM_JOB: &'static str = "update bulk_jobs set runner_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $1 || ' \
-         seconds') where id in (select id from bulk_jobs where finished_at is null and \
-         (runner_until is null or runner_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) and ($2 = \
-         '' or id = $2) order by created_at limit 1) returning id, requested_by, reason";
+         seconds') where id in (select id from bulk_jobs where state in ('previewing', 'running') \
+         and (runner_until is null or runner_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) and ($2 = '' or id = $2) order by \
+         created_at limit 1) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
     const RENEW_JOB: &'static str = "update bulk_jobs set runner_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $2 || ' \
          seconds') where id = $1";
+    const NOTE_PREVIEW: &'static str = "update bulk_job_items set evidence = $3, evidence_detail = $4, action = $5, record_version = $6, previewed_at = \
+         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where job_id = $1 and position = $2";
+    const APPLY_JOB: &'static str = "update bulk_jobs set state = 'running', name = $2, reason = $3, applied_by = $4, applied_at \
+         = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), runner_until = null where id = $1 and state = 'previewed'";
     const FINISH_ITEM: &'static str = "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where job_id = $1 and position = $2";
-    const FINISH_JOB: &'static str = "update bulk_jobs set finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), runner_until = \
-         null where id = $1";
+    const FINISH_JOB: &'static str = "update bulk_jobs set state = 'finished', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), \
+         runner_until = null where id = $1 and state = 'running'";
+    const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = 0, message = $2, done_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where \
+         job_id = $1 and included and done_at is null";
+    const ABORT_JOB: &'static str = "update bulk_jobs set state = 'aborted', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 \
+         and state in ('previewing', 'previewed', 'running', 'paused')";
 }
 
 impl RetentionStatements for Sqlite {

@@ -11,6 +11,7 @@ use domain::money::{Balance, Currency};
 use domain::payment::NewAccount;
 use domain::payment::{NewPayment, PaymentId};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus, StoredRecord};
+use domain::recovery::{ProviderFailure, UnknownCause};
 use domain::scope::Scope;
 use domain::tenant::{TenantId, TenantName};
 use idem::auth::api_key::NewApiKey;
@@ -423,7 +424,7 @@ async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
     assert!(
         !fixture
             .store
-            .mark_outcome_unknown(&claim.scope, 2)
+            .mark_outcome_unknown(&claim.scope, 2, &timed_out())
             .await
             .expect("fenced")
     );
@@ -441,19 +442,33 @@ async fn an_owner_without_the_lease_writes_nothing(db: TestDatabase) {
     assert_eq!(balance(&db, &fixture).await, 9_000);
 }
 
+/// A charge request that timed out, as the engine notes it.
+fn timed_out() -> ProviderFailure {
+    ProviderFailure {
+        cause: Some(UnknownCause::TimedOut),
+        words: "charge request: timed out".to_owned(),
+    }
+}
+
 async fn a_lost_answer_leaves_the_outcome_unknown_until_recovery(db: TestDatabase) {
     let fixture = fixture(&db, "100.00").await;
     let (claim, payment) = fixture.claimed("k1", &request_body("10.00", "inv-1")).await;
     assert!(
         fixture
             .store
-            .mark_outcome_unknown(&claim.scope, 1)
+            .mark_outcome_unknown(&claim.scope, 1, &timed_out())
             .await
             .expect("mark")
     );
     let record = fixture.record(&claim.scope).await;
     assert_eq!(record.status, RecordStatus::UnknownRequiresRecovery);
     assert_eq!(record.locked_until, None);
+    let why = "select unknown_cause || ' / ' || last_error from idempotency_records \
+               where last_error_at is not null";
+    assert_eq!(
+        db.query_one::<String>(why).await,
+        "timed_out / charge request: timed out"
+    );
     let done = completion(&payment, ProviderVerdict::Authorized);
     assert!(
         !fixture
@@ -564,7 +579,7 @@ async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {
     assert!(
         !fixture
             .store
-            .mark_outcome_unknown(&claim.scope, 1)
+            .mark_outcome_unknown(&claim.scope, 1, &timed_out())
             .await
             .expect("fenced")
     );

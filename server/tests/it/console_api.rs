@@ -714,9 +714,10 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
             "resumed and finished",
         )
         .await;
-    let job = operator.json("reconcile/bulk-job", &[("id", "blk_otto")]).await;
-    assert_eq!(job["items"][0]["result"]["ok"], true, "{job}");
-    assert_eq!(job["items"][0]["result"]["status"], "COMPLETED");
+    let job = operator.json("bulk/job", &[("id", "blk_otto")]).await;
+    assert_eq!(job["first_items"][0]["result"]["ok"], true, "{job}");
+    assert_eq!(job["first_items"][0]["result"]["status"], "COMPLETED");
+    assert_eq!(job["state"], "Finished", "{job}");
     assert_eq!(
         app.db
             .query_i64(
@@ -729,10 +730,12 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     );
     for (starter, why) in [("dora", "may no longer reconcile"), ("dina", "is disabled")] {
         let job = operator
-            .json("reconcile/bulk-job", &[("id", &format!("blk_{starter}"))])
+            .json("bulk/job", &[("id", &format!("blk_{starter}"))])
             .await;
-        assert_eq!(job["items"][0]["result"]["ok"], false, "{job}");
-        let message = job["items"][0]["result"]["message"].as_str().expect("message");
+        assert_eq!(job["first_items"][0]["result"]["ok"], false, "{job}");
+        let message = job["first_items"][0]["result"]["message"]
+            .as_str()
+            .expect("message");
         assert_eq!(message, format!("not applied: {starter} {why}"));
         assert_eq!(
             app.db
@@ -883,16 +886,16 @@ async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refu
 
 conformance!(a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund);
 
-/// Polls a bulk job until it finished; the job.
-async fn finished_job(console: &Console, id: &str) -> Value {
-    for _ in 0..100 {
-        let job = console.json("reconcile/bulk-job", &[("id", id)]).await;
-        if !job["finished_at"].is_null() {
+/// Polls a bulk job until it is in `state`; the job.
+async fn job_in_state(console: &Console, id: &str, state: &str) -> Value {
+    for _ in 0..300 {
+        let job = console.json("bulk/job", &[("id", id)]).await;
+        if job["state"] == state {
             return job;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("bulk job {id} never finished");
+    panic!("bulk job {id} never got {state}");
 }
 
 #[tokio::test]
@@ -920,28 +923,28 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
     let record = |key: &str| json!({ "tenant_id": tenant_id, "operation": "create_payment", "key": key });
 
     // Bulk reconciliation and override decisions are for their roles only.
+    let select = json!({ "selection": { "Records": [record("k-bulk")] } });
     let refused = viewer
-        .post_json(
-            "reconcile/bulk-preview",
-            &json!({ "records": [record("k-bulk")] }),
-        )
+        .post_json("bulk/select", &select)
         .await
         .expect_err("a viewer");
     assert!(refused.contains("needs the operator role"), "{refused}");
-    let previews = operator
-        .post_json(
-            "reconcile/bulk-preview",
-            &json!({ "records": [record("k-bulk")] }),
-        )
+    let job = operator
+        .post_json("bulk/select", &select)
         .await
-        .expect("previews");
-    let version = previews[0]["version"].clone();
-    let start = json!({
-        "previews": [[record("k-bulk"), version, "ApplyProviderResult"]],
+        .expect("selected");
+    let id = job["id"].as_str().expect("id").to_owned();
+    let job = job_in_state(&operator, &id, "Previewed").await;
+    assert_eq!(job["groups"][0]["evidence"], "Succeeded", "{job}");
+    assert_eq!(job["groups"][0]["action"], "ApplyProviderResult", "{job}");
+    let apply = json!({
+        "id": id,
+        "name": "OPS-50 outage",
         "reason": "provider shows the charge (OPS-50)",
+        "choices": [{ "operation": "create_payment", "evidence": "Succeeded", "action": "ApplyProviderResult" }],
     });
     let refused = viewer
-        .post_json("reconcile/bulk", &start)
+        .post_json("bulk/apply", &apply)
         .await
         .expect_err("a viewer");
     assert!(refused.contains("needs the operator role"), "{refused}");
@@ -962,20 +965,17 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
     let single = operator
         .json("reconcile/preview", &record_form(&tenant_id, "k-bulk"))
         .await;
-    let mut apply = record_form(&tenant_id, "k-bulk");
+    let mut single_apply = record_form(&tenant_id, "k-bulk");
     let single_version = single["version"].as_i64().expect("version").to_string();
-    apply.extend([
+    single_apply.extend([
         ("version", single_version.as_str()),
         ("action", "ApplyProviderResult"),
         ("reason", "provider shows the charge (OPS-51)"),
     ]);
-    assert_eq!(operator.json("reconcile/apply", &apply).await["ok"], true);
-    let job = operator
-        .post_json("reconcile/bulk", &start)
-        .await
-        .expect("started");
-    let job = finished_job(&operator, job["id"].as_str().expect("id")).await;
-    let item = &job["items"][0]["result"];
+    assert_eq!(operator.json("reconcile/apply", &single_apply).await["ok"], true);
+    operator.post_json("bulk/apply", &apply).await.expect("started");
+    let job = job_in_state(&operator, &id, "Finished").await;
+    let item = &job["first_items"][0]["result"];
     assert_eq!(item["ok"], false, "{job}");
     assert!(
         item["message"]
@@ -983,6 +983,11 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
             .is_some_and(|message| message.contains("changed since the preview")),
         "{job}"
     );
+    let refused = operator
+        .post_json("bulk/apply", &apply)
+        .await
+        .expect_err("applied once");
+    assert!(refused.contains("not waiting to be applied"), "{refused}");
 
     // The provider's answer changed between the preview and the apply: nothing is applied.
     let preview = operator

@@ -50,7 +50,10 @@ fn calls() -> BTreeMap<&'static str, Arguments> {
         ),
         ("console/find", Arguments::Form(vec![("needle", "k-missing")])),
         ("console/record", with_record(&[])),
-        ("console/recovery-queue", Arguments::Form(vec![])),
+        (
+            "console/recovery-queue",
+            Arguments::Json(json!({ "query": { "attention": "needs_operator" } })),
+        ),
         ("console/reconcile/preview", with_record(&[])),
         (
             "console/reconcile/apply",
@@ -61,20 +64,24 @@ fn calls() -> BTreeMap<&'static str, Arguments> {
             ]),
         ),
         (
-            "console/reconcile/bulk",
+            "console/bulk/select",
+            Arguments::Json(json!({ "selection": { "Records": [record] } })),
+        ),
+        (
+            "console/bulk/apply",
             Arguments::Json(json!({
-                "previews": [[record, 1, "ApplyProviderResult"]],
+                "id": "blk_missing",
+                "name": "provider outage",
                 "reason": "provider statement OPS-1",
+                "choices": [],
             })),
         ),
         (
-            "console/reconcile/bulk-job",
-            Arguments::Form(vec![("id", "blk_missing")]),
+            "console/bulk/control",
+            Arguments::Json(json!({ "id": "blk_missing", "control": "Abort" })),
         ),
-        (
-            "console/reconcile/bulk-preview",
-            Arguments::Json(json!({ "records": [record] })),
-        ),
+        ("console/bulk/job", Arguments::Form(vec![("id", "blk_missing")])),
+        ("console/bulk/jobs", Arguments::Form(vec![])),
         (
             "console/overrides/request",
             Arguments::Json(json!({
@@ -189,8 +196,9 @@ async fn every_server_function_refuses_no_session_another_origin_and_a_lesser_ro
     for (endpoint, least) in [
         ("console/reconcile/preview", OperatorRole::Operator),
         ("console/reconcile/apply", OperatorRole::Operator),
-        ("console/reconcile/bulk", OperatorRole::Operator),
-        ("console/reconcile/bulk-preview", OperatorRole::Operator),
+        ("console/bulk/select", OperatorRole::Operator),
+        ("console/bulk/apply", OperatorRole::Operator),
+        ("console/bulk/control", OperatorRole::Operator),
         ("console/events/redrive", OperatorRole::Operator),
         ("console/late-charge/resolve", OperatorRole::Operator),
         ("console/late-charge/refund-preview", OperatorRole::Operator),
@@ -227,7 +235,7 @@ async fn every_server_function_refuses_no_session_another_origin_and_a_lesser_ro
         // done before the count, or its entries would look like the refused calls' writes.
         app.db
             .eventually_i64(
-                "select count(*) from bulk_jobs where finished_at is null",
+                "select count(*) from bulk_jobs where state in ('previewing', 'running')",
                 |running| running == 0,
                 "bulk jobs started by earlier calls finish",
             )

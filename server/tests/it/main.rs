@@ -15,6 +15,7 @@ mod events;
 mod faults;
 mod fingerprint;
 mod http_api;
+mod incident;
 mod isolation;
 mod model;
 mod parsers;

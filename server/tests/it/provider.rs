@@ -86,7 +86,7 @@ async fn failures_are_classified_by_what_they_prove() {
         .await;
     assert!(matches!(
         client.create_charge("pay_f", eur("1.00")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     // ...and asking by the key settles it: nothing was charged.
     assert_eq!(client.find_charge("pay_f").await.expect("look up"), None);
@@ -95,7 +95,7 @@ async fn failures_are_classified_by_what_they_prove() {
         .await;
     assert!(matches!(
         client.create_charge("pay_e", eur("1.00")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     assert!(
         client.find_charge("pay_e").await.expect("look up").is_some(),
@@ -106,7 +106,7 @@ async fn failures_are_classified_by_what_they_prove() {
         .await;
     assert!(matches!(
         client.create_charge("pay_x", eur("1.00")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     let lost = client
         .find_charge("pay_x")
@@ -119,7 +119,7 @@ async fn failures_are_classified_by_what_they_prove() {
         .await;
     assert!(matches!(
         client.find_charge("pay_x").await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     assert!(
         client
@@ -194,7 +194,7 @@ async fn test_values_produce_every_fault_on_the_first_call_only() {
 
     assert!(matches!(
         client.create_charge("pay_03", eur("1.03")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     assert_eq!(
         client.find_charge("pay_03").await.expect("look up"),
@@ -209,7 +209,7 @@ async fn test_values_produce_every_fault_on_the_first_call_only() {
 
     assert!(matches!(
         client.create_charge("pay_04", eur("1.04")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     assert!(
         client.find_charge("pay_04").await.expect("look up").is_some(),
@@ -218,7 +218,7 @@ async fn test_values_produce_every_fault_on_the_first_call_only() {
 
     assert!(matches!(
         client.create_charge("pay_05", eur("1.05")).await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
     assert!(
         client.find_charge("pay_05").await.expect("look up").is_some(),
@@ -228,7 +228,7 @@ async fn test_values_produce_every_fault_on_the_first_call_only() {
     assert!(
         matches!(
             client.create_charge("pay_06", eur("1.06")).await,
-            Err(ProviderError::OutcomeUnknown(_))
+            Err(ProviderError::OutcomeUnknown(..))
         ),
         "answered after 2 s: past this client's 800 ms"
     );
@@ -296,7 +296,7 @@ async fn the_provider_refunds_once_per_key_and_never_beyond_the_charge() {
         .create_refund("rf_6", &second_charge.charge_id, eur("1.00"))
         .await
     {
-        Err(ProviderError::OutcomeUnknown(_)) => {}
+        Err(ProviderError::OutcomeUnknown(..)) => {}
         other => panic!("accepted, then a 500, got {other:?}"),
     }
     let made = client.find_refund("rf_6").await.expect("look up").expect("made");
@@ -305,7 +305,7 @@ async fn the_provider_refunds_once_per_key_and_never_beyond_the_charge() {
         .await;
     assert!(matches!(
         client.find_refund("rf_6").await,
-        Err(ProviderError::OutcomeUnknown(_))
+        Err(ProviderError::OutcomeUnknown(..))
     ));
 
     let refunds = sim.refunds().await;

@@ -2,6 +2,7 @@
 
 use crate::support::{TestDatabase, conformance};
 use domain::cursor::RecordCursor;
+use domain::queue::{Attention, QueueFilter};
 use domain::record::RecordStatus;
 use idem::store::Readiness;
 use idem::store::console::{RecordGauges, RecordQuery};
@@ -91,11 +92,21 @@ async fn console_gauges_and_record_pages_read_what_is_there(db: TestDatabase) {
     assert_eq!(rows[0].status, RecordStatus::InProgress);
     let found = store.find_records("key-2", 10).await.expect("find");
     assert_eq!(found.len(), 1);
-    assert_eq!(
-        store.recovery_queue(10).await.expect("queue").len(),
-        1,
-        "the unknown outcome"
-    );
+    let queue = store
+        .recovery_queue(&QueueFilter::default(), None, 10, 10)
+        .await
+        .expect("queue");
+    assert_eq!((queue.total, queue.rows.len()), (1, 1), "the unknown outcome");
+    assert_eq!(queue.rows[0].record.key, "key-2");
+    assert_eq!(queue.rows[0].tenant_name, "acme");
+    for (attention, total) in [(Attention::NeedsOperator, 1), (Attention::WorkerRetrying, 0)] {
+        let filter = QueueFilter {
+            attention: Some(attention),
+            ..QueueFilter::default()
+        };
+        let page = store.recovery_queue(&filter, None, 10, 10).await.expect("queue");
+        assert_eq!(page.total, total, "{attention:?}");
+    }
 }
 
 async fn the_schema_rejects_a_status_outside_the_state_machine(db: TestDatabase) {
@@ -753,14 +764,19 @@ mod console_jobs {
     use domain::key::IdempotencyKey;
     use domain::operator::AuditEntry;
     use domain::record::RecordStatus;
-    use domain::recovery::{OverrideOutcome, OverrideState, ReconcileAction};
+    use domain::recovery::{
+        BulkControl, BulkJobState, EvidenceKind, OverrideOutcome, OverrideState, ProviderEvidence,
+        ReconcileAction,
+    };
     use domain::scope::{Operation, Scope};
     use domain::tenant::TenantId;
     use idem::console::OVERRIDE_DECISION_WINDOW as DAY;
     use idem::store::Store;
     use idem::store::StoreError;
     use idem::store::approvals::{NewOverrideRequest, OverrideRequest};
-    use idem::store::bulk::{BulkItem, BulkItemResult, ClaimedBulkJob};
+    use idem::store::bulk::{
+        BulkItem, BulkItemResult, FrozenItem, GroupChoice, ItemPreview, JobApproval, NewBulkJob,
+    };
     use idem::store::console::RecordName;
     use std::time::Duration;
 
@@ -782,59 +798,169 @@ mod console_jobs {
 
     async fn a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease(db: TestDatabase) {
         let store = db.migrated_store().await;
-        let job = ClaimedBulkJob {
+        let job = NewBulkJob {
             id: "blk_1".into(),
             requested_by: "otto".into(),
-            reason: "OPS-1".into(),
+            selection: "every record needing attention".into(),
         };
-        let items: Vec<BulkItem> = ["k-1", "k-2"]
+        let frozen: Vec<FrozenItem> = ["k-1", "k-2", "k-3"]
             .into_iter()
             .zip(0..)
-            .map(|(key, position)| BulkItem {
+            .map(|(key, position)| FrozenItem {
                 position,
                 record: record(key),
                 version: 3,
-                action: ReconcileAction::MarkFailedAndReleaseKey,
             })
             .collect();
-        store.create_bulk_job(&job, &items).await.expect("create");
+        store.create_bulk_job(&job, &frozen).await.expect("create");
         let lease = Duration::from_millis(300);
         let claimed = store.claim_bulk_job(Some("blk_1"), lease).await.expect("claim");
         assert_eq!(
-            claimed.as_ref().map(|job| job.requested_by.as_str()),
-            Some("otto")
+            claimed.map(|job| (job.requested_by, job.state)),
+            Some(("otto".to_owned(), BulkJobState::Previewing))
         );
         assert_eq!(
             store.claim_bulk_job(None, lease).await.expect("claim"),
             None,
             "held"
         );
-        assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), items);
+        let unpreviewed = store.unpreviewed_bulk_items("blk_1").await.expect("items");
+        assert_eq!(unpreviewed.len(), 3);
+        assert!(
+            unpreviewed
+                .iter()
+                .all(|item| item.action.is_none() && item.version == 3)
+        );
 
+        // The preview: a succeeded charge, no charge (the record moved on to version 5 since
+        // it was frozen), and a provider that did not answer.
+        let previews = [
+            (
+                0,
+                3,
+                ProviderEvidence::Charged {
+                    charge_id: "ch_1".into(),
+                    status: "succeeded".into(),
+                },
+                Some(ReconcileAction::ApplyProviderResult),
+            ),
+            (
+                1,
+                5,
+                ProviderEvidence::NoCharge,
+                Some(ReconcileAction::RetryCharge),
+            ),
+            (
+                2,
+                3,
+                ProviderEvidence::Unreachable {
+                    problem: "503".into(),
+                },
+                None,
+            ),
+        ];
+        for (position, version, evidence, proposed) in previews {
+            let preview = ItemPreview { evidence, proposed };
+            store
+                .note_bulk_preview("blk_1", position, version, &preview, lease)
+                .await
+                .expect("preview");
+        }
+        store.finish_bulk_preview("blk_1").await.expect("previewed");
+        let previewed = store.bulk_job("blk_1").await.expect("read").expect("job");
+        assert_eq!(
+            (previewed.state, previewed.counts.previewed),
+            (BulkJobState::Previewed, 3)
+        );
+        assert_eq!(
+            store.claim_bulk_job(None, lease).await.expect("claim"),
+            None,
+            "a previewed job waits for an operator"
+        );
+        let groups = store.bulk_job_groups("blk_1").await.expect("groups");
+        assert_eq!(groups.len(), 3, "{groups:?}");
+        assert!(groups.iter().all(|group| group.items == 1 && group.included));
+
+        // Applied by another operator: the succeeded group left out, the no-charge one released.
+        let approval = JobApproval {
+            applied_by: "olga".into(),
+            name: "provider outage 3 Dec".into(),
+            reason: "OPS-1".into(),
+            choices: vec![
+                GroupChoice {
+                    operation: Operation::CreatePayment,
+                    evidence: EvidenceKind::Succeeded,
+                    action: None,
+                },
+                GroupChoice {
+                    operation: Operation::CreatePayment,
+                    evidence: EvidenceKind::NoCharge,
+                    action: Some(ReconcileAction::MarkFailedAndReleaseKey),
+                },
+            ],
+        };
+        assert!(store.apply_bulk_job("blk_1", &approval).await.expect("apply"));
+        assert!(
+            !store.apply_bulk_job("blk_1", &approval).await.expect("apply"),
+            "once"
+        );
+        let pending = vec![BulkItem {
+            position: 1,
+            record: record("k-2"),
+            version: 5,
+            action: Some(ReconcileAction::MarkFailedAndReleaseKey),
+        }];
+        assert_eq!(store.pending_bulk_items("blk_1").await.expect("items"), pending);
+        let running = store
+            .claim_bulk_job(None, lease)
+            .await
+            .expect("claim")
+            .expect("running");
+        assert_eq!(
+            (
+                running.requested_by.as_str(),
+                running.reason.as_str(),
+                running.state
+            ),
+            ("olga", "OPS-1", BulkJobState::Running),
+            "applied in the name of the operator who applied it"
+        );
+
+        // The runner stopped: after its lease another takes the rest.
+        tokio::time::sleep(lease * 2).await;
+        let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
+        assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
         let done = BulkItemResult {
             ok: true,
             status: Some(RecordStatus::FailedRetryable),
             message: "applied".into(),
         };
         store
-            .finish_bulk_item("blk_1", 0, &done, lease)
+            .finish_bulk_item("blk_1", 1, &done, lease)
             .await
             .expect("item");
-        let view = store.bulk_job("blk_1").await.expect("read").expect("job");
-        let finished = view.items.iter().filter(|(_, result)| result.is_some()).count();
-        assert_eq!((finished, view.items.len(), view.finished_at), (1, 2, None));
-        assert_eq!(view.items[0], (items[0].clone(), Some(done)));
-        assert_eq!(view.items[1], (items[1].clone(), None));
-
-        // The runner stopped: after its lease another takes the rest.
-        tokio::time::sleep(lease * 2).await;
-        let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
-        assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
-        assert_eq!(
-            store.pending_bulk_items("blk_1").await.expect("items"),
-            items[1..]
-        );
         store.finish_bulk_job("blk_1").await.expect("finish");
+        let finished = store.bulk_job("blk_1").await.expect("read").expect("job");
+        assert_eq!(finished.state, BulkJobState::Finished);
+        assert!(finished.finished_at.is_some());
+        assert_eq!(
+            (
+                finished.counts.items,
+                finished.counts.included,
+                finished.counts.done,
+                finished.counts.ok
+            ),
+            (3, 1, 1, 1)
+        );
+        let reports = store.bulk_job_items("blk_1", 0, 10).await.expect("items");
+        assert_eq!(reports.len(), 3);
+        assert_eq!(
+            (reports[0].included, reports[0].result.clone()),
+            (false, None),
+            "left out"
+        );
+        assert_eq!(reports[1].result, Some(done));
+        assert_eq!(reports[2].action, None, "nothing to apply");
         tokio::time::sleep(lease * 2).await;
         assert_eq!(
             store.claim_bulk_job(None, lease).await.expect("claim"),
@@ -842,15 +968,123 @@ mod console_jobs {
             "finished"
         );
         assert!(
-            store
-                .bulk_job("blk_1")
+            !store
+                .control_bulk_job("blk_1", BulkControl::Abort)
                 .await
-                .expect("read")
-                .expect("job")
-                .finished_at
-                .is_some()
+                .expect("abort"),
+            "a finished job is not aborted"
         );
         assert_eq!(store.bulk_job("blk_2").await.expect("read"), None);
+        assert_eq!(store.bulk_jobs(10).await.expect("jobs").len(), 1);
+    }
+
+    async fn a_bulk_job_is_paused_resumed_and_aborted_with_nothing_pending_left_unreported(db: TestDatabase) {
+        let store = db.migrated_store().await;
+        let job = NewBulkJob {
+            id: "blk_1".into(),
+            requested_by: "otto".into(),
+            selection: "2 records ticked by hand".into(),
+        };
+        let frozen: Vec<FrozenItem> = ["k-1", "k-2"]
+            .into_iter()
+            .zip(0..)
+            .map(|(key, position)| FrozenItem {
+                position,
+                record: record(key),
+                version: 1,
+            })
+            .collect();
+        store.create_bulk_job(&job, &frozen).await.expect("create");
+        assert!(
+            !store
+                .control_bulk_job("blk_1", BulkControl::Pause)
+                .await
+                .expect("pause"),
+            "only a running job pauses"
+        );
+        for position in [0, 1] {
+            let preview = ItemPreview {
+                evidence: ProviderEvidence::NoCharge,
+                proposed: Some(ReconcileAction::RetryCharge),
+            };
+            store
+                .note_bulk_preview("blk_1", position, 1, &preview, Duration::from_secs(60))
+                .await
+                .expect("preview");
+        }
+        store.finish_bulk_preview("blk_1").await.expect("previewed");
+        let approval = JobApproval {
+            applied_by: "otto".into(),
+            name: "outage".into(),
+            reason: "OPS-2".into(),
+            choices: Vec::new(),
+        };
+        assert!(store.apply_bulk_job("blk_1", &approval).await.expect("apply"));
+        assert!(
+            store
+                .control_bulk_job("blk_1", BulkControl::Pause)
+                .await
+                .expect("pause")
+        );
+        assert_eq!(
+            store
+                .claim_bulk_job(None, Duration::from_secs(60))
+                .await
+                .expect("claim"),
+            None,
+            "a paused job is not run"
+        );
+        assert!(
+            store
+                .control_bulk_job("blk_1", BulkControl::Resume)
+                .await
+                .expect("resume")
+        );
+        assert!(
+            store
+                .claim_bulk_job(None, Duration::from_secs(60))
+                .await
+                .expect("claim")
+                .is_some()
+        );
+        let done = BulkItemResult {
+            ok: true,
+            status: Some(RecordStatus::Completed),
+            message: "applied".into(),
+        };
+        store
+            .finish_bulk_item("blk_1", 0, &done, Duration::from_secs(60))
+            .await
+            .expect("item");
+        assert!(
+            store
+                .control_bulk_job("blk_1", BulkControl::Abort)
+                .await
+                .expect("abort")
+        );
+        assert!(
+            !store
+                .control_bulk_job("blk_1", BulkControl::Resume)
+                .await
+                .expect("resume")
+        );
+        store.finish_bulk_job("blk_1").await.expect("finish");
+        let aborted = store.bulk_job("blk_1").await.expect("read").expect("job");
+        assert_eq!(
+            aborted.state,
+            BulkJobState::Aborted,
+            "finishing does not undo an abort"
+        );
+        assert!(store.pending_bulk_items("blk_1").await.expect("items").is_empty());
+        let reports = store.bulk_job_items("blk_1", 0, 10).await.expect("items");
+        assert_eq!(reports[0].result, Some(done), "what was applied stays applied");
+        assert_eq!(
+            reports[1]
+                .result
+                .as_ref()
+                .map(|result| (result.ok, result.message.as_str())),
+            Some((false, "not applied: the job was aborted"))
+        );
     }
 
     /// An override request `id` for `k-1` at version 4, by ada.
@@ -982,6 +1216,7 @@ mod console_jobs {
 
     conformance!(
         a_bulk_job_is_run_by_one_runner_at_a_time_and_resumed_after_its_lease,
+        a_bulk_job_is_paused_resumed_and_aborted_with_nothing_pending_left_unreported,
         an_override_request_is_decided_once_and_never_by_its_requester,
         an_override_request_nobody_decided_in_time_expires
     );

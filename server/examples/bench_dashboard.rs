@@ -120,7 +120,7 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
             instance_id: "bench".to_owned(),
         },
     ));
-    let console = StoreConsole::new(store.clone(), engine, 10);
+    let console = StoreConsole::new(store.clone(), engine, 10, std::time::Duration::from_secs(60));
     let mut times = Vec::with_capacity(READS);
     for _ in 0..READS {
         let started = Instant::now();

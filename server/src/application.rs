@@ -185,6 +185,7 @@ impl Application {
             store.clone(),
             engine.clone(),
             args.recovery_max_attempts,
+            Duration::from_millis(args.bulk_lease_ms),
         ));
         let verified_keys = Arc::new(VerifiedKeys::default());
         let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal, verified_keys.clone()];

@@ -307,6 +307,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_BULK_RESUME_INTERVAL_MS", default_value_t = 5_000)]
     pub bulk_resume_interval_ms: u64,
 
+    /// How long a bulk job's runner holds it without finishing an item before another
+    /// instance resumes it, in milliseconds: longer than one item can take (a provider call,
+    /// bounded by its timeout).
+    #[arg(long, env = "IDEM_BULK_LEASE_MS", default_value_t = 60_000)]
+    pub bulk_lease_ms: u64,
+
     /// How often an instance renews its registration (the response keys it holds) and checks
     /// the keys in use, in milliseconds; one silent for three heartbeats is no longer live.
     #[arg(long, env = "IDEM_INSTANCE_HEARTBEAT_MS", default_value_t = 5_000)]

@@ -136,6 +136,8 @@ pub fn RecoveryPage() -> impl IntoView {
                 {move || if live.get() { "Live: reads itself every 5 s" } else { "Paused while this tab is hidden" }}
             </p>
             <QueueFilters param />
+            // Outside the queue's reads: the live queue re-renders, the job being set up stays.
+            {move || select.value().get().and_then(Result::ok).map(|job| view! { <BulkJobPanel id=job.id /> })}
             <Loading>
                 {move || Suspend::new(async move {
                     let can_act = operator.await.is_ok_and(|operator| operator.role >= OperatorRole::Operator);
@@ -177,7 +179,7 @@ pub fn RecoveryPage() -> impl IntoView {
                                     </button>
                                 </div>
                             })}
-                            <QueueTable rows=queue.rows can_act selected />
+                            <div class="table-scroll"><QueueTable rows=queue.rows can_act selected /></div>
                             <nav class="pages">
                                 {first_page.map(|href| view! { <a class="button" href=href>"First page"</a> })}
                                 {next.map(|href| view! { <a class="button" href=href rel="next">"Next page"</a> })}
@@ -187,7 +189,6 @@ pub fn RecoveryPage() -> impl IntoView {
                 })}
             </Loading>
             <ActionError action=select />
-            {move || select.value().get().and_then(Result::ok).map(|job| view! { <BulkJobPanel id=job.id /> })}
             <p><a href="/recovery/jobs">"Every bulk job"</a></p>
         </Panel>
         <OverridesPanel />
@@ -253,8 +254,10 @@ fn QueueRow(row: QueueRowView, can_act: bool, selected: RwSignal<Vec<RecordRef>>
     let label = format!("select {}", row.record.key);
     let tick = can_act.then(|| {
         let record = record.clone();
+        let ticked = record.clone();
         view! {
-            <input type="checkbox" aria-label=label on:change=move |event| {
+            // Ticks survive the live queue's reads.
+            <input type="checkbox" aria-label=label prop:checked=move || selected.with(|selected| selected.contains(&ticked)) on:change=move |event| {
                 let checked = event_target_checked(&event);
                 selected.update(|selected| {
                     selected.retain(|other| *other != record);
@@ -273,8 +276,7 @@ fn QueueRow(row: QueueRowView, can_act: bool, selected: RwSignal<Vec<RecordRef>>
     let last = row.last_error.clone().map(|error| {
         let title = error.clone();
         view! {
-            <br />
-            <span class="muted" title=title>{error}</span>
+            <span class="muted clipped" title=title>{error}</span>
             " "
             <Time at=row.last_error_at.clone().unwrap_or_default() />
         }

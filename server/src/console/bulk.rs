@@ -23,11 +23,6 @@ use domain::queue::{QueueFilter, QueueQuery};
 use domain::recovery::{BulkControl, BulkJobState, ReconcileAction};
 use domain::scope::Operation;
 use futures_util::StreamExt;
-use std::time::Duration;
-
-/// How long a runner holds a job without finishing an item before another may resume it:
-/// longer than one item can take (a provider call, bounded by its timeout).
-pub const BULK_LEASE: Duration = Duration::from_secs(60);
 
 /// Records one bulk job takes at most: a larger outage is cleared in several named jobs.
 pub const MAX_BULK_ITEMS: usize = 10_000;
@@ -325,7 +320,7 @@ impl StoreConsole {
     /// Claims the job and runs it on a task of its own, here; if this instance dies, another
     /// resumes it after the lease.
     async fn run_here(&self, id: &str) {
-        match self.store.claim_bulk_job(Some(id), BULK_LEASE).await {
+        match self.store.claim_bulk_job(Some(id), self.bulk_lease).await {
             Ok(Some(claimed)) => {
                 let console = self.clone();
                 tokio::spawn(async move { console.run_bulk_job(claimed).await });
@@ -341,7 +336,7 @@ impl StoreConsole {
     pub async fn resume_bulk_jobs(&self) -> usize {
         let mut resumed = 0;
         loop {
-            match self.store.claim_bulk_job(None, BULK_LEASE).await {
+            match self.store.claim_bulk_job(None, self.bulk_lease).await {
                 Ok(Some(job)) => {
                     tracing::warn!(job = %job.id, "bulk reconcile: resuming a job whose runner stopped");
                     self.run_bulk_job(job).await;
@@ -385,7 +380,7 @@ impl StoreConsole {
                 .await;
             for (position, version, preview) in previews {
                 self.store
-                    .note_bulk_preview(&job.id, position, version, &preview, BULK_LEASE)
+                    .note_bulk_preview(&job.id, position, version, &preview, self.bulk_lease)
                     .await?;
             }
         }
@@ -432,7 +427,7 @@ impl StoreConsole {
             // Applied (and audited) but not noted, on failure: a resumed run finds the record
             // changed and says so; nothing is applied twice.
             self.store
-                .finish_bulk_item(&job.id, item.position, &result, BULK_LEASE)
+                .finish_bulk_item(&job.id, item.position, &result, self.bulk_lease)
                 .await?;
         }
         self.store.finish_bulk_job(&job.id).await

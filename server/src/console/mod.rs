@@ -18,7 +18,6 @@ mod upkeep;
 mod views;
 
 pub use actions::OVERRIDE_DECISION_WINDOW;
-pub use bulk::BULK_LEASE;
 
 use crate::engine::PaymentsEngine;
 use crate::store::{Store, StoreError};
@@ -30,6 +29,7 @@ use domain::record::RecordAt;
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Clone)]
 pub struct StoreConsole {
@@ -37,14 +37,22 @@ pub struct StoreConsole {
     engine: Arc<PaymentsEngine>,
     /// The recovery worker's attempt limit: unknown outcomes at it need an operator.
     recovery_max_attempts: i32,
+    /// How long a bulk job's runner holds it without finishing an item.
+    bulk_lease: Duration,
 }
 
 impl StoreConsole {
-    pub fn new(store: Arc<dyn Store>, engine: Arc<PaymentsEngine>, recovery_max_attempts: i32) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        engine: Arc<PaymentsEngine>,
+        recovery_max_attempts: i32,
+        bulk_lease: Duration,
+    ) -> Self {
         StoreConsole {
             store,
             engine,
             recovery_max_attempts,
+            bulk_lease,
         }
     }
 

@@ -455,7 +455,87 @@ async fn an_outage_is_cleared_by_filter_as_a_named_job_group_by_group(db: TestDa
     }
 }
 
+async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audited_or_reported(
+    db: TestDatabase,
+) {
+    let mut app = TestApp::on_database(db)
+        .tenant("acme", "10000.00")
+        .recovering()
+        .serve("--recovery-max-attempts", "0")
+        .serve("--bulk-lease-ms", "1500")
+        .serve("--bulk-resume-interval-ms", "200")
+        .process()
+        .await;
+    let keys: Vec<String> = (0..12).map(|n| format!("k-k{n:02}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    unknown_payments(&app, "fail_before_accept", &keys, "10.00").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let id = select(&operator, json!({})).await;
+    job_in_state(&operator, &id, "Previewed").await;
+    // Every charge sent again takes the provider 300 ms: the job is killed mid-way.
+    app.sim
+        .fault(&json!({ "mode": "latency", "rate": 1.0, "delayMs": 300 }))
+        .await;
+    let resend = json!({
+        "id": id,
+        "name": "resend after the outage",
+        "reason": "the provider has no charge for them (OPS-79)",
+        "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
+    });
+    operator.post_json("bulk/apply", &resend).await.expect("applied");
+    let mut done = 0;
+    for _ in 0..300 {
+        done = operator.json("bulk/job", &[("id", id.as_str())]).await["done"]
+            .as_u64()
+            .unwrap_or_default();
+        if done >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!((3..12).contains(&done), "killed mid-job, after {done} items");
+    app.stop();
+    app.restart(&[]).await;
+    let operator = app.console("olga", OperatorRole::Operator).await;
+    let job = job_in_state(&operator, &id, "Finished").await;
+    assert!(
+        job["done"].as_u64() == Some(12) && job["ok"].as_u64() >= Some(3),
+        "every item has a result: {job}"
+    );
+    let tenant_id = operator.tenant_of("k-k00").await;
+    for item in job["first_items"].as_array().expect("items") {
+        let key = item["record"]["key"].as_str().expect("key");
+        let result = &item["result"];
+        let audited = app
+            .db
+            .query_i64(&format!(
+                "select count(*) from audit_log where action = 'reconcile.retry_charge' and result = 'ok' \
+                 and target = '{tenant_id}/create_payment/{key}'"
+            ))
+            .await;
+        if result["ok"] == true {
+            assert_eq!(result["status"], "COMPLETED", "{item}");
+            assert_eq!(audited, 1, "applied and audited once: {item}");
+        } else {
+            assert!(
+                result["message"]
+                    .as_str()
+                    .is_some_and(|message| !message.is_empty()),
+                "{item}"
+            );
+            assert_eq!(audited, 0, "reported, not applied: {item}");
+        }
+    }
+    // Whatever the kill cut, the provider charged each payment once.
+    let charges = app.sim.charges().await;
+    assert!(
+        charges.iter().all(|charge| charge.create_calls == 1),
+        "{charges:?}"
+    );
+}
+
 conformance!(
     the_recovery_queue_filters_orders_pages_and_counts_on_the_server,
     an_outage_is_cleared_by_filter_as_a_named_job_group_by_group,
+    a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audited_or_reported,
 );

@@ -314,6 +314,9 @@ pub struct RecordDetail {
     pub claimed_as: String,
     /// Every change of status, step or lease, oldest first.
     pub steps: Vec<StepView>,
+    /// Requests, steps, provider failures, the provider's evidence and operators' actions,
+    /// oldest first.
+    pub timeline: Vec<TimelineEntry>,
     /// Payments this key made earlier that an operator released, oldest first.
     pub released_payments: Vec<ReleasedPaymentView>,
     /// The record's payment: the one it made, or the one its refund refunds.
@@ -405,6 +408,43 @@ pub struct StepView {
     pub step: String,
     pub lease_version: i64,
     pub lease_owner: Option<String>,
+    /// Why, for a step that made the outcome unknown: the provider failure in words.
+    pub note: Option<String>,
+}
+
+/// What one line of a record's timeline is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimelineKind {
+    /// A client's request with the key, and its answer.
+    Request,
+    /// A change of the record's status, step or lease (a claim, a takeover, a settling).
+    Step,
+    /// A provider call that failed, with how long it took.
+    ProviderFailure,
+    /// What the provider said when an operator's preview asked.
+    Evidence,
+    /// An operator's action, from the audit log.
+    Operator,
+}
+
+impl TimelineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimelineKind::Request => "request",
+            TimelineKind::Step => "step",
+            TimelineKind::ProviderFailure => "provider-failure",
+            TimelineKind::Evidence => "evidence",
+            TimelineKind::Operator => "operator",
+        }
+    }
+}
+
+/// One line of a record's timeline: everything that happened to it, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    pub at: String,
+    pub kind: TimelineKind,
+    pub text: String,
 }
 
 /// A stored response, opened for an operator (the reveal is audited).

@@ -48,3 +48,16 @@ alter table bulk_job_items add column evidence text;
 alter table bulk_job_items add column evidence_detail text;
 alter table bulk_job_items add column previewed_at timestamptz;
 alter table bulk_job_items add column included boolean not null default true;
+
+-- A step that made the outcome unknown keeps why (the failure in words, with how long the
+-- call took), so that the record's timeline shows every provider failure where it happened.
+alter table record_steps add column note text;
+create or replace function record_steps_note() returns trigger language plpgsql as $$
+begin
+    insert into record_steps (tenant_id, operation_name, idempotency_key, status, progress_step,
+        lease_version, lease_owner, note)
+    values (new.tenant_id, new.operation_name, new.idempotency_key, new.status, new.progress_step,
+        new.lease_version, new.lease_owner,
+        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error end);
+    return null;
+end $$;

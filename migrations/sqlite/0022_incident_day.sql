@@ -55,3 +55,17 @@ select job_id, position, tenant_id, operation_name, idempotency_key, record_vers
     message, record_status, done_at from bulk_job_items;
 drop table bulk_job_items;
 alter table bulk_job_items_new rename to bulk_job_items;
+
+alter table record_steps add column note text;
+drop trigger idempotency_records_step_changed;
+create trigger idempotency_records_step_changed after update of status, progress_step, lease_version
+    on idempotency_records
+    when old.status is not new.status or old.progress_step is not new.progress_step
+        or old.lease_version is not new.lease_version
+begin
+    insert into record_steps (tenant_id, operation_name, idempotency_key, status, progress_step,
+        lease_version, lease_owner, note)
+    values (new.tenant_id, new.operation_name, new.idempotency_key, new.status, new.progress_step,
+        new.lease_version, new.lease_owner,
+        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error end);
+end;

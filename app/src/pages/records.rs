@@ -423,6 +423,26 @@ fn RecordView(
             <pre class="command">{command}</pre>
         </section>
         {why_unknown_view(&detail)}
+        <section class="panel">
+            <h2>"What happened, in order"</h2>
+            <ol class="timeline" aria-label="Everything that happened to the record, oldest first">
+                {detail
+                    .timeline
+                    .iter()
+                    .map(|entry| {
+                        view! {
+                            <li data-kind=entry.kind.as_str()>
+                                <Time at=entry.at.clone() />
+                                " "
+                                <span class="kind">{entry.kind.as_str()}</span>
+                                " "
+                                {entry.text.clone()}
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ol>
+        </section>
         {(role >= OperatorRole::Operator && needs_operator)
             .then(|| view! { <ReconcilePanel record=detail.record.clone() applied /> })}
         {(role >= OperatorRole::Admin && needs_operator)

@@ -15,7 +15,7 @@ use app::dto;
 use chrono::{DateTime, Utc};
 use domain::cursor::RecordCursor;
 use domain::record::RecordStatus;
-use domain::recovery::ReconcileAction;
+use domain::recovery::{ProviderEvidence, ReconcileAction};
 use domain::scope::Operation;
 
 pub fn record_ref(name: RecordName) -> dto::RecordRef {
@@ -148,7 +148,7 @@ pub fn record_detail(
         .into_iter()
         .map(|refund| refund_summary(&history.record, refund))
         .collect();
-    let requests = history
+    let requests: Vec<dto::RequestView> = history
         .journal
         .into_iter()
         .map(|entry| dto::RequestView {
@@ -164,6 +164,19 @@ pub fn record_detail(
             replayed: entry.replayed,
         })
         .collect();
+    let steps: Vec<dto::StepView> = history
+        .steps
+        .into_iter()
+        .map(|step| dto::StepView {
+            at: at(step.at),
+            status: step.status.as_str().to_owned(),
+            step: step.step.as_str().to_owned(),
+            lease_version: step.lease_version,
+            lease_owner: step.lease_owner,
+            note: step.note,
+        })
+        .collect();
+    let audit: Vec<dto::AuditEntryView> = audit.into_iter().map(audit_entry).collect();
     dto::RecordDetail {
         record: record_ref(history.record),
         status: history.status,
@@ -197,17 +210,8 @@ pub fn record_detail(
         completed_at: history.completed_at.map(at),
         expires_at: at(history.expires_at),
         claimed_as: <&str>::from(history.claimed_as).to_owned(),
-        steps: history
-            .steps
-            .into_iter()
-            .map(|step| dto::StepView {
-                at: at(step.at),
-                status: step.status.as_str().to_owned(),
-                step: step.step.as_str().to_owned(),
-                lease_version: step.lease_version,
-                lease_owner: step.lease_owner,
-            })
-            .collect(),
+        timeline: timeline(&steps, &requests, &audit, history.evidence.as_ref()),
+        steps,
         released_payments: history
             .released_payments
             .into_iter()
@@ -246,8 +250,98 @@ pub fn record_detail(
             })
             .collect(),
         requests,
-        audit: audit.into_iter().map(audit_entry).collect(),
+        audit,
     }
+}
+
+/// Everything that happened to a record, oldest first: the client's requests, each change of
+/// status, step or lease (a failed provider call with its words and duration), what the
+/// provider said when an operator asked, and the operators' actions.
+fn timeline(
+    steps: &[dto::StepView],
+    requests: &[dto::RequestView],
+    audit: &[dto::AuditEntryView],
+    evidence: Option<&(ProviderEvidence, DateTime<Utc>)>,
+) -> Vec<dto::TimelineEntry> {
+    let entry = |at: &str, kind, text: String| dto::TimelineEntry {
+        at: at.to_owned(),
+        kind,
+        text,
+    };
+    let mut timeline = Vec::with_capacity(steps.len() + requests.len() + audit.len() + 1);
+    timeline.extend(requests.iter().map(|request| {
+        let answer = match (&request.error_code, request.replayed) {
+            (Some(code), _) => format!("{} {code}", request.status_code),
+            (None, true) => format!("{}, replayed", request.status_code),
+            (None, false) => request.status_code.to_string(),
+        };
+        let what = if request.same_request {
+            "a request with the key"
+        } else {
+            "a different request with the key"
+        };
+        entry(
+            &request.at,
+            dto::TimelineKind::Request,
+            format!("{what}, answered {answer}"),
+        )
+    }));
+    timeline.extend(steps.iter().map(|step| {
+        let owner = step
+            .lease_owner
+            .as_deref()
+            .map(|owner| format!(", owner {owner}"))
+            .unwrap_or_default();
+        let moved = format!(
+            "{} at step {} (lease version {}{owner})",
+            step.status, step.step, step.lease_version
+        );
+        match &step.note {
+            Some(note) => entry(
+                &step.at,
+                dto::TimelineKind::ProviderFailure,
+                format!("{moved}: {note}"),
+            ),
+            None => entry(&step.at, dto::TimelineKind::Step, moved),
+        }
+    }));
+    timeline.extend(evidence.map(|(evidence, seen)| {
+        let said = match evidence {
+            ProviderEvidence::Charged { charge_id, status } => format!("it has {charge_id}, {status}"),
+            ProviderEvidence::NoCharge => "it has nothing under the key".to_owned(),
+            ProviderEvidence::Unreachable { problem } => format!("it did not answer: {problem}"),
+        };
+        entry(
+            &at(*seen),
+            dto::TimelineKind::Evidence,
+            format!("the provider, asked for an operator: {said}"),
+        )
+    }));
+    timeline.extend(audit.iter().map(|logged| {
+        let reason = logged
+            .entry
+            .reason
+            .as_deref()
+            .map(|reason| format!(": \u{201c}{reason}\u{201d}"))
+            .unwrap_or_default();
+        let details = logged
+            .entry
+            .details
+            .as_deref()
+            .map(|details| format!(" ({details})"))
+            .unwrap_or_default();
+        entry(
+            &logged.at,
+            dto::TimelineKind::Operator,
+            format!(
+                "{} {}, {}{reason}{details}",
+                logged.entry.actor, logged.entry.action, logged.entry.result
+            ),
+        )
+    }));
+    // RFC 3339 in UTC with milliseconds sorts as time does; equal times keep their order.
+    timeline.sort_by(|a, b| a.at.cmp(&b.at));
+    timeline
 }
 
 pub fn audit_entry(logged: LoggedAudit) -> dto::AuditEntryView {

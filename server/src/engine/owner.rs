@@ -20,6 +20,7 @@ use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
 use serde_json::json;
+use std::time::Instant;
 
 /// How a payment's owner reaches the provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,18 +80,20 @@ impl PaymentsEngine {
         // PROVIDER_REQUEST_SENT is durable from here on.
         crash_point(CrashPoint::BeforeProviderCall);
         let send = || async {
+            let sent = Instant::now();
             self.provider
                 .create_charge(&payment.id, payment.amount)
                 .await
-                .map_err(|error| error.of_send("charge request"))
+                .map_err(|error| error.of_send("charge request", sent.elapsed()))
         };
+        let asked = Instant::now();
         let charge = match charging {
             Charging::Send => send().await,
             // A taker never sends blindly: the first owner may have been charged already.
             Charging::AskFirst => match self.provider.find_charge(&payment.id).await {
                 Ok(Some(charge)) => Ok(charge),
                 Ok(None) => send().await,
-                Err(error) => Err(error.of_look_up("charge look-up")),
+                Err(error) => Err(error.of_look_up("charge look-up", asked.elapsed())),
             },
             Charging::Vouched(charge) => Ok(charge),
         };

@@ -24,6 +24,7 @@ use domain::scope::Scope;
 use domain::tenant::Principal;
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 /// A parsed, authenticated create_refund request (refunds always carry a key): from the API
 /// (of a payment), or from the console (of a late charge).
@@ -140,18 +141,20 @@ impl PaymentsEngine {
         // PROVIDER_REQUEST_SENT is durable from here on.
         crash_point(CrashPoint::BeforeProviderCall);
         let send = || async {
+            let sent = Instant::now();
             self.provider
                 .create_refund(&view.id, charge_id, view.amount)
                 .await
-                .map_err(|error| error.of_send("refund request"))
+                .map_err(|error| error.of_send("refund request", sent.elapsed()))
         };
+        let asked = Instant::now();
         let answered = match charging {
             Charging::Send => send().await,
             // A taker never sends blindly: the first owner's refund may have been made.
             Charging::AskFirst => match self.provider.find_refund(&view.id).await {
                 Ok(Some(found)) => Ok(found),
                 Ok(None) => send().await,
-                Err(error) => Err(error.of_look_up("refund look-up")),
+                Err(error) => Err(error.of_look_up("refund look-up", asked.elapsed())),
             },
             Charging::Vouched(_) => {
                 tracing::error!(refund_id = %view.id, "a refund's outcome cannot be vouched for");

@@ -33,22 +33,27 @@ impl ProviderError {
         }
     }
 
-    /// The failure of a call that sends (`call`: "charge request", …): its cause is why the
-    /// record's outcome is unknown.
-    pub fn of_send(&self, call: &str) -> ProviderFailure {
+    /// The failure of a call that sends (`call`: "charge request", …) after `took`: its cause
+    /// is why the record's outcome is unknown.
+    pub fn of_send(&self, call: &str, took: Duration) -> ProviderFailure {
         ProviderFailure {
             cause: Some(self.cause()),
-            words: format!("{call}: {self}"),
+            words: failure_words(call, took, self),
         }
     }
 
-    /// The failure of a look-up: the outcome stays unknown for the reason it was.
-    pub fn of_look_up(&self, call: &str) -> ProviderFailure {
+    /// The failure of a look-up after `took`: the outcome stays unknown for the reason it was.
+    pub fn of_look_up(&self, call: &str, took: Duration) -> ProviderFailure {
         ProviderFailure {
             cause: None,
-            words: format!("{call}: {self}"),
+            words: failure_words(call, took, self),
         }
     }
+}
+
+/// `charge request, after 1.003 s: the provider's outcome is unknown: …`.
+fn failure_words(call: &str, took: Duration, error: &ProviderError) -> String {
+    format!("{call}, after {:.3} s: {error}", took.as_secs_f64())
 }
 
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
-use domain::recovery::UnknownCause;
+use domain::recovery::{EvidenceKind, ProviderEvidence, UnknownCause};
 use domain::representation::PaymentStatus;
 use domain::scope::{Operation, Scope};
 use sqlx::Row;
@@ -57,6 +57,8 @@ pub struct RecordHistory {
     pub events: Vec<EventRow>,
     /// Requests that arrived with the key, oldest first.
     pub journal: Vec<JournalRow>,
+    /// What the provider said when last asked for an operator, and when.
+    pub evidence: Option<(ProviderEvidence, DateTime<Utc>)>,
 }
 
 /// One change of a record's status, step or lease, as it committed.
@@ -67,6 +69,8 @@ pub struct StepRow {
     pub step: ProgressStep,
     pub lease_version: i64,
     pub lease_owner: Option<String>,
+    /// Why, for a step that made the outcome unknown: the provider failure in words.
+    pub note: Option<String>,
 }
 
 /// A payment an operator released, and what became of a charge that showed up after.
@@ -248,29 +252,47 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             refunds: Vec::new(),
             events: Vec::new(),
             journal: Vec::new(),
+            evidence: None,
         };
-        let steps: Vec<(DateTime<Utc>, String, String, i64, Option<String>)> = sqlx::query_as(
-            "select at, status, progress_step, lease_version, lease_owner from record_steps \
+        let steps: Vec<(DateTime<Utc>, String, String, i64, Option<String>, Option<String>)> =
+            sqlx::query_as(
+                "select at, status, progress_step, lease_version, lease_owner, note from record_steps \
              where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
              order by at, lease_version limit 200",
-        )
-        .bind(tenant)
-        .bind(operation)
-        .bind(key)
-        .fetch_all(&self.pool)
-        .await?;
+            )
+            .bind(tenant)
+            .bind(operation)
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?;
         history.steps = steps
             .into_iter()
-            .map(|(at, status, step, lease_version, lease_owner)| {
+            .map(|(at, status, step, lease_version, lease_owner, note)| {
                 Ok(StepRow {
                     at,
                     status: StoreError::parse_stored("record status", &status)?,
                     step: StoreError::parse_stored("progress step", &step)?,
                     lease_version,
                     lease_owner,
+                    note,
                 })
             })
             .collect::<Result<_, StoreError>>()?;
+        let evidence: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
+            "select kind, detail, at from record_evidence \
+             where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
+        )
+        .bind(tenant)
+        .bind(operation)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        history.evidence = evidence
+            .map(|(kind, detail, at)| {
+                let kind: EvidenceKind = StoreError::parse_stored("evidence", &kind)?;
+                Ok::<_, StoreError>((ProviderEvidence::from_kept(kind, detail), at))
+            })
+            .transpose()?;
         let released: Vec<(String, DateTime<Utc>, Option<String>, Option<DateTime<Utc>>, Option<String>, Option<String>)> =
             sqlx::query_as(
                 "select id, released_at, late_charge_id, late_charge_resolved_at, late_charge_resolved_by, \

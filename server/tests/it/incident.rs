@@ -100,7 +100,7 @@ async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: Te
     assert!(
         row["last_error"]
             .as_str()
-            .is_some_and(|error| error.starts_with("charge request: ") && error.contains("500")),
+            .is_some_and(|error| error.starts_with("charge request, after ") && error.contains("500")),
         "{row}"
     );
     assert!(row["last_error_at"].is_string());
@@ -201,6 +201,43 @@ async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: Te
             .is_some_and(|error| error.contains("timed out"))
     );
     assert!(detail["next_look"]["GaveUp"].is_string(), "{detail}");
+    // Its timeline: claimed, then the charge request that timed out, with how long it took.
+    let timeline = detail["timeline"].as_array().expect("timeline");
+    let kinds: Vec<&str> = timeline
+        .iter()
+        .filter_map(|entry| entry["kind"].as_str())
+        .collect();
+    assert_eq!(kinds[..2], ["Step", "ProviderFailure"], "{detail}");
+    let failure = timeline[1]["text"].as_str().expect("text");
+    assert!(
+        failure.starts_with("UNKNOWN_REQUIRES_RECOVERY")
+            && failure.contains("charge request, after 0.5")
+            && failure.contains("timed out"),
+        "{failure}"
+    );
+    // A previewed record's timeline has what the provider said.
+    let previewed = viewer
+        .json(
+            "record",
+            &[
+                ("record[tenant_id]", tenant_id.as_str()),
+                ("record[operation]", "create_payment"),
+                ("record[key]", "k-big"),
+            ],
+        )
+        .await;
+    let said = previewed["timeline"]
+        .as_array()
+        .expect("timeline")
+        .iter()
+        .find(|entry| entry["kind"] == "Evidence")
+        .unwrap_or_else(|| panic!("no evidence in {previewed}"));
+    assert!(
+        said["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("succeeded")),
+        "{said}"
+    );
 }
 
 /// Polls a bulk job until it is in `state`; the job.

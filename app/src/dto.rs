@@ -155,8 +155,9 @@ pub struct Dashboard {
     pub read_at: String,
 }
 
-/// The records browser's filter; empty strings mean "any".
+/// The records browser's filter; empty strings (or missing fields) mean "any".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RecordFilter {
     pub status: String,
     pub step: String,
@@ -206,6 +207,7 @@ pub fn encode_segment(text: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordSummary {
     pub record: RecordRef,
+    pub tenant_name: String,
     pub status: RecordStatus,
     pub step: String,
     pub resource_id: Option<String>,
@@ -213,6 +215,11 @@ pub struct RecordSummary {
     pub created_at: String,
     pub updated_at: String,
     pub recovery_attempts: i32,
+    /// Decimal, in its currency (`10.00`), with the merchant reference: the payment's or the
+    /// refund's.
+    pub amount: Option<String>,
+    pub currency: Option<String>,
+    pub merchant_reference: Option<String>,
     /// Opaque keyset cursor for the next page.
     pub cursor: String,
 }

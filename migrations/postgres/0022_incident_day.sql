@@ -28,6 +28,11 @@ create table record_evidence (
 );
 create index record_evidence_kind on record_evidence (kind);
 
+-- Operators look payments and refunds up by their merchant reference (the business key's
+-- index leads with the tenant and the account).
+create index payments_merchant_reference on payments (merchant_reference);
+create index refunds_reference on refunds (reference);
+
 -- A bulk job is named, selected by a filter (or by hand) and frozen on the server: previewed
 -- in the background (each item's evidence and the action proposed for it), then applied to
 -- the groups the operator kept; it can be paused and aborted. Jobs from before this migration

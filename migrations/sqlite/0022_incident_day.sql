@@ -20,6 +20,9 @@ create table record_evidence (
 ) strict;
 create index record_evidence_kind on record_evidence (kind);
 
+create index payments_merchant_reference on payments (merchant_reference);
+create index refunds_reference on refunds (reference);
+
 alter table bulk_jobs add column name text not null default '';
 alter table bulk_jobs add column state text not null default 'running'
     check (state in ('previewing', 'previewed', 'running', 'paused', 'aborted', 'finished'));

@@ -47,7 +47,7 @@ pub fn RecordsPage() -> impl IntoView {
                         type="search"
                         name="q"
                         id="search"
-                        placeholder="idempotency key, payment id or provider charge id   ( / )"
+                        placeholder="idempotency key, payment id, provider charge id or merchant reference   ( / )"
                         value=needle
                         autocomplete="off"
                     />
@@ -69,7 +69,7 @@ pub fn RecordsPage() -> impl IntoView {
                 <Choice label="Status" name="status" any="any" options=named(RecordStatus::VARIANTS.iter().map(|status| status.as_str())) selected=Signal::derive(move || param("status")) />
                 <Choice label="Step" name="step" any="any" options=named(ProgressStep::VARIANTS.iter().map(|step| step.as_str())) selected=Signal::derive(move || param("step")) />
                 <label>"Operation " <input name="operation" value=move || param("operation") size="14" /></label>
-                <label>"Tenant id " <input name="tenant" value=move || param("tenant") size="14" /></label>
+                <label>"Tenant (name or id) " <input name="tenant" value=move || param("tenant") size="14" /></label>
                 <label>"Key prefix " <input name="key_prefix" value=move || param("key_prefix") size="14" /></label>
                 <label>"From " <input name="from" placeholder="2026-11-29T00:00:00Z" value=move || param("from") size="20" /></label>
                 <label>"To " <input name="to" value=move || param("to") size="20" /></label>
@@ -86,8 +86,15 @@ pub fn RecordsPage() -> impl IntoView {
                                 link.replace("after", cursor);
                                 format!("/records{}", link.to_query_string())
                             });
+                            let mut download = query.read_untracked().clone();
+                            download.remove("after");
+                            download.remove("q");
+                            let download = format!("/console/records.csv{}", download.to_query_string());
                             view! {
                                 <RecordTable rows=page.rows caption="Newest first" />
+                                <a class="button" href=download download="" data-records-file>
+                                    "Download every matching record (CSV, at most 100,000)"
+                                </a>
                                 {next.map(|href| view! { <a class="button" href=href rel="next">"Next page"</a> })}
                             }
                         })
@@ -108,9 +115,13 @@ pub fn RecordTable(rows: Vec<RecordSummary>, #[prop(into)] caption: String) -> i
             <thead>
                 <tr>
                     <th scope="col">"Key"</th>
+                    <th scope="col">"Tenant"</th>
+                    <th scope="col">"Operation"</th>
                     <th scope="col">"Status"</th>
                     <th scope="col">"Step"</th>
-                    <th scope="col">"Payment"</th>
+                    <th scope="col" class="num">"Amount"</th>
+                    <th scope="col">"Merchant reference"</th>
+                    <th scope="col">"Payment or refund"</th>
                     <th scope="col">"Created"</th>
                     <th scope="col" class="num">"Recovery tries"</th>
                 </tr>
@@ -123,12 +134,18 @@ pub fn RecordTable(rows: Vec<RecordSummary>, #[prop(into)] caption: String) -> i
                             <tr data-key=row.record.key.clone()>
                                 <th scope="row">
                                     <a href=row.record.href()>{row.record.key.clone()}</a>
-                                    <span class="muted">" " {row.record.tenant_id.clone()}</span>
                                 </th>
+                                <td title=row.record.tenant_id.clone()>{row.tenant_name.clone()}</td>
+                                <td>{row.record.operation.clone()}</td>
                                 <td>
                                     <StatusBadge status=row.status />
                                 </td>
                                 <td>{row.step}</td>
+                                <td class="num">{match (&row.amount, &row.currency) {
+                                    (Some(amount), Some(currency)) => format!("{amount} {currency}"),
+                                    _ => "—".to_owned(),
+                                }}</td>
+                                <td>{row.merchant_reference.clone().unwrap_or_default()}</td>
                                 <td>{row.resource_id.unwrap_or_default()}</td>
                                 <td>
                                     <Time at=row.created_at />

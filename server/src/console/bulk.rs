@@ -9,6 +9,7 @@
 //! they may still reconcile. A job can be paused, resumed and aborted; its runner holds a
 //! lease, so that another instance resumes it when this one dies.
 
+use super::exports::csv_lines;
 use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
 use crate::store::StoreError;
 use crate::store::bulk::{
@@ -261,7 +262,6 @@ impl StoreConsole {
         if self.store.bulk_job(id).await?.is_none() {
             return Ok(None);
         }
-        let mut csv = csv::Writer::from_writer(Vec::new());
         let header = [
             "position",
             "tenant_id",
@@ -276,45 +276,51 @@ impl StoreConsole {
             "message",
             "done_at",
         ];
+        let mut csv = csv_lines(&[header.map(str::to_owned).to_vec()]);
         let mut from = 0;
-        write_row(&mut csv, &header);
         loop {
             let items = self.store.bulk_job_items(id, from, RESULTS_PAGE).await?;
             let Some(last) = items.last() else { break };
             from = last.position + 1;
-            for item in &items {
-                let outcome = match (&item.result, item.included, item.action) {
-                    (Some(result), _, _) if result.ok => "applied",
-                    (Some(_), _, _) => "not applied",
-                    (None, false, Some(_)) => "left out",
-                    (None, _, None) if item.evidence.is_some() => "nothing to apply",
-                    (None, _, _) => "pending",
-                };
-                let evidence = item.evidence.as_ref();
-                write_row(
-                    &mut csv,
-                    &[
-                        &item.position.to_string(),
-                        &item.record.tenant_id,
-                        &item.record.operation,
-                        &item.record.key,
-                        &item.version.to_string(),
-                        evidence.map_or("", |evidence| evidence.kind().as_str()),
-                        evidence.map_or("", |evidence| evidence.detail()),
-                        item.action.map_or("", ReconcileAction::as_str),
-                        outcome,
+            let rows: Vec<Vec<String>> = items
+                .iter()
+                .map(|item| {
+                    let outcome = match (&item.result, item.included, item.action) {
+                        (Some(result), _, _) if result.ok => "applied",
+                        (Some(_), _, _) => "not applied",
+                        (None, false, Some(_)) => "left out",
+                        (None, _, None) if item.evidence.is_some() => "nothing to apply",
+                        (None, _, _) => "pending",
+                    };
+                    let evidence = item.evidence.as_ref();
+                    vec![
+                        item.position.to_string(),
+                        item.record.tenant_id.clone(),
+                        item.record.operation.clone(),
+                        item.record.key.clone(),
+                        item.version.to_string(),
+                        evidence
+                            .map_or("", |evidence| evidence.kind().as_str())
+                            .to_owned(),
+                        evidence.map_or("", |evidence| evidence.detail()).to_owned(),
+                        item.action.map_or("", ReconcileAction::as_str).to_owned(),
+                        outcome.to_owned(),
                         item.result
                             .as_ref()
                             .and_then(|result| result.status)
-                            .map_or("", |status| status.as_str()),
-                        item.result.as_ref().map_or("", |result| result.message.as_str()),
-                        &item.done_at.map(crate::store::rfc3339_millis).unwrap_or_default(),
-                    ],
-                );
-            }
+                            .map_or("", |status| status.as_str())
+                            .to_owned(),
+                        item.result
+                            .as_ref()
+                            .map(|result| result.message.clone())
+                            .unwrap_or_default(),
+                        item.done_at.map(crate::store::rfc3339_millis).unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            csv.push_str(&csv_lines(&rows));
         }
-        let bytes = csv.into_inner().unwrap_or_default();
-        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+        Ok(Some(csv))
     }
 
     /// Claims the job and runs it on a task of its own, here; if this instance dies, another
@@ -517,21 +523,6 @@ fn described(query: &QueueQuery) -> String {
         "every record needing attention".to_owned()
     } else {
         format!("every record needing attention with {}", said.join(", "))
-    }
-}
-
-/// One row of a results file; a cell a spreadsheet would run as a formula is written with a
-/// leading apostrophe (keys and references come from API clients).
-fn write_row(csv: &mut csv::Writer<Vec<u8>>, cells: &[&str]) {
-    let safe = cells.iter().map(|cell| {
-        if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-            format!("'{cell}")
-        } else {
-            (*cell).to_owned()
-        }
-    });
-    if let Err(error) = csv.write_record(safe) {
-        tracing::error!(%error, "bulk results: a row was not written");
     }
 }
 

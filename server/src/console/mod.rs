@@ -10,6 +10,7 @@ mod actions;
 mod admin;
 pub mod bulk;
 mod diff;
+pub mod exports;
 mod late_charges;
 pub mod limits;
 mod reads;

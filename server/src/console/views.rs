@@ -46,6 +46,10 @@ pub fn summary(row: RecordSummary) -> dto::RecordSummary {
     .to_text();
     dto::RecordSummary {
         record,
+        tenant_name: row.tenant_name,
+        amount: amount_of(row.amount_minor, row.currency.as_deref()),
+        currency: row.currency,
+        merchant_reference: row.merchant_reference,
         status: row.status,
         step: row.step.as_str().to_owned(),
         resource_id: row.resource_id,
@@ -369,12 +373,14 @@ pub fn override_request(request: OverrideRequest) -> dto::OverrideRequestView {
     }
 }
 
+/// An amount in minor units as its currency writes it, when both are known.
+fn amount_of(minor: Option<i64>, currency: Option<&str>) -> Option<String> {
+    Some(minor_to_decimal(minor?, currency?))
+}
+
 /// A row of the recovery queue.
 pub fn queue_row(row: QueueRow, max_attempts: i32) -> dto::QueueRowView {
-    let amount = match (row.amount_minor, row.currency.as_deref()) {
-        (Some(minor), Some(currency)) => Some(minor_to_decimal(minor, currency)),
-        _ => None,
-    };
+    let amount = amount_of(row.amount_minor, row.currency.as_deref());
     dto::QueueRowView {
         next_look: next_look(
             row.status,
@@ -521,6 +527,7 @@ mod tests {
                 operation: "create_payment".into(),
                 key: "k/1".into(),
             },
+            tenant_name: "acme".into(),
             status: RecordStatus::Completed,
             step: ProgressStep::Completed,
             resource_id: None,
@@ -528,6 +535,9 @@ mod tests {
             created_at,
             updated_at: created_at,
             recovery_attempts: 0,
+            amount_minor: Some(1_000),
+            currency: Some("EUR".into()),
+            merchant_reference: Some("inv-1".into()),
         };
         let shown = summary(row.clone());
         let filter = dto::RecordFilter {

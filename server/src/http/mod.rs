@@ -167,6 +167,7 @@ fn console_router(
             "/console/bulk-jobs/{id}/results.csv",
             get(console::bulk::results_file),
         )
+        .route("/console/records.csv", get(console::exports::records_file))
         .with_state(store_console);
     let session_layer = console::access::session_layer(access.store.clone(), settings.secure_cookies);
 

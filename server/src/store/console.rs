@@ -46,6 +46,7 @@ impl From<&Scope> for RecordName {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordSummary {
     pub record: RecordName,
+    pub tenant_name: String,
     pub status: RecordStatus,
     pub step: ProgressStep,
     pub resource_id: Option<String>,
@@ -53,6 +54,10 @@ pub struct RecordSummary {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub recovery_attempts: i32,
+    /// The payment's (or refund's) amount in minor units, currency and merchant reference.
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub merchant_reference: Option<String>,
 }
 
 /// A records-browser filter; `None` means any.
@@ -60,6 +65,7 @@ pub struct RecordSummary {
 pub struct RecordQuery {
     pub status: Option<RecordStatus>,
     pub step: Option<ProgressStep>,
+    /// A tenant's id or name.
     pub tenant: Option<String>,
     pub operation: Option<String>,
     pub key_prefix: Option<String>,
@@ -147,7 +153,7 @@ pub trait ConsoleStatements {
     const RECORD_GAUGES: &'static str;
     /// `$1` status, `$2` step, `$3` tenant, `$4` operation, `$5` key prefix (empty: any), `$6`
     /// from, `$7` to, `$8`..`$11` cursor (created at, tenant, operation, key), `$12` limit:
-    /// [`SummaryRow`]s.
+    /// [`RecordSummary`] columns.
     const LIST_RECORDS: &'static str;
     /// `$1` attempt limit, `$2` tenant name, `$3` operation, `$4` attention, `$5` created at
     /// most at, `$6` created at least at, `$7` currency, `$8`..`$9` amount bounds (minor
@@ -210,48 +216,27 @@ fn retry_delays_of(
     }
 }
 
-/// A row of the records browser, as selected.
-type SummaryRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    i32,
-);
-
-fn summary_of(
-    (
-        tenant_id,
-        operation,
-        key,
-        status,
-        step,
-        resource_id,
-        provider_reference,
-        created_at,
-        updated_at,
-        recovery_attempts,
-    ): SummaryRow,
-) -> Result<RecordSummary, StoreError> {
-    Ok(RecordSummary {
-        record: RecordName {
-            tenant_id,
-            operation,
-            key,
-        },
-        status: StoreError::parse_stored("record status", &status)?,
-        step: StoreError::parse_stored("progress step", &step)?,
-        resource_id,
-        provider_reference,
-        created_at,
-        updated_at,
-        recovery_attempts,
-    })
+impl RecordSummary {
+    fn read<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<RecordSummary, StoreError> {
+        Ok(RecordSummary {
+            record: RecordName {
+                tenant_id: row.try_get("tenant_id")?,
+                operation: row.try_get("operation_name")?,
+                key: row.try_get("idempotency_key")?,
+            },
+            tenant_name: row.try_get("tenant_name")?,
+            status: StoreError::parse_stored("record status", &row.try_get::<String, _>("status")?)?,
+            step: StoreError::parse_stored("progress step", &row.try_get::<String, _>("progress_step")?)?,
+            resource_id: row.try_get("resource_id")?,
+            provider_reference: row.try_get("provider_reference")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+            recovery_attempts: row.try_get("recovery_attempts")?,
+            amount_minor: row.try_get("amount_minor")?,
+            currency: row.try_get("currency")?,
+            merchant_reference: row.try_get("merchant_reference")?,
+        })
+    }
 }
 
 /// A row of the recovery queue: the record and what an operator decides by.
@@ -391,7 +376,7 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
             ),
             None => ("9999-12-31T23:59:59.999Z".to_owned(), "", "", ""),
         };
-        let rows: Vec<SummaryRow> = sqlx::query_as(D::LIST_RECORDS)
+        let rows = sqlx::query(D::LIST_RECORDS)
             .bind(query.status.map_or("", RecordStatus::as_str))
             .bind(query.step.map_or("", ProgressStep::as_str))
             .bind(query.tenant.as_deref().unwrap_or_default())
@@ -414,36 +399,41 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter().map(summary_of).collect()
+        rows.iter().map(RecordSummary::read::<D>).collect()
     }
 
     async fn find_records(&self, needle: &str, limit: i64) -> Result<Vec<RecordSummary>, StoreError> {
-        // One index probe per way of naming a record: its key, its payment, its provider
-        // charge, or a payment the key made earlier (released by an operator, so no longer the
-        // record's).
-        let rows: Vec<SummaryRow> = sqlx::query_as(
-            "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-             provider_reference, created_at, updated_at, recovery_attempts \
-             from idempotency_records where idempotency_key = $1 \
-             union select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-             provider_reference, created_at, updated_at, recovery_attempts \
-             from idempotency_records where resource_id = $2 \
-             union select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-             provider_reference, created_at, updated_at, recovery_attempts \
-             from idempotency_records where provider_reference = $3 \
-             union select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-             provider_reference, created_at, updated_at, recovery_attempts \
-             from idempotency_records where operation_name = 'create_payment' \
-             and (tenant_id, idempotency_key) = (select tenant_id, idempotency_key from payments where id = $2) \
-             order by created_at desc limit $4",
+        // One index probe per way of naming a record: its key, its payment (or refund), its
+        // provider charge, the merchant reference of its payment or refund, or a payment the
+        // key made earlier (released by an operator, so no longer the record's).
+        let rows = sqlx::query(
+            "with named (tenant_id, operation_name, idempotency_key) as ( \
+             select tenant_id, operation_name, idempotency_key from idempotency_records where idempotency_key = $1 \
+             union select tenant_id, operation_name, idempotency_key from idempotency_records where resource_id = $1 \
+             union select tenant_id, operation_name, idempotency_key from idempotency_records where provider_reference = $1 \
+             union select tenant_id, 'create_payment', idempotency_key from payments \
+             where merchant_reference = $1 and idempotency_key is not null \
+             union select tenant_id, 'create_refund', idempotency_key from refunds \
+             where reference = $1 and idempotency_key is not null \
+             union select tenant_id, 'create_payment', idempotency_key from payments \
+             where id = $1 and idempotency_key is not null) \
+             select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
+             r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
+             r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
+             coalesce(p.currency, f.currency) as currency, \
+             coalesce(p.merchant_reference, f.reference) as merchant_reference \
+             from named n join idempotency_records r on r.tenant_id = n.tenant_id \
+             and r.operation_name = n.operation_name and r.idempotency_key = n.idempotency_key \
+             join tenants t on t.id = r.tenant_id \
+             left join payments p on r.operation_name = 'create_payment' and p.id = r.resource_id \
+             left join refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id \
+             order by r.created_at desc limit $2",
         )
-        .bind(needle)
-        .bind(needle)
         .bind(needle)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(summary_of).collect()
+        rows.iter().map(RecordSummary::read::<D>).collect()
     }
 
     async fn recovery_queue(

@@ -260,14 +260,19 @@ impl ConsoleStatements for Sqlite {
          idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), (select count(*) from \
          idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= \
          $1)";
-    const LIST_RECORDS: &'static str = "select tenant_id, operation_name, idempotency_key, status, progress_step, resource_id, \
-         provider_reference, created_at, updated_at, recovery_attempts from idempotency_records \
-         where ($1 = '' or status = $1) and ($2 = '' or progress_step = $2) and ($3 = '' or \
-         tenant_id = $3) and ($4 = '' or operation_name = $4) and ($5 = '' or \
-         substr(idempotency_key, 1, length($5)) = $5) and created_at >= $6 and created_at < $7 and \
-         (created_at, tenant_id, operation_name, idempotency_key) < (strftime('%Y-%m-%dT%H:%M:%fZ', \
-         $8), $9, $10, $11) order by created_at desc, tenant_id desc, operation_name desc, \
-         idempotency_key desc limit $12";
+    const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
+         r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
+         r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
+         coalesce(p.currency, f.currency) as currency, coalesce(p.merchant_reference, f.reference) \
+         as merchant_reference from idempotency_records r join tenants t on t.id = r.tenant_id left \
+         join payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join \
+         refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id where ($1 = '' or \
+         r.status = $1) and ($2 = '' or r.progress_step = $2) and ($3 = '' or r.tenant_id = $3 or \
+         t.name = $3) and ($4 = '' or r.operation_name = $4) and ($5 = '' or \
+         substr(r.idempotency_key, 1, length($5)) = $5) and r.created_at >= $6 and r.created_at < $7 \
+         and (r.created_at, r.tenant_id, r.operation_name, r.idempotency_key) < \
+         (strftime('%Y-%m-%dT%H:%M:%fZ', $8), $9, $10, $11) order by r.created_at desc, r.tenant_id \
+         desc, r.operation_name desc, r.idempotency_key desc limit $12";
     const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
          r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
          r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \

@@ -144,6 +144,55 @@ async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: Te
             "{nobody}"
         );
     }
+    // Records by what operators know: a merchant reference finds its record, and the records
+    // browser filters by the tenant's name and shows amounts and references.
+    let found = viewer.json("find", &[("needle", "inv-k-p07")]).await;
+    assert_eq!(found[0]["record"]["key"], "k-p07", "{found}");
+    assert_eq!(
+        (
+            found[0]["tenant_name"].as_str(),
+            found[0]["amount"].as_str(),
+            found[0]["merchant_reference"].as_str()
+        ),
+        (Some("acme"), Some("10.00"), Some("inv-k-p07"))
+    );
+    let filter = |tenant: &'static str| {
+        [
+            ("filter[status]", ""),
+            ("filter[step]", ""),
+            ("filter[tenant]", tenant),
+            ("filter[operation]", ""),
+            ("filter[key_prefix]", "k-big"),
+            ("filter[from]", ""),
+            ("filter[to]", ""),
+            ("filter[after]", ""),
+        ]
+    };
+    let records = viewer.json("records", &filter("acme")).await;
+    assert_eq!(records["rows"][0]["record"]["key"], "k-big", "{records}");
+    assert_eq!(records["rows"][0]["amount"], "30.00");
+    let records = viewer.json("records", &filter("nobody")).await;
+    assert_eq!(records["rows"].as_array().map(Vec::len), Some(0), "{records}");
+    // The same filter as a file, for every matching record.
+    let file = viewer
+        .get("/console/records.csv?tenant=acme&key_prefix=k-p")
+        .await;
+    assert_eq!(file.status(), 200);
+    let csv = file.text().await.expect("csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 53, "a header and the 52 paged records: {csv}");
+    assert!(lines[0].starts_with("tenant_id,tenant,operation,idempotency_key,status"));
+    assert!(
+        lines.iter().any(
+            |line| line.contains(",acme,create_payment,k-p07,UNKNOWN_REQUIRES_RECOVERY,")
+                && line.contains(",10.00,EUR,inv-k-p07,")
+        ),
+        "{csv}"
+    );
+    let refused = viewer.get("/console/records.csv?status=DONE").await;
+    assert_eq!(refused.status(), 400, "a malformed filter is refused");
+    let nobody = app.browser().get("/console/records.csv").await;
+    assert_eq!(nobody.status(), 303, "the records file needs a session");
     let newest = queue(&viewer, json!({ "order": "newest" }))
         .await
         .expect("newest");

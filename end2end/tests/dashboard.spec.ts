@@ -26,6 +26,14 @@ test("the dashboard renders on the server, hydrates, and refreshes through a ser
   await refresh.click();
   await call;
   await expect(page.locator("figure.chart")).toHaveCount(8);
+  // The cards read themselves again while the tab is visible, and say so.
+  await expect(page.locator(".refresh [data-live]")).toHaveAttribute("data-live", "true");
+  await expect(page.locator(".refresh [data-live]")).toContainText("every 15 s");
+  const again = page.waitForResponse(
+    (response) => response.url().endsWith("/api/console/dashboard") && response.status() === 200,
+    { timeout: 20_000 },
+  );
+  await again;
 
   expect(browserErrors).toEqual([]);
 });

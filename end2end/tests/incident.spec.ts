@@ -147,4 +147,10 @@ test("the queue is live while its tab is visible, and a record whose worker gave
   await expect(why.locator("[data-last-error]")).toContainText("charge request");
   await expect(why.locator("[data-next-look]")).toHaveAttribute("data-gave-up", "true");
   await expect(why.locator("[data-next-look]")).toContainText("gave up");
+  // One timeline: the claim, then the charge request that failed, with how long it took.
+  const failure = page.locator('ol.timeline li[data-kind="provider-failure"]');
+  await expect(failure).toHaveCount(1);
+  await expect(failure).toContainText("charge request, after");
+  await expect(failure).toContainText("500 Internal Server Error");
+  await expect(page.locator('ol.timeline li[data-kind="step"]').first()).toContainText("IN_PROGRESS");
 });

@@ -55,14 +55,15 @@ pub fn DashboardPage() -> impl IntoView {
     let scale = Signal::derive(move || ChartScale::parse(&param("show")));
     let (hydrated, set_hydrated) = signal(false);
     Effect::new(move |_| set_hydrated.set(true));
-    auto_refresh(move || *set_refreshes.write() += 1);
+    let visible = RwSignal::new(true);
+    auto_refresh(visible, move || *set_refreshes.write() += 1);
 
     view! {
         <Title text="Dashboard" />
         <section class="panel" data-hydrated=move || hydrated.get().to_string()>
             <div class="panel-head">
                 <h1>"Idempotency dashboard"</h1>
-                <RefreshControls on_refresh=move || *set_refreshes.write() += 1 hydrated />
+                <RefreshControls on_refresh=move || *set_refreshes.write() += 1 hydrated visible />
             </div>
             <Loading>
                 {move || Suspend::new(async move {
@@ -397,10 +398,19 @@ fn DelayStrip(marks: [(&'static str, f64); 5], window: f64) -> impl IntoView {
 fn RefreshControls(
     on_refresh: impl Fn() + Copy + Send + Sync + 'static,
     hydrated: ReadSignal<bool>,
+    visible: RwSignal<bool>,
 ) -> impl IntoView {
     let interval = refresh_interval();
+    let live = move || hydrated.get() && interval.get() > 0 && visible.get();
     view! {
         <div class="refresh">
+            <span class="live" role="status" data-live=move || live().to_string()>
+                {move || match (interval.get(), visible.get()) {
+                    (0, _) => "Auto-refresh off".to_owned(),
+                    (_, false) => "Paused while this tab is hidden".to_owned(),
+                    (seconds, true) => format!("Live: reads itself every {seconds} s"),
+                }}
+            </span>
             <label>
                 "Auto-refresh "
                 <select
@@ -427,12 +437,13 @@ fn refresh_interval() -> RwSignal<u32> {
     if let Some(interval) = use_context::<RwSignal<u32>>() {
         return interval;
     }
-    let interval = RwSignal::new(0_u32);
+    // On by default: the console is watched on the day something goes wrong.
+    let interval = RwSignal::new(DEFAULT_REFRESH_SECONDS);
     provide_context(interval);
     #[cfg(feature = "hydrate")]
     {
         if let Some(stored) = storage().and_then(|storage| storage.get_item("idem.refresh").ok().flatten()) {
-            interval.set(stored.parse().unwrap_or(0));
+            interval.set(stored.parse().unwrap_or(DEFAULT_REFRESH_SECONDS));
         }
         Effect::new(move |_| {
             let value = interval.get().to_string();
@@ -449,8 +460,12 @@ fn storage() -> Option<web_sys::Storage> {
     window().local_storage().ok().flatten()
 }
 
-/// Calls `refresh` every chosen interval while the tab is visible.
-fn auto_refresh(refresh: impl Fn() + Clone + Send + Sync + 'static) {
+/// The auto-refresh interval of a browser that never chose one, in seconds.
+const DEFAULT_REFRESH_SECONDS: u32 = 15;
+
+/// Calls `refresh` every chosen interval while the tab is visible (`visible` says whether it
+/// was at the last tick).
+fn auto_refresh(visible: RwSignal<bool>, refresh: impl Fn() + Clone + Send + Sync + 'static) {
     let interval = refresh_interval();
     #[cfg(feature = "hydrate")]
     {
@@ -465,7 +480,8 @@ fn auto_refresh(refresh: impl Fn() + Clone + Send + Sync + 'static) {
             let refresh = refresh.clone();
             set_interval_with_handle(
                 move || {
-                    if !document().hidden() {
+                    visible.set(!document().hidden());
+                    if visible.get_untracked() {
                         refresh();
                     }
                 },
@@ -475,5 +491,5 @@ fn auto_refresh(refresh: impl Fn() + Clone + Send + Sync + 'static) {
         });
     }
     #[cfg(not(feature = "hydrate"))]
-    let _ = (interval, refresh);
+    let _ = (interval, visible, refresh);
 }

@@ -111,14 +111,14 @@ def measure(idem, sim_url):
 
     started = time.monotonic()
     job = operator.call("bulk/select", {"selection": {"Matching": query}})
-    job = operator.wait(job["id"], "previewed")
+    job = operator.wait(job["id"], "Previewed")
     preview_s = time.monotonic() - started
     assert job["items"] == SELECTED, job["items"]
     started = time.monotonic()
     operator.call("bulk/apply", {
         "id": job["id"], "name": "bench outage", "reason": "the provider's statement (bench)",
         "choices": [{"operation": "create_payment", "evidence": "Succeeded", "action": "ApplyProviderResult"}]})
-    job = operator.wait(job["id"], "finished")
+    job = operator.wait(job["id"], "Finished")
     apply_s = time.monotonic() - started
     assert job["ok"] == SELECTED, job
     return {

@@ -373,22 +373,18 @@ fn JobSummary(
             job.previewed, job.items
         ),
         BulkJobState::Previewed => format!("{} records previewed: keep the groups to apply", job.items),
-        BulkJobState::Running => format!(
-            "Applying: {} of {} done, {} applied",
-            job.done, job.included, job.ok
-        ),
-        BulkJobState::Paused => format!(
-            "Paused: {} of {} done, {} applied",
-            job.done, job.included, job.ok
-        ),
-        BulkJobState::Aborted => format!(
-            "Aborted: {} of {} done, {} applied; the rest untouched",
-            job.done, job.included, job.ok
-        ),
-        BulkJobState::Finished => format!(
-            "Finished: {} of {} done, {} applied",
-            job.done, job.included, job.ok
-        ),
+        applying => {
+            let (stage, after) = match applying {
+                BulkJobState::Running => ("Applying", ""),
+                BulkJobState::Paused => ("Paused", ""),
+                BulkJobState::Aborted => ("Aborted", "; the rest untouched"),
+                _ => ("Finished", ""),
+            };
+            format!(
+                "{stage}: {} of {} done, {} applied{after}",
+                job.done, job.included, job.ok
+            )
+        }
     };
     let (value, max) = match state {
         BulkJobState::Previewing | BulkJobState::Previewed => (job.previewed, job.items),

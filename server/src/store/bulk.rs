@@ -268,11 +268,7 @@ fn job_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<BulkJob, Store
 fn item_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<BulkItem, StoreError> {
     Ok(BulkItem {
         position: row.try_get("position")?,
-        record: RecordName {
-            tenant_id: row.try_get("tenant_id")?,
-            operation: row.try_get("operation_name")?,
-            key: row.try_get("idempotency_key")?,
-        },
+        record: RecordName::read::<D>(row)?,
         version: row.try_get("record_version")?,
         action: StoreError::parse_optional("bulk action", row.try_get("action")?)?,
     })

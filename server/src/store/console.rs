@@ -26,6 +26,15 @@ pub struct RecordName {
 }
 
 impl RecordName {
+    /// The record a row names by its `tenant_id`, `operation_name` and `idempotency_key`.
+    pub(super) fn read<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<RecordName, StoreError> {
+        Ok(RecordName {
+            tenant_id: row.try_get("tenant_id")?,
+            operation: row.try_get("operation_name")?,
+            key: row.try_get("idempotency_key")?,
+        })
+    }
+
     /// How the audit log names this record.
     pub fn audit_target(&self) -> String {
         domain::scope::audit_target(&self.tenant_id, &self.operation, &self.key)
@@ -219,11 +228,7 @@ fn retry_delays_of(
 impl RecordSummary {
     fn read<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<RecordSummary, StoreError> {
         Ok(RecordSummary {
-            record: RecordName {
-                tenant_id: row.try_get("tenant_id")?,
-                operation: row.try_get("operation_name")?,
-                key: row.try_get("idempotency_key")?,
-            },
+            record: RecordName::read::<D>(row)?,
             tenant_name: row.try_get("tenant_name")?,
             status: StoreError::parse_stored("record status", &row.try_get::<String, _>("status")?)?,
             step: StoreError::parse_stored("progress step", &row.try_get::<String, _>("progress_step")?)?,
@@ -288,11 +293,7 @@ impl QueueRow {
             _ => None,
         };
         Ok(QueueRow {
-            record: RecordName {
-                tenant_id: row.try_get("tenant_id")?,
-                operation: row.try_get("operation_name")?,
-                key: row.try_get("idempotency_key")?,
-            },
+            record: RecordName::read::<D>(row)?,
             tenant_name: row.try_get("tenant_name")?,
             status: StoreError::parse_stored("record status", &row.try_get::<String, _>("status")?)?,
             version: row.try_get("lease_version")?,

@@ -620,8 +620,99 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
     );
 }
 
+async fn a_provider_that_goes_down_mid_job_leaves_the_rest_untouched_and_reported(db: TestDatabase) {
+    let app = outage(db).await;
+    let keys: Vec<String> = (0..10).map(|n| format!("k-d{n:02}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    unknown_payments(&app, "fail_before_accept", &keys, "10.00").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let id = select(&operator, json!({})).await;
+    job_in_state(&operator, &id, "Previewed").await;
+    app.sim
+        .fault(&json!({ "mode": "latency", "rate": 1.0, "delayMs": 200 }))
+        .await;
+    let resend = json!({
+        "id": id,
+        "name": "resend during a wobbly provider",
+        "reason": "the provider has no charge for them (OPS-80)",
+        "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
+    });
+    operator.post_json("bulk/apply", &resend).await.expect("applied");
+    let mut done = 0;
+    for _ in 0..300 {
+        done = operator.json("bulk/job", &[("id", id.as_str())]).await["done"]
+            .as_u64()
+            .unwrap_or_default();
+        if done >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        (2..10).contains(&done),
+        "the provider goes down mid-job, after {done} items"
+    );
+    // From here on the provider answers nothing: not a look-up, not a charge.
+    app.sim
+        .fault(&json!({ "mode": "lookups_unavailable", "rate": 1.0 }))
+        .await;
+    app.sim
+        .fault(&json!({ "mode": "fail_before_accept", "rate": 1.0 }))
+        .await;
+    let job = job_in_state(&operator, &id, "Finished").await;
+    assert_eq!(job["done"], 10, "every item has a result: {job}");
+    let tenant_id = operator.tenant_of("k-d00").await;
+    let mut untouched = 0;
+    for item in job["first_items"].as_array().expect("items") {
+        let key = item["record"]["key"].as_str().expect("key");
+        let result = &item["result"];
+        let applied = app
+            .db
+            .query_i64(&format!(
+                "select count(*) from audit_log where action = 'reconcile.retry_charge' and result = 'ok' \
+                 and target = '{tenant_id}/create_payment/{key}'"
+            ))
+            .await;
+        let status: String = app
+            .db
+            .query_one(&format!(
+                "select status from idempotency_records where idempotency_key = '{key}'"
+            ))
+            .await;
+        if result["ok"] == true {
+            assert_eq!(
+                (status.as_str(), applied),
+                ("COMPLETED", 1),
+                "applied and audited: {item}"
+            );
+        } else {
+            untouched += 1;
+            assert_eq!(applied, 0, "{item}");
+            assert_ne!(status, "COMPLETED", "{item}");
+            assert!(
+                result["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("cannot be reached")
+                        || message.contains("not settled")
+                        || message.contains("changed since the preview")),
+                "reported with why: {item}"
+            );
+        }
+    }
+    assert!(
+        untouched >= 1,
+        "the items after the outage were not applied: {job}"
+    );
+    let charges = app.sim.charges().await;
+    assert!(
+        charges.iter().all(|charge| charge.create_calls == 1),
+        "{charges:?}"
+    );
+}
+
 conformance!(
     the_recovery_queue_filters_orders_pages_and_counts_on_the_server,
+    a_provider_that_goes_down_mid_job_leaves_the_rest_untouched_and_reported,
     an_outage_is_cleared_by_filter_as_a_named_job_group_by_group,
     a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audited_or_reported,
 );

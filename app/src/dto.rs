@@ -428,6 +428,8 @@ pub enum TimelineKind {
     Step,
     /// A provider call that failed, with how long it took.
     ProviderFailure,
+    /// The provider's answer that settled the record (the charge or refund it answered with).
+    ProviderAnswer,
     /// What the provider said when an operator's preview asked.
     Evidence,
     /// An operator's action, from the audit log.
@@ -440,6 +442,7 @@ impl TimelineKind {
             TimelineKind::Request => "request",
             TimelineKind::Step => "step",
             TimelineKind::ProviderFailure => "provider-failure",
+            TimelineKind::ProviderAnswer => "provider-answer",
             TimelineKind::Evidence => "evidence",
             TimelineKind::Operator => "operator",
         }

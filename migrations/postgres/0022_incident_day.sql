@@ -55,7 +55,9 @@ alter table bulk_job_items add column previewed_at timestamptz;
 alter table bulk_job_items add column included boolean not null default true;
 
 -- A step that made the outcome unknown keeps why (the failure in words, with how long the
--- call took), so that the record's timeline shows every provider failure where it happened.
+-- call took), and a step that settled the record with the provider's answer keeps the charge
+-- (or refund) it answered with, so that the record's timeline shows every provider answer and
+-- failure where it happened.
 alter table record_steps add column note text;
 create or replace function record_steps_note() returns trigger language plpgsql as $$
 begin
@@ -63,6 +65,8 @@ begin
         lease_version, lease_owner, note)
     values (new.tenant_id, new.operation_name, new.idempotency_key, new.status, new.progress_step,
         new.lease_version, new.lease_owner,
-        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error end);
+        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error
+             when new.status in ('COMPLETED', 'FAILED_REPLAYABLE') and new.provider_reference is not null
+             then 'the provider answered with ' || new.provider_reference end);
     return null;
 end $$;

@@ -70,5 +70,7 @@ begin
         lease_version, lease_owner, note)
     values (new.tenant_id, new.operation_name, new.idempotency_key, new.status, new.progress_step,
         new.lease_version, new.lease_owner,
-        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error end);
+        case when new.status = 'UNKNOWN_REQUIRES_RECOVERY' then new.last_error
+             when new.status in ('COMPLETED', 'FAILED_REPLAYABLE') and new.provider_reference is not null
+             then 'the provider answered with ' || new.provider_reference end);
 end;

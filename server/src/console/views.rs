@@ -290,23 +290,41 @@ fn timeline(
             format!("{what}, answered {answer}"),
         )
     }));
+    let mut previous: Option<DateTime<Utc>> = None;
     timeline.extend(steps.iter().map(|step| {
         let owner = step
             .lease_owner
             .as_deref()
             .map(|owner| format!(", owner {owner}"))
             .unwrap_or_default();
+        // How long the step before took: a provider call's, from the request sent to its answer.
+        let this = DateTime::parse_from_rfc3339(&step.at)
+            .ok()
+            .map(|at| at.with_timezone(&Utc));
+        let after = match (previous, this) {
+            (Some(before), Some(now)) => format!(
+                ", {:.3} s after the step before",
+                (now - before).num_milliseconds() as f64 / 1000.0
+            ),
+            _ => String::new(),
+        };
+        previous = this.or(previous);
         let moved = format!(
-            "{} at step {} (lease version {}{owner})",
+            "{} at step {} (lease version {}{owner}{after})",
             step.status, step.step, step.lease_version
         );
-        match &step.note {
-            Some(note) => entry(
+        match (&step.note, step.status.as_str()) {
+            (Some(note), "UNKNOWN_REQUIRES_RECOVERY") => entry(
                 &step.at,
                 dto::TimelineKind::ProviderFailure,
                 format!("{moved}: {note}"),
             ),
-            None => entry(&step.at, dto::TimelineKind::Step, moved),
+            (Some(note), _) => entry(
+                &step.at,
+                dto::TimelineKind::ProviderAnswer,
+                format!("{moved}: {note}"),
+            ),
+            (None, _) => entry(&step.at, dto::TimelineKind::Step, moved),
         }
     }));
     timeline.extend(evidence.map(|(evidence, seen)| {

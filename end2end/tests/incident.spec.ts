@@ -19,6 +19,27 @@ async function fault(request: APIRequestContext, data: object) {
   expect((await request.post(`${simUrl}/_sim/faults`, { data })).status()).toBe(201);
 }
 
+// Each test counts on the faults it queues alone: what an earlier test left queued goes.
+test.beforeEach(async ({ request }) => {
+  expect((await request.delete(`${simUrl}/_sim/faults`)).ok()).toBe(true);
+});
+
+/**
+ * A keyed payment, sent again with the same key after `Retry-After` when the API's rate limit
+ * answers 429 (nothing was recorded, and no fault was used up), as a client should.
+ */
+async function payOnce(request: APIRequestContext, key: string, amount: string, merchantReference: string) {
+  for (;;) {
+    const answer = await request.post("/payments", {
+      headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": key, "content-type": "application/json" },
+      data: JSON.stringify({ accountId: "acc_1", amount, currency: "EUR", merchantReference }),
+    });
+    if (answer.status() !== 429) return answer;
+    const wait = Number(answer.headers()["retry-after"] ?? "1");
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+  }
+}
+
 /** `count` payments whose charge call meets the simulator's fault `mode`: each answered 202. */
 async function unknownPayments(request: APIRequestContext, prefix: string, count: number, mode: string, amount: string) {
   await fault(request, { mode, count });
@@ -27,10 +48,7 @@ async function unknownPayments(request: APIRequestContext, prefix: string, count
   for (let start = 0; start < count; start += 10) {
     const batch = Array.from({ length: Math.min(10, count - start) }, (_, offset) => {
       const key = `${prefix}-${start + offset}`;
-      return request.post("/payments", {
-        headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": key, "content-type": "application/json" },
-        data: JSON.stringify({ accountId: "acc_1", amount, currency: "EUR", merchantReference: `ref-${key}` }),
-      });
+      return payOnce(request, key, amount, `ref-${key}`);
     });
     for (const answer of await Promise.all(batch)) {
       expect(answer.status()).toBe(202);
@@ -133,10 +151,7 @@ test("the queue is live while its tab is visible, and a record whose worker gave
   await expect(page.locator("[data-queue-total]")).toHaveAttribute("data-queue-total", "0");
   // A payment ends unknown while the page is open: the queue shows it without a reload.
   await fault(request, { mode: "error_after_accept", count: 1 });
-  const answer = await request.post("/payments", {
-    headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": "late-arrival", "content-type": "application/json" },
-    data: JSON.stringify({ accountId: "acc_1", amount: "3.00", currency: "EUR", merchantReference: "late-arrival" }),
-  });
+  const answer = await payOnce(request, "late-arrival", "3.00", "late-arrival");
   expect(answer.status()).toBe(202);
   await expect(page.locator("[data-queue-total]")).toHaveAttribute("data-queue-total", "1", { timeout: 15_000 });
 

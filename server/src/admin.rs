@@ -4,7 +4,7 @@
 //! or `cli:<user>` for the command line).
 
 use crate::auth::api_key::NewApiKey;
-use crate::auth::operator::Password;
+use crate::auth::operator::generated_password;
 use crate::cli::{AccountCommand, AdminCommand, ApiKeyCommand, KeysRule, OperatorCommand, TenantCommand};
 use crate::store::operators::{OperatorChange, StoredOperator};
 use crate::store::{OperatorStore, Store, StoreError, TenantStore};
@@ -31,6 +31,8 @@ pub enum AdminError {
     UnknownOperator(String),
     #[error("no active API key has the id {0:?}")]
     UnknownApiKey(String),
+    #[error("{0} is the last enabled admin: make another admin first")]
+    LastAdmin(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -284,11 +286,11 @@ pub async fn create_operator(
     role: OperatorRole,
 ) -> Result<String, AdminError> {
     let parsed = OperatorUsername::parse(username).map_err(|problem| invalid("--username", problem))?;
-    let password = Password::generate();
+    let (password, password_hash) = generated_password().await;
     let operator = StoredOperator {
         id: format!("op_{}", domain::random::random_hex(8)),
         username: parsed.to_string(),
-        password_hash: password.hash(),
+        password_hash,
         role,
         disabled: false,
     };
@@ -373,12 +375,12 @@ async fn with_new_password(
     change: fn(String) -> OperatorChange,
     action: &str,
 ) -> Result<String, AdminError> {
-    let password = Password::generate();
+    let (password, hash) = generated_password().await;
     change_operator(
         store,
         actor,
         username,
-        &change(password.hash()),
+        &change(hash),
         action,
         "new password; sessions ended",
     )
@@ -397,10 +399,11 @@ async fn change_operator(
     details: &str,
 ) -> Result<(), AdminError> {
     let audit = operator_audit(actor, action, username, details.to_owned());
-    if store.change_operator(username, change, &audit).await? {
-        Ok(())
-    } else {
-        Err(AdminError::UnknownOperator(username.to_owned()))
+    match store.change_operator(username, change, &audit).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(AdminError::UnknownOperator(username.to_owned())),
+        Err(StoreError::LastAdmin) => Err(AdminError::LastAdmin(username.to_owned())),
+        Err(error) => Err(error.into()),
     }
 }
 

@@ -2,8 +2,10 @@
 //! store and the provider, the HTTP router (payments API and console), and the background
 //! workers under their supervisor. `serve` and every in-process test build it the same way.
 
+use crate::auth::source::Sources;
 use crate::cli::ServeArgs;
 use crate::console::StoreConsole;
+use crate::console::refusals::SignInRefusals;
 use crate::engine::sealing::{ResponseSealer, SealingError};
 use crate::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
 use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
@@ -51,6 +53,8 @@ pub enum ServeError {
 
 /// Heartbeats an instance may miss before the others stop counting it as live.
 const MISSED_HEARTBEATS: u32 = 3;
+/// How often refused sign-ins are summed up in the audit log (one entry per source).
+const REFUSALS_SUMMED_UP_EVERY: Duration = Duration::from_secs(60);
 /// How long after its release a payment's provider key is still asked about, for a charge
 /// that arrives after all.
 const RELEASE_WATCH: Duration = Duration::from_secs(24 * 3600);
@@ -61,8 +65,10 @@ const WORKERS_GRACE: Duration = Duration::from_secs(10);
 
 /// Where the application serves.
 pub struct Listeners {
-    /// The payments API and the console.
+    /// The payments API, and the console unless it has a listener of its own.
     pub api: TcpListener,
+    /// The console apart from the API (`--console-listen`).
+    pub console: Option<TcpListener>,
     /// `GET /metrics` (`--metrics-listen`).
     pub metrics: TcpListener,
 }
@@ -73,11 +79,13 @@ pub struct Application {
     address: SocketAddr,
     metrics_address: SocketAddr,
     router: Router,
+    /// The console's, when it has a listener of its own.
+    console_router: Option<Router>,
     metrics_router: Router,
     workers: Supervisor,
     store: Arc<dyn Store>,
     /// Written once more after the workers stopped, so that nothing counted is lost.
-    buffers: Vec<Arc<dyn Buffered>>,
+    flushers: Vec<Flusher>,
     sealer: Arc<ResponseSealer>,
     instance: Instance,
 }
@@ -188,8 +196,22 @@ impl Application {
             Duration::from_millis(args.bulk_lease_ms),
         ));
         let verified_keys = Arc::new(VerifiedKeys::default());
-        let buffers: Vec<Arc<dyn Buffered>> = vec![outcomes, journal, verified_keys.clone()];
-        spawn_jobs(&mut workers, &args, &store, &engine, &console, &buffers);
+        let refusals = Arc::new(SignInRefusals::default());
+        let flushers = vec![
+            Flusher::new("outcome counts flusher", every(args.metrics_flush_ms), outcomes),
+            Flusher::new("request journal flusher", every(args.journal_flush_ms), journal),
+            Flusher::new(
+                "API key use flusher",
+                every(args.metrics_flush_ms),
+                verified_keys.clone(),
+            ),
+            Flusher::new(
+                "refused sign-ins summary",
+                REFUSALS_SUMMED_UP_EVERY,
+                refusals.clone(),
+            ),
+        ];
+        spawn_jobs(&mut workers, &args, &store, &engine, &console, &flushers);
         spawn_heartbeat(&mut workers, &store, &sealer, &instance);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
         let settings = HttpSettings {
@@ -198,7 +220,9 @@ impl Application {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit_bytes: args.body_limit_bytes,
             secure_cookies: args.secure_cookies,
-            trust_forwarded_for: args.trust_forwarded_for,
+            sources: Sources {
+                trust_forwarded_for: args.trust_forwarded_for,
+            },
             session_lifetime: Duration::from_secs(args.session_lifetime_secs),
         };
         let state = AppState {
@@ -206,8 +230,17 @@ impl Application {
             engine,
             rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
             verified_keys,
+            failed_authentications: Arc::default(),
+            sources: settings.sources,
         };
-        let router = http::router(state, StoreConsole::clone(&console), &settings);
+        let routers = http::routers(state, StoreConsole::clone(&console), refusals, &settings);
+        let (router, console_router) = match listeners.console {
+            Some(_) => {
+                let (api, console) = routers.apart();
+                (api, Some(console))
+            }
+            None => (routers.shared(), None),
+        };
         let exposition = Exposition::new(
             metrics::prometheus::install(),
             store.clone(),
@@ -217,6 +250,7 @@ impl Application {
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
         crate::engine::background::register_metrics();
+        crate::console::refusals::register_metrics();
         for operation in Operation::VARIANTS {
             metrics::register_window(*operation, engine_settings.of(*operation).expiry.window);
         }
@@ -226,10 +260,11 @@ impl Application {
             address,
             metrics_address,
             router,
+            console_router,
             metrics_router,
             workers,
             store,
-            buffers,
+            flushers,
             sealer,
             instance,
         })
@@ -252,6 +287,20 @@ impl Application {
     ) -> Result<(), ServeError> {
         // Scrapes are reads: the metrics listener simply stops with the API.
         let metrics = tokio::spawn(axum::serve(self.listeners.metrics, self.metrics_router).into_future());
+        // A console on its own listener stops as the API does: no new connection, requests
+        // in flight finish.
+        let stopping = tokio_util::sync::CancellationToken::new();
+        let console = match (self.listeners.console, self.console_router) {
+            (Some(listener), Some(router)) => Some(tokio::spawn(
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(stopping.clone().cancelled_owned())
+                .into_future(),
+            )),
+            _ => None,
+        };
         let served = axum::serve(
             self.listeners.api,
             self.router.into_make_service_with_connect_info::<SocketAddr>(),
@@ -259,11 +308,17 @@ impl Application {
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(ServeError::Server);
+        stopping.cancel();
+        if let Some(console) = console
+            && let Ok(Err(error)) = console.await
+        {
+            tracing::warn!(%error, "the console's listener stopped with an error");
+        }
         metrics.abort();
         tracing::info!("in-flight requests finished; stopping the workers");
         self.workers.shutdown(WORKERS_GRACE).await;
-        for buffer in &self.buffers {
-            buffer.flush(self.store.as_ref()).await;
+        for flusher in &self.flushers {
+            flusher.buffer.flush(self.store.as_ref()).await;
         }
         if let Err(error) = self.sealer.leave(self.store.as_ref(), &self.instance.id).await {
             tracing::warn!(%error, "this instance stays registered until its heartbeat ages");
@@ -273,6 +328,24 @@ impl Application {
     }
 }
 
+/// What is kept in memory and written in batches, with its own schedule.
+struct Flusher {
+    name: &'static str,
+    every: Duration,
+    buffer: Arc<dyn Buffered>,
+}
+
+impl Flusher {
+    fn new(name: &'static str, every: Duration, buffer: Arc<dyn Buffered>) -> Flusher {
+        Flusher { name, every, buffer }
+    }
+}
+
+/// A job's interval from its setting (10 ms at least).
+fn every(millis: u64) -> Duration {
+    Duration::from_millis(millis.max(10))
+}
+
 /// Every job but the events', each on its own schedule.
 fn spawn_jobs(
     workers: &mut Supervisor,
@@ -280,20 +353,19 @@ fn spawn_jobs(
     store: &Arc<dyn Store>,
     engine: &Arc<PaymentsEngine>,
     console: &Arc<StoreConsole>,
-    buffers: &[Arc<dyn Buffered>],
+    flushers: &[Flusher],
 ) {
-    let every = |millis: u64| Duration::from_millis(millis.max(10));
-    let flushers = [
-        ("outcome counts flusher", every(args.metrics_flush_ms)),
-        ("request journal flusher", every(args.journal_flush_ms)),
-        ("API key use flusher", every(args.metrics_flush_ms)),
-    ];
-    for ((name, flush), buffer) in flushers.into_iter().zip(buffers) {
+    for flusher in flushers {
         let store = store.clone();
-        workers.spawn(Every::new(name, flush, buffer.clone(), move |buffer| {
-            let store = store.clone();
-            async move { buffer.flush(store.as_ref()).await }
-        }));
+        workers.spawn(Every::new(
+            flusher.name,
+            flusher.every,
+            flusher.buffer.clone(),
+            move |buffer| {
+                let store = store.clone();
+                async move { buffer.flush(store.as_ref()).await }
+            },
+        ));
     }
     let recovery = Arc::new(Recovery {
         engine: engine.clone(),
@@ -471,7 +543,7 @@ async fn spawn_events(
             publisher.run_once().await;
         },
     ));
-    std::fs::create_dir_all(data_dir)
+    crate::files::create_private_dir(data_dir)
         .map_err(|error| ServeError::Config(format!("data directory: {error}")))?;
     let sink = match (&args.smtp_url, &args.smtp_to) {
         (Some(url), Some(to)) => ReceiptSink::smtp(url, &args.smtp_from, to).map_err(ServeError::Config)?,

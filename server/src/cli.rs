@@ -211,6 +211,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     pub metrics_listen: SocketAddr,
 
+    /// Serve the console (its pages, sign-in, server functions and downloads) on an address of
+    /// its own, and only the payments API on --listen, so that a deployment can
+    /// keep the console off the port its API callers reach. By default both share --listen.
+    #[arg(long, env = "IDEM_CONSOLE_LISTEN")]
+    pub console_listen: Option<SocketAddr>,
+
     /// Directory with the console's built assets (pkg/ with the wasm, JS and CSS).
     #[arg(long, env = "IDEM_SITE_ROOT", default_value = "target/site")]
     pub site_root: PathBuf,
@@ -297,8 +303,9 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_SECURE_COOKIES")]
     pub secure_cookies: bool,
 
-    /// The console is behind one reverse proxy that appends the client's address to
-    /// X-Forwarded-For: sign-in limits count that address, not the proxy's.
+    /// Idem is behind one reverse proxy that appends the client's address to
+    /// X-Forwarded-For: sign-in limits and the API's limit on unknown keys count that address,
+    /// not the proxy's.
     #[arg(long, env = "IDEM_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
@@ -323,7 +330,8 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_SESSION_LIFETIME_SECS", default_value_t = 12 * 3600)]
     pub session_lifetime_secs: u64,
 
-    /// Requests per second allowed per API key on this instance (0: no limit).
+    /// Requests per second allowed per tenant (whatever key it uses) on this instance (0: no
+    /// limit).
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
     pub rate_limit_per_sec: u32,
 
@@ -418,6 +426,7 @@ mod tests {
         };
         assert_eq!(args.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(args.metrics_listen.to_string(), "127.0.0.1:9464");
+        assert_eq!(args.console_listen, None, "one port by default");
         assert_eq!(cli.global.data_dir, PathBuf::from("./data"));
         assert_eq!(cli.global.database_max_connections, 16);
         assert!(Cli::try_parse_from(["idem", "serve", "--database-max-connections", "0"]).is_err());

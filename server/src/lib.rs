@@ -1,7 +1,7 @@
 //! Idem: a payments API whose idempotency layer is payment grade, and its operator console.
 //!
 //! The domain floor is its own crate (`domain`); here, bottom up: `crash` (test-only crash
-//! points), `supervisor`, `store`, `provider`, `auth`, `metrics`, `engine`, `events`,
+//! points), `files` (the data directory's), `supervisor`, `store`, `provider`, `auth`, `metrics`, `engine`, `events`,
 //! `console`, `workers`, `http`, `application`, and the command line (`cli`, `admin`,
 //! `serve`, `telemetry`). Every import points down; `docs/ARCHITECTURE.md` is the map and
 //! `server/tests/it/architecture.rs` checks it.
@@ -14,6 +14,7 @@ pub mod console;
 pub mod crash;
 pub mod engine;
 pub mod events;
+pub mod files;
 pub mod http;
 pub mod metrics;
 pub mod provider;

@@ -19,13 +19,32 @@ pub async fn serve(
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
     let (api, address) = bind(args.listen).await?;
+    let console = match args.console_listen {
+        Some(console_address) => Some(bind(console_address).await?),
+        None => None,
+    };
     let (metrics, metrics_address) = bind(args.metrics_listen).await?;
     // Connections queue on the bound sockets until the routers serve them, so the addresses
     // can be announced now, before the workers start (a test may crash one of them at once).
-    announce("Idem console", address);
+    let console = match console {
+        Some((console, console_address)) => {
+            announce("Idem API", address);
+            announce("Idem console", console_address);
+            Some(console)
+        }
+        None => {
+            announce("Idem console", address);
+            None
+        }
+    };
     tracing::info!(address = %metrics_address, "metrics listening");
     println!("Idem metrics: http://{metrics_address}/metrics");
-    Application::build(Listeners { api, metrics }, store, data_dir, args)
+    let listeners = Listeners {
+        api,
+        console,
+        metrics,
+    };
+    Application::build(listeners, store, data_dir, args)
         .await?
         .run_until_stopped(shutdown_signal())
         .await

@@ -25,6 +25,33 @@ impl ApiKeyHash {
     }
 }
 
+/// A bearer value shaped like a key Idem issues (`idem_key_<16 hex digits>_<43 base64url
+/// characters>`). Anything else is refused before it costs a hash or a database query.
+pub struct PresentedKey<'a>(&'a str);
+
+impl<'a> PresentedKey<'a> {
+    pub fn parse(presented: &'a str) -> Option<PresentedKey<'a>> {
+        let rest = presented.strip_prefix("idem_key_")?;
+        let (id, secret) = (rest.get(..ID_DIGITS)?, rest.get(ID_DIGITS..)?);
+        let secret = secret.strip_prefix('_')?;
+        let id_is_hex = id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+        let secret_is_base64url = secret.len() == SECRET_CHARACTERS
+            && secret
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+        (id_is_hex && secret_is_base64url).then_some(PresentedKey(presented))
+    }
+
+    pub fn hash(&self) -> ApiKeyHash {
+        ApiKeyHash::of(self.0)
+    }
+}
+
+/// Hex digits of a key id (8 random bytes).
+const ID_DIGITS: usize = 16;
+/// A key's secret: 32 random bytes in unpadded base64url.
+const SECRET_CHARACTERS: usize = 43;
+
 /// A freshly generated key: the secret to show once, and what to store.
 pub struct NewApiKey {
     pub id: ApiKeyId,
@@ -69,6 +96,29 @@ mod tests {
             !format!("{new:?}").contains(&new.key[22..]),
             "Debug hides the secret"
         );
+    }
+
+    #[test]
+    fn only_values_shaped_like_a_key_are_looked_up() {
+        let new = NewApiKey::generate();
+        let parsed = PresentedKey::parse(&new.key).expect("a generated key has the shape");
+        assert_eq!(parsed.hash(), new.hash);
+        let (id, secret) = (new.id.as_str(), &new.key[new.key.len() - 43..]);
+        for not_a_key in [
+            String::new(),
+            "idem_".to_owned(),
+            format!("idem_{id}_"),
+            format!("idem_{id}_{}", &secret[1..]),
+            format!("idem_{id}_{secret}A"),
+            format!("idem_{id}_{}!", &secret[1..]),
+            format!("idem_{}_{secret}", id.to_uppercase()),
+            format!("idem_key_zzzzzzzzzzzzzzzz_{secret}"),
+            format!("xdem_{id}_{secret}"),
+            "idem_key_0123456789abcdef_é".to_owned(),
+            "a".repeat(69),
+        ] {
+            assert!(PresentedKey::parse(&not_a_key).is_none(), "{not_a_key:?}");
+        }
     }
 
     #[test]

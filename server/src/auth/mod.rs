@@ -2,3 +2,4 @@
 
 pub mod api_key;
 pub mod operator;
+pub mod source;

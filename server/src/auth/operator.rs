@@ -44,6 +44,18 @@ impl Password {
     }
 }
 
+/// A generated password and its hash, made off the async workers (Argon2 spends tens of
+/// milliseconds of a core).
+pub async fn generated_password() -> (Password, String) {
+    tokio::task::spawn_blocking(|| {
+        let password = Password::generate();
+        let hash = password.hash();
+        (password, hash)
+    })
+    .await
+    .unwrap_or_else(|failed| std::panic::resume_unwind(failed.into_panic()))
+}
+
 /// Whether `candidate` is the password behind `stored_hash`. Constant in the candidate (the
 /// comparison happens inside Argon2); slow on purpose, so callers run it off the async runtime.
 pub fn verify_password(candidate: &str, stored_hash: &str) -> bool {

@@ -4,9 +4,11 @@
 //! console's own origin; everything but the sign-in page and its assets needs a session (deny
 //! by default), and each server function checks the operator's role again on the server.
 
-use super::limits::{SignInLimits, Source};
+use super::limits::SignInLimits;
+use super::refusals::{Refusal, SignInRefusals};
 use super::sessions::StoreSessions;
 use crate::auth::operator::{decoy_hash, verify_password};
+use crate::auth::source::Sources;
 use crate::store::Store;
 use crate::store::operators::StoredOperator;
 use app::dto::CurrentOperator;
@@ -19,8 +21,9 @@ use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
 use domain::operator::OperatorUsername;
 use sha2::{Digest, Sha256};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
@@ -75,6 +78,19 @@ pub struct Credentials {
 #[derive(Clone)]
 pub struct Operators {
     store: Arc<dyn Store>,
+    /// Password checks that may run at once: Argon2 spends tens of milliseconds of a core
+    /// and 19 MiB each, so without a bound a crowd of sources, each within its own limits,
+    /// would take the cores and memory that payments need.
+    password_checks: Arc<Semaphore>,
+}
+
+/// Password checks at once per core.
+const PASSWORD_CHECKS_PER_CORE: usize = 2;
+
+/// The bound on password checks at once for this machine.
+pub fn password_checks() -> Arc<Semaphore> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    Arc::new(Semaphore::new(PASSWORD_CHECKS_PER_CORE * cores))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +99,8 @@ pub enum AccessError {
     Store(#[from] crate::store::StoreError),
     #[error("password check did not finish: {0}")]
     Verifier(#[from] tokio::task::JoinError),
+    #[error("every password check is taken")]
+    Busy,
 }
 
 impl AuthnBackend for Operators {
@@ -96,14 +114,8 @@ impl AuthnBackend for Operators {
             Err(_) => None,
         }
         .filter(|operator| !operator.disabled);
-        let hash = operator.as_ref().map_or_else(
-            || decoy_hash().to_owned(),
-            |operator| operator.password_hash.clone(),
-        );
-        // Argon2 takes tens of milliseconds of CPU: off the async workers. An unknown user is
-        // checked against a decoy, so both answers take as long.
-        let matches =
-            tokio::task::spawn_blocking(move || verify_password(&credentials.password, &hash)).await?;
+        let hash = operator.as_ref().map(|operator| operator.password_hash.clone());
+        let matches = check_password(&self.password_checks, credentials.password, hash).await?;
         Ok(operator.filter(|_| matches).map(SignedIn::of))
     }
 
@@ -117,6 +129,27 @@ impl AuthnBackend for Operators {
     }
 }
 
+/// Whether `password` is the one behind `hash` (an unknown user's is checked against a decoy,
+/// made the first time, so both answers take as long), or `Busy` when every check of
+/// `checks` is taken. Argon2 takes tens of milliseconds of CPU: off the async workers, and the
+/// permit is held until the check ends, even if its caller has gone.
+async fn check_password(
+    checks: &Arc<Semaphore>,
+    password: String,
+    hash: Option<String>,
+) -> Result<bool, AccessError> {
+    let permit = checks
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| AccessError::Busy)?;
+    let matches = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        verify_password(&password, hash.as_deref().unwrap_or_else(|| decoy_hash()))
+    })
+    .await?;
+    Ok(matches)
+}
+
 pub type OperatorSession = AuthSession<Operators>;
 
 /// How long a session lasts without use.
@@ -125,51 +158,33 @@ const SESSION_IDLE: time::Duration = time::Duration::hours(8);
 const SIGNED_IN_AT: &str = "idem.signed_in_at";
 
 pub fn session_layer(
-    store: Arc<dyn Store>,
+    access: &AccessState,
     secure_cookies: bool,
 ) -> AuthManagerLayer<Operators, StoreSessions> {
+    let store = access.store.clone();
     let sessions = SessionManagerLayer::new(StoreSessions::new(store.clone()))
         .with_name("idem_session")
         .with_http_only(true)
         .with_same_site(SameSite::Strict)
         .with_secure(secure_cookies)
         .with_expiry(Expiry::OnInactivity(SESSION_IDLE));
-    AuthManagerLayerBuilder::new(Operators { store }, sessions).build()
+    let operators = Operators {
+        store,
+        password_checks: access.password_checks.clone(),
+    };
+    AuthManagerLayerBuilder::new(operators, sessions).build()
 }
 
 #[derive(Clone)]
 pub struct AccessState {
     pub store: Arc<dyn Store>,
     pub limits: Arc<SignInLimits>,
-    /// The console is behind one reverse proxy that appends the client's address to
-    /// `X-Forwarded-For` (`--trust-forwarded-for`); otherwise the peer is the client.
-    pub trust_forwarded_for: bool,
+    /// Refused sign-ins, counted and summed up in the audit log once a minute per source.
+    pub refusals: Arc<SignInRefusals>,
+    pub password_checks: Arc<Semaphore>,
+    pub sources: Sources,
     /// How long a session lasts after its sign-in, however much it is used.
     pub session_lifetime: std::time::Duration,
-}
-
-impl AccessState {
-    /// Who is signing in, as the limits count them.
-    fn source(&self, peer: SocketAddr, headers: &HeaderMap) -> Source {
-        let forwarded = || {
-            headers
-                .get_all("x-forwarded-for")
-                .iter()
-                .next_back()?
-                .to_str()
-                .ok()?
-                .rsplit(',')
-                .next()?
-                .trim()
-                .parse::<IpAddr>()
-                .ok()
-        };
-        let address = match self.trust_forwarded_for {
-            true => forwarded().unwrap_or(peer.ip()),
-            false => peer.ip(),
-        };
-        Source::of(address)
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -227,13 +242,9 @@ fn url_text(text: &str, extra: &[u8]) -> bool {
     true
 }
 
-/// What the audit log may say about a typed username: a valid one, or nothing (a password
-/// typed into the wrong field must not be written down).
-fn audited_username(typed: &str) -> String {
-    OperatorUsername::parse(typed).map_or_else(|_| "(invalid username)".to_owned(), |name| name.to_string())
-}
-
-/// `POST /sign-in` (an HTML form; works without JavaScript).
+/// `POST /sign-in` (an HTML form; works without JavaScript). A refusal writes nothing: it is
+/// counted, and the audit log gets one summary per source a minute (see `refusals`), so that
+/// a flood of wrong passwords cannot queue writes in front of payments.
 pub async fn sign_in(
     State(access): State<AccessState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -241,15 +252,21 @@ pub async fn sign_in(
     mut session: OperatorSession,
     Form(form): Form<SignInForm>,
 ) -> Response {
-    let actor = audited_username(&form.username);
-    let audit = |result: &str| AuditEntry::new(&actor, "sign_in").ended(result);
-    if !access.limits.allow(access.source(peer, &headers), &form.username) {
-        record(&access, audit("rate_limited")).await;
-        return Redirect::to("/sign-in?error=limited").into_response();
+    let source = access.sources.of(peer, &headers);
+    let refuse = |refusal: Refusal| {
+        access.refusals.count(source, &form.username, refusal);
+        let error = match refusal {
+            Refusal::WrongPassword => "invalid",
+            Refusal::RateLimited | Refusal::Busy => "limited",
+        };
+        Redirect::to(&format!("/sign-in?error={error}")).into_response()
+    };
+    if !access.limits.allow(source, &form.username) {
+        return refuse(Refusal::RateLimited);
     }
     let credentials = Credentials {
         username: form.username.clone(),
-        password: form.password,
+        password: form.password.clone(),
     };
     match session.authenticate(credentials).await {
         Ok(Some(operator)) => {
@@ -257,13 +274,11 @@ pub async fn sign_in(
                 tracing::error!(%error, "console: session not started");
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
-            record(&access, audit("ok")).await;
+            record(&access, AuditEntry::new(&operator.username, "sign_in")).await;
             Redirect::to(safe_next(&form.next)).into_response()
         }
-        Ok(None) => {
-            record(&access, audit("denied")).await;
-            Redirect::to("/sign-in?error=invalid").into_response()
-        }
+        Ok(None) => refuse(Refusal::WrongPassword),
+        Err(axum_login::Error::Backend(AccessError::Busy)) => refuse(Refusal::Busy),
         Err(error) => {
             tracing::error!(%error, "console: sign-in failed");
             StatusCode::SERVICE_UNAVAILABLE.into_response()
@@ -428,6 +443,26 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn password_checks_past_the_bound_are_refused_at_once() {
+        let checks = Arc::new(Semaphore::new(1));
+        let hash = crate::auth::operator::Password::parse("correct horse battery")
+            .expect("long enough")
+            .hash();
+        let held = checks.clone().try_acquire_owned().expect("the one check");
+        let busy = check_password(&checks, "correct horse battery".into(), Some(hash.clone())).await;
+        assert!(matches!(busy, Err(AccessError::Busy)), "{busy:?}");
+        drop(held);
+        let checked = check_password(&checks, "correct horse battery".into(), Some(hash)).await;
+        assert!(checked.expect("checked"), "the right password");
+        assert!(
+            !check_password(&checks, "a guess".into(), None)
+                .await
+                .expect("checked")
+        );
+        assert_eq!(checks.available_permits(), 1, "each check gives its permit back");
+    }
+
     #[test]
     fn a_post_must_name_this_console_as_its_origin() {
         let headers = |origin: Option<&'static str>| {
@@ -443,11 +478,5 @@ mod tests {
         assert!(!same_origin(&headers(Some("http://127.0.0.1:3001"))));
         assert!(!same_origin(&headers(Some("null"))));
         assert!(!same_origin(&headers(None)));
-    }
-
-    #[test]
-    fn typed_passwords_never_reach_the_audit_log() {
-        assert_eq!(audited_username("alice"), "alice");
-        assert_eq!(audited_username("hunter2 hunter2"), "(invalid username)");
     }
 }

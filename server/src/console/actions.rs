@@ -237,6 +237,22 @@ impl ConsoleActions for StoreConsole {
             if request.requested_by == admin.username {
                 return refuse("an override needs a second admin: its requester cannot decide it").await;
             }
+            // An admin who creates an admin, or resets an admin's password, is shown the new
+            // password: without this, one admin could approve their own request under a second
+            // identity made for it.
+            if approve
+                && console
+                    .store
+                    .vouched_for_since_request(&id, &admin.username)
+                    .await
+                    .map_err(unavailable("override approver"))?
+            {
+                return refuse(
+                    "its requester created this admin, or set their password or role, after asking: \
+                     it needs an admin they did not vouch for",
+                )
+                .await;
+            }
             // Both admins must stand behind an applied override when it is applied: a requester
             // since disabled or demoted (left, or not trusted any more) vouches for nothing.
             if approve {

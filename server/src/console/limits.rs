@@ -6,20 +6,23 @@
 //! - per client address and username: what one source may try against one operator, well
 //!   under the next bucket, so that a single source can never spend an operator's budget;
 //! - per username, across all sources: what a distributed guesser gets against one operator.
-//!   Locking an operator out this way takes several sources at once.
+//!   Locking an operator out this way takes several sources at once;
+//! - everyone's: the password checks the whole console runs, whatever the sources (a crowd
+//!   of sources, each within its own budget, would otherwise take the cores payments need).
 //!
 //! Only a valid username ([`OperatorUsername`]: short, of a fixed alphabet) gets a bucket of its
 //! own; anything else typed into the field spends its source's budget only. Buckets back at
 //! their full state are dropped every few hundred attempts, so memory follows the recent
 //! attempt rate, not the history.
 
+use crate::auth::source::Source;
 use domain::operator::OperatorUsername;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
+use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use std::hash::Hash;
-use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -31,32 +34,18 @@ const PER_SOURCE: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
 const PER_SOURCE_AND_USERNAME: NonZeroU32 = NonZeroU32::new(5).expect("non-zero");
 /// Attempts per minute against one username, from anywhere.
 const PER_USERNAME: NonZeroU32 = NonZeroU32::new(30).expect("non-zero");
+/// Password checks per second across all sources, in bursts of [`EVERYONE_BURST`]: a few
+/// tenths of a core of Argon2 at most.
+const EVERYONE_PER_SECOND: NonZeroU32 = NonZeroU32::new(10).expect("non-zero");
+const EVERYONE_BURST: NonZeroU32 = NonZeroU32::new(60).expect("non-zero");
 /// Attempts between two prunings of buckets that are full again.
 const PRUNE_EVERY: u32 = 256;
-
-/// Who is trying: the client's address, as the bucket key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source(IpAddr);
-
-impl Source {
-    pub fn of(address: IpAddr) -> Source {
-        match address {
-            IpAddr::V4(_) => Source(address),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Source(IpAddr::V4(v4)),
-                None => {
-                    let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                    Source(IpAddr::V6(prefix.into()))
-                }
-            },
-        }
-    }
-}
 
 pub struct SignInLimits<C: Clock = DefaultClock> {
     per_source: Bucket<Source, C>,
     per_source_and_username: Bucket<(Source, OperatorUsername), C>,
     per_username: Bucket<OperatorUsername, C>,
+    everyone: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>,
     attempts: AtomicU32,
 }
 
@@ -76,6 +65,10 @@ impl<C: Clock + Clone> SignInLimits<C> {
             per_source: bucket(PER_SOURCE, &clock),
             per_source_and_username: bucket(PER_SOURCE_AND_USERNAME, &clock),
             per_username: bucket(PER_USERNAME, &clock),
+            everyone: RateLimiter::direct_with_clock(
+                Quota::per_second(EVERYONE_PER_SECOND).allow_burst(EVERYONE_BURST),
+                clock.clone(),
+            ),
             attempts: AtomicU32::new(0),
         }
     }
@@ -90,13 +83,16 @@ impl<C: Clock + Clone> SignInLimits<C> {
         if self.per_source.check_key(&source).is_err() {
             return false;
         }
-        let Ok(username) = OperatorUsername::parse(typed) else {
-            return true;
+        let username_allowed = match OperatorUsername::parse(typed) {
+            Ok(username) => {
+                self.per_source_and_username
+                    .check_key(&(source, username.clone()))
+                    .is_ok()
+                    && self.per_username.check_key(&username).is_ok()
+            }
+            Err(_) => true,
         };
-        self.per_source_and_username
-            .check_key(&(source, username.clone()))
-            .is_ok()
-            && self.per_username.check_key(&username).is_ok()
+        username_allowed && self.everyone.check().is_ok()
     }
 
     /// Drops the buckets that are full again (indistinguishable from new ones).
@@ -176,10 +172,17 @@ mod tests {
     }
 
     #[test]
-    fn hosts_of_one_ipv6_network_share_a_budget() {
-        assert_eq!(source("2001:db8:1:2::1"), source("2001:db8:1:2:ffff::9"));
-        assert_ne!(source("2001:db8:1:2::1"), source("2001:db8:1:3::1"));
-        assert_eq!(source("::ffff:192.0.2.1"), source("192.0.2.1"));
+    fn a_crowd_of_sources_within_their_own_budgets_shares_one_bound() {
+        let clock = FakeRelativeClock::default();
+        let limits = SignInLimits::with_clock(clock.clone());
+        let allowed = |limits: &SignInLimits<FakeRelativeClock>| {
+            (0..=255u8)
+                .filter(|host| limits.allow(source(&format!("127.0.0.{host}")), &format!("user{host}")))
+                .count()
+        };
+        assert_eq!(allowed(&limits), EVERYONE_BURST.get() as usize);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(allowed(&limits), EVERYONE_PER_SECOND.get() as usize);
     }
 
     #[test]

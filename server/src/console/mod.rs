@@ -1,5 +1,5 @@
 //! The server's side of the console: access (operators, sessions, the gate, sign-in limits in
-//! `limits.rs`), and the console
+//! `limits.rs`, refused sign-ins summed up in `refusals.rs`), and the console
 //! backend port (`app::backend::{ConsoleReads, ConsoleActions, ConsoleAdmin}`) implemented over
 //! the store and the engine, its reads in `reads.rs`, its actions in `actions.rs` and
 //! `bulk.rs`, refunds of late charges in `late_charges.rs`, administration in `admin.rs` (through `crate::admin`, as the command line), the store's
@@ -14,6 +14,7 @@ pub mod exports;
 mod late_charges;
 pub mod limits;
 mod reads;
+pub mod refusals;
 pub mod sessions;
 mod upkeep;
 mod views;

@@ -111,11 +111,12 @@ impl ResponseSealer {
             source,
         };
         if !path.exists() {
-            std::fs::create_dir_all(data_dir).map_err(file_error)?;
+            crate::files::create_private_dir(data_dir).map_err(file_error)?;
             let spec = format!("k1:{}", STANDARD.encode(domain::random::random_bytes::<32>()));
             write_private(&path, &spec).map_err(file_error)?;
             tracing::info!(path = %path.display(), "generated the response sealing key");
         }
+        crate::files::warn_if_readable_by_others(&path);
         let spec = std::fs::read_to_string(&path).map_err(file_error)?;
         Self::from_spec(&spec)
     }

@@ -7,7 +7,7 @@
 
 use crate::auth::api_key::ApiKeyHash;
 use crate::metrics::Buffered;
-use crate::store::{MetricsStore, StoreError, TenantStore};
+use crate::store::{Store, StoreError, TenantStore};
 use domain::tenant::Principal;
 use moka::sync::Cache;
 use std::collections::HashSet;
@@ -38,6 +38,12 @@ impl Default for VerifiedKeys {
 }
 
 impl VerifiedKeys {
+    /// Whether the key with `hash` was verified within [`VERIFIED_FOR`] (no database query
+    /// needed).
+    pub fn is_verified(&self, hash: &ApiKeyHash) -> bool {
+        self.verified.contains_key(hash)
+    }
+
     /// The principal of the key with `hash`: from the keys verified within [`VERIFIED_FOR`],
     /// or from the store.
     pub async fn principal(
@@ -74,7 +80,7 @@ impl VerifiedKeys {
 #[async_trait::async_trait]
 impl Buffered for VerifiedKeys {
     /// A failed write keeps the ids for the next one.
-    async fn flush(&self, store: &dyn MetricsStore) {
+    async fn flush(&self, store: &dyn Store) {
         let used: Vec<String> = self.used().drain().collect();
         if used.is_empty() {
             return;

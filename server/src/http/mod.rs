@@ -8,18 +8,20 @@ mod payments;
 pub mod rate_limit;
 mod refunds;
 
+use crate::auth::source::{Source, Sources};
 use crate::console;
 use crate::console::StoreConsole;
 use crate::console::access::AccessState;
 use crate::console::limits::SignInLimits;
+use crate::console::refusals::SignInRefusals;
 use crate::engine::PaymentsEngine;
 use crate::http::error::ErrorResponse;
 use crate::metrics::prometheus::Exposition;
 use crate::store::Store;
 use app::backend::Backend;
 use axum::Router;
-use axum::extract::Request;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::routing::{get, post};
 use domain::api_error::ApiError;
@@ -52,8 +54,8 @@ pub struct HttpSettings {
     pub body_limit_bytes: usize,
     /// Mark the console's session cookie `Secure` (serve behind TLS).
     pub secure_cookies: bool,
-    /// Take the sign-in client's address from the last `X-Forwarded-For` entry.
-    pub trust_forwarded_for: bool,
+    /// How a caller's address is found (the limits count callers by it).
+    pub sources: Sources,
     /// A console session's absolute lifetime.
     pub session_lifetime: Duration,
 }
@@ -65,15 +67,59 @@ pub struct AppState {
     pub engine: Arc<PaymentsEngine>,
     pub rate_limit: Arc<rate_limit::ApiRateLimit>,
     pub verified_keys: Arc<api_keys::VerifiedKeys>,
+    pub failed_authentications: Arc<rate_limit::FailedAuthentications>,
+    pub sources: Sources,
 }
 
-/// The payments API and the console, behind the middleware every request goes through.
-pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -> Router {
+/// Who sent an API request, as the limits count callers.
+pub struct Caller(pub Source);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Self::Rejection> {
+        // Served with connect info always; a router driven without it counts as one source.
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |ConnectInfo(peer)| *peer);
+        Ok(Caller(state.sources.of(peer, &parts.headers)))
+    }
+}
+
+/// The payments API and the console, each behind the middleware every request goes through:
+/// served on one port ([`Routers::shared`]) or each on its own (`--console-listen`).
+pub struct Routers {
+    pub api: Router,
+    pub console: Router,
+}
+
+impl Routers {
+    /// Both on one port, the default.
+    pub fn shared(self) -> Router {
+        outermost(self.api.merge(self.console))
+    }
+
+    /// The API and the console apart: an API port that serves nothing of the console.
+    pub fn apart(self) -> (Router, Router) {
+        (outermost(self.api), outermost(self.console))
+    }
+}
+
+/// The payments API's router and the console's.
+pub fn routers(
+    state: AppState,
+    console: StoreConsole,
+    refusals: Arc<SignInRefusals>,
+    settings: &HttpSettings,
+) -> Routers {
     let console_backend = Backend(Arc::new(console.clone()));
     let access = AccessState {
         store: state.store.clone(),
         limits: Arc::new(SignInLimits::default()),
-        trust_forwarded_for: settings.trust_forwarded_for,
+        refusals,
+        password_checks: console::access::password_checks(),
+        sources: settings.sources,
         session_lifetime: settings.session_lifetime,
     };
 
@@ -88,7 +134,7 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         .routes(routes!(refunds::get_refund))
         .split_for_parts();
     let api = api
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", document))
+        .merge(api_docs(document))
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));
     let api = bounded(api, settings).layer(axum::middleware::map_response_with_state(
@@ -99,8 +145,13 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
         console_router(console, console_backend, access, settings),
         settings,
     );
+    Routers { api, console }
+}
 
-    api.merge(console)
+/// What every answer goes through, on whichever port: compression, the request id (made,
+/// echoed) and a span per request.
+fn outermost(router: Router) -> Router {
+    router
         .layer(CompressionLayer::new())
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
@@ -109,6 +160,30 @@ pub fn router(state: AppState, console: StoreConsole, settings: &HttpSettings) -
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// The API's docs (Swagger UI, its assets from the binary) and the document they render. They
+/// are served on the console's origin, so they get a policy of their own: scripts and styles
+/// from here only (Swagger UI sets inline styles and draws icons from `data:` images), nothing
+/// framed, nothing sniffed.
+fn api_docs(document: utoipa::openapi::OpenApi) -> Router<AppState> {
+    Router::from(SwaggerUi::new("/docs").url("/openapi.json", document))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+                 img-src 'self' data:; font-src 'self' data:; connect-src 'self'; \
+                 base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
 }
 
 /// The metrics listener's router: `GET /metrics` only. It is served on an address of its own
@@ -169,7 +244,7 @@ fn console_router(
         )
         .route("/console/records.csv", get(console::exports::records_file))
         .with_state(store_console);
-    let session_layer = console::access::session_layer(access.store.clone(), settings.secure_cookies);
+    let session_layer = console::access::session_layer(&access, settings.secure_cookies);
 
     Router::new()
         .leptos_routes_with_context(&options, routes, provide_backend.clone(), {

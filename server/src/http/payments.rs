@@ -1,13 +1,14 @@
 //! The payments API's HTTP surface: request parsing in the contract's precedence
 //! (authentication, then validation), and answers rendered with the contract's headers.
 
-use super::AppState;
 use super::error::ErrorResponse;
 use super::openapi::{
     ApiVersionName, CreatePaymentBody, CurrencyCode, DefaultCurrencySettings, Discovery, ErrorBody,
     OutcomeUnknownBody, Payment,
 };
-use crate::auth::api_key::ApiKeyHash;
+use super::{AppState, Caller};
+use crate::auth::api_key::PresentedKey;
+use crate::auth::source::Source;
 use crate::engine::{Answer, CreatePaymentRequest, Reply, outcome_unknown_code};
 use axum::Json;
 use axum::body::Bytes;
@@ -23,6 +24,7 @@ use domain::representation::ApiVersion;
 use domain::scope::Operation;
 use domain::tenant::Principal;
 use serde_json::json;
+use std::time::Duration;
 
 /// `POST /payments`: a payment, made once per scoped key (tenant, operation, Idempotency-Key);
 /// a retry gets the first answer.
@@ -62,8 +64,13 @@ use serde_json::json;
             headers(("Retry-After" = String, description = "seconds"))),
     )
 )]
-pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let request = match parse_create_payment(&state, &headers, &body).await {
+pub async fn create_payment(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = match parse_create_payment(&state, caller, &headers, &body).await {
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
@@ -73,10 +80,11 @@ pub async fn create_payment(State(state): State<AppState>, headers: HeaderMap, b
 
 async fn parse_create_payment(
     state: &AppState,
+    caller: Source,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<CreatePaymentRequest, ApiError> {
-    let principal = authenticate(state, headers).await?;
+    let principal = authenticate(state, caller, headers).await?;
     let key = match idempotency_key(headers)? {
         Some(key) => Some(key),
         None if principal.require_idempotency_key => return Err(ApiError::IdempotencyKeyMissing),
@@ -137,10 +145,11 @@ pub(super) fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<
 )]
 pub async fn get_payment(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let principal = match authenticate(&state, &headers).await {
+    let principal = match authenticate(&state, caller, &headers).await {
         Ok(principal) => principal,
         Err(error) => return ErrorResponse(error).into_response(),
     };
@@ -190,11 +199,12 @@ pub struct DefaultCurrencyBody {
 )]
 pub async fn set_default_currency(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Path(account_id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let principal = match authenticate(&state, &headers).await {
+    let principal = match authenticate(&state, caller, &headers).await {
         Ok(principal) => principal,
         Err(error) => return ErrorResponse(error).into_response(),
     };
@@ -231,28 +241,38 @@ fn invalid_field(field: &str, problem: impl std::fmt::Display) -> ApiError {
     }])
 }
 
-/// `Authorization: Bearer <api key>`, looked up by its hash (kept verified for a few seconds),
-/// then held to its rate limit.
-pub(super) async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+/// `Authorization: Bearer <api key>`: a value shaped like a key, looked up by its hash (kept
+/// verified for a few seconds), then held to its rate limit. A source that keeps presenting
+/// unknown keys is refused before its next unverified ones cost a database query; keys
+/// verified already still pass.
+pub(super) async fn authenticate(
+    state: &AppState,
+    caller: Source,
+    headers: &HeaderMap,
+) -> Result<Principal, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim)
-        .filter(|key| !key.is_empty())
+        .and_then(PresentedKey::parse)
         .ok_or(ApiError::Unauthenticated)?;
-    match state
-        .verified_keys
-        .principal(state.store.as_ref(), ApiKeyHash::of(presented))
-        .await
-    {
-        Ok(Some(principal)) => match state.rate_limit.check(&principal.api_key_id) {
+    let limited = |wait: Duration| ApiError::RateLimited {
+        retry_after_secs: wait.as_secs() + 1,
+    };
+    let hash = presented.hash();
+    if !state.verified_keys.is_verified(&hash) {
+        state.failed_authentications.check(caller).map_err(limited)?;
+    }
+    match state.verified_keys.principal(state.store.as_ref(), hash).await {
+        Ok(Some(principal)) => match state.rate_limit.check(&principal.tenant_id) {
             Ok(()) => Ok(principal),
-            Err(wait) => Err(ApiError::RateLimited {
-                retry_after_secs: wait.as_secs() + 1,
-            }),
+            Err(wait) => Err(limited(wait)),
         },
-        Ok(None) => Err(ApiError::Unauthenticated),
+        Ok(None) => {
+            state.failed_authentications.failed(caller);
+            Err(ApiError::Unauthenticated)
+        }
         Err(error) => Err(error.as_api_error("authentication")),
     }
 }

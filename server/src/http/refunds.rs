@@ -3,10 +3,11 @@
 //! authentication, the key, the version, the body, then the payment (a refund's amount is
 //! read in its payment's currency); nothing is recorded before all of them pass.
 
-use super::AppState;
 use super::error::ErrorResponse;
 use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
 use super::payments::{api_version, authenticate, idempotency_key, prefers_minimal, render};
+use super::{AppState, Caller};
+use crate::auth::source::Source;
 use crate::engine::CreateRefundRequest;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -56,11 +57,12 @@ use domain::refund::{RefundBody, RefundOf};
 )]
 pub async fn create_refund(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Path(payment_id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = match parse_create_refund(&state, &payment_id, &headers, &body).await {
+    let request = match parse_create_refund(&state, caller, &payment_id, &headers, &body).await {
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
@@ -70,11 +72,12 @@ pub async fn create_refund(
 
 async fn parse_create_refund(
     state: &AppState,
+    caller: Source,
     payment_id: &str,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<CreateRefundRequest, ApiError> {
-    let principal = authenticate(state, headers).await?;
+    let principal = authenticate(state, caller, headers).await?;
     let key = idempotency_key(headers)?.ok_or(ApiError::IdempotencyKeyMissing)?;
     let api_version = api_version(headers, &principal)?;
     let body =
@@ -115,10 +118,11 @@ async fn parse_create_refund(
 )]
 pub async fn get_refund(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Path(refund_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let principal = match authenticate(&state, &headers).await {
+    let principal = match authenticate(&state, caller, &headers).await {
         Ok(principal) => principal,
         Err(error) => return ErrorResponse(error).into_response(),
     };

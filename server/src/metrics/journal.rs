@@ -9,7 +9,7 @@
 //! sizing the window.
 
 use super::Buffered;
-use crate::store::MetricsStore;
+use crate::store::Store;
 use crate::store::metrics::JournalEntry;
 use chrono::TimeDelta;
 use domain::scope::{Operation, Scope};
@@ -96,7 +96,7 @@ fn drop_oldest_beyond_bound(pending: &mut VecDeque<JournalEntry>) {
 
 #[async_trait::async_trait]
 impl Buffered for RequestJournal {
-    async fn flush(&self, store: &dyn MetricsStore) {
+    async fn flush(&self, store: &dyn Store) {
         let drained: Vec<JournalEntry> = self.pending().drain(..).collect();
         if drained.is_empty() {
             return;

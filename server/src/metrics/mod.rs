@@ -5,7 +5,7 @@
 pub mod journal;
 pub mod prometheus;
 
-use crate::store::MetricsStore;
+use crate::store::Store;
 use crate::store::metrics::OutcomeCount;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use domain::outcome::Outcome;
@@ -118,17 +118,18 @@ pub fn register_window(operation: Operation, window: std::time::Duration) {
         .set(window.as_secs_f64());
 }
 
-/// Something kept in memory and written to the store in batches.
+/// Something kept in memory and written to the store in batches (each to the concern it
+/// belongs to).
 #[async_trait::async_trait]
 pub trait Buffered: Send + Sync + 'static {
     /// Writes what was buffered since the last flush; on failure keeps it for the next one.
-    async fn flush(&self, store: &dyn MetricsStore);
+    async fn flush(&self, store: &dyn Store);
 }
 
 #[async_trait::async_trait]
 impl Buffered for OutcomeCounter {
     /// A database hiccup delays counts but loses none.
-    async fn flush(&self, store: &dyn MetricsStore) {
+    async fn flush(&self, store: &dyn Store) {
         let mut drained = self.drain();
         // Every instance upserts its buckets in the same order, so two flushes at once wait
         // for each other instead of deadlocking.

@@ -47,7 +47,8 @@ pub enum FaultMode {
     Decline,
     LookupsUnavailable,
     /// Answers 503 at once ("nothing was charged") and records the charge `delayMs` later, as
-    /// a provider that took the request after its client had given up.
+    /// a provider that took the request after its client had given up (with `held`: when
+    /// `POST /_sim/late-charges` says so, for a test that waits on its own steps, not a clock).
     AcceptLate,
 }
 
@@ -66,6 +67,9 @@ pub struct FaultRequest {
     pub reference: Option<String>,
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// `accept_late` only: hold the late charge until `POST /_sim/late-charges`.
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// One charge as `GET /_sim/charges` lists it.
@@ -111,6 +115,9 @@ pub struct SimRefunds {
     pub refunds: Vec<SimRefund>,
 }
 
+/// A charge the provider takes late, recorded when it is run.
+type LateCharge = Box<dyn FnOnce(&Simulator) + Send>;
+
 #[derive(Default)]
 struct Ledger {
     charges: BTreeMap<String, SimCharge>,
@@ -119,6 +126,10 @@ struct Ledger {
     /// Every key a create call arrived with, accepted or not (test values act on the first).
     seen_keys: BTreeSet<String>,
     faults: Vec<FaultRequest>,
+    /// Faults that met a call, since the simulator started.
+    faults_applied: u64,
+    /// Late charges held until a test releases them.
+    held_late: Vec<LateCharge>,
     next_charge: u64,
 }
 
@@ -153,6 +164,7 @@ impl Simulator {
                     (None, _) => true,
                 }
         })?;
+        ledger.faults_applied += 1;
         if ledger.faults[index].rate.is_some() {
             return Some(ledger.faults[index].clone());
         }
@@ -221,8 +233,9 @@ impl Worker for InProcessSimulator {
 pub fn router(simulator: Simulator) -> Router {
     Router::new()
         .route("/v1/charges", post(create_charge).get(find_charge))
-        .route("/_sim/faults", post(queue_fault).delete(clear_faults))
+        .route("/_sim/faults", get(faults).post(queue_fault).delete(clear_faults))
         .route("/_sim/charges", get(list_charges))
+        .route("/_sim/late-charges", post(release_late_charges))
         .route("/v1/refunds", post(create_refund).get(find_refund))
         .route("/_sim/refunds", get(list_refunds))
         .route("/_sim/settle", post(settle))
@@ -349,12 +362,17 @@ async fn create_call<T: Serialize>(
         tokio::time::sleep(delay).await;
     }
     if mode == Some(FaultMode::AcceptLate) {
-        let sim = sim.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            // Whatever a retry did meanwhile under the same key stands.
-            let _ = record(&sim, false);
-        });
+        // Whatever a retry did meanwhile under the same key stands.
+        let late = move |sim: &Simulator| drop(record(sim, false));
+        if fault.as_ref().is_some_and(|fault| fault.held) {
+            sim.ledger().held_late.push(Box::new(late));
+        } else {
+            let sim = sim.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                late(&sim);
+            });
+        }
         return nothing_charged();
     }
     if mode == Some(FaultMode::FailBeforeAccept) {
@@ -678,9 +696,26 @@ async fn queue_fault(State(sim): State<Simulator>, body: axum::body::Bytes) -> R
     }
 }
 
+/// `GET /_sim/faults`: the faults queued or standing, and how many calls met one so far.
+async fn faults(State(sim): State<Simulator>) -> Json<serde_json::Value> {
+    let ledger = sim.ledger();
+    Json(serde_json::json!({ "queued": ledger.faults, "applied": ledger.faults_applied }))
+}
+
 async fn clear_faults(State(sim): State<Simulator>) -> StatusCode {
     sim.ledger().faults.clear();
     StatusCode::NO_CONTENT
+}
+
+/// `POST /_sim/late-charges`: records every late charge held so far (`accept_late` with
+/// `held`); how many.
+async fn release_late_charges(State(sim): State<Simulator>) -> Json<serde_json::Value> {
+    let held = std::mem::take(&mut sim.ledger().held_late);
+    let released = held.len();
+    for late in held {
+        late(&sim);
+    }
+    Json(serde_json::json!({ "released": released }))
 }
 
 async fn list_charges(State(sim): State<Simulator>) -> Json<SimCharges> {

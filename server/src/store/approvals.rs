@@ -77,6 +77,12 @@ pub trait ApprovalStore: Send + Sync {
 
     /// What applying an approved request did (`Applied` or `Failed`).
     async fn finish_override(&self, id: &str, state: OverrideState, result: &str) -> Result<(), StoreError>;
+
+    /// Whether the requester of request `id` has, since making it, given `approver` the
+    /// credentials or the standing to decide it: created them, reset or renewed their password,
+    /// or changed their role (read from the audit log, which records each of those in the
+    /// change's own transaction).
+    async fn vouched_for_since_request(&self, id: &str, approver: &str) -> Result<bool, StoreError>;
 }
 
 /// Who the audit log says rejected a request nobody decided in time.
@@ -293,5 +299,19 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
         )
         .await?;
         Ok(())
+    }
+
+    async fn vouched_for_since_request(&self, id: &str, approver: &str) -> Result<bool, StoreError> {
+        let (vouched,): (i64,) = sqlx::query_as(
+            "select count(*) from audit_log a join override_requests r on r.id = $1 \
+             where a.actor = r.requested_by and a.target = 'operator ' || $2 and a.result = 'ok' \
+             and a.action in ('operator.create', 'operator.reset_password', 'operator.enable', 'operator.set_role') \
+             and a.at >= r.requested_at",
+        )
+        .bind(id)
+        .bind(approver)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(vouched > 0)
     }
 }

@@ -21,6 +21,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("already exists")]
     AlreadyExists,
+    /// The change would leave no enabled admin (nothing written).
+    #[error("it would leave no enabled admin")]
+    LastAdmin,
 }
 
 impl StoreError {

@@ -55,7 +55,8 @@ pub trait OperatorStore: Send + Sync {
     async fn create_operator(&self, operator: &StoredOperator, audit: &AuditEntry) -> Result<(), StoreError>;
 
     /// Applies `change` to the operator named `username` and writes `audit`, in one
-    /// transaction; `false` (nothing written) when there is no such operator.
+    /// transaction; `false` (nothing written) when there is no such operator, and
+    /// `Err(LastAdmin)` (nothing written) when it would leave no enabled admin.
     async fn change_operator(
         &self,
         username: &str,
@@ -120,6 +121,9 @@ pub trait OperatorStatements {
     const DELETE_EXPIRED_SESSIONS: &'static str;
     /// `$1` username: disabled now, unless it already was.
     const DISABLE_OPERATOR: &'static str;
+    /// The usernames of the enabled admins, locked until the transaction ends, so that two
+    /// admins who disable or demote each other at once are taken one after the other.
+    const ENABLED_ADMINS_LOCKED: &'static str;
 }
 
 /// Id, time, actor, action, target, reason, result, details.
@@ -237,6 +241,17 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
             }
         };
         let mut tx = self.begin().await?;
+        if matches!(
+            change,
+            OperatorChange::Disable | OperatorChange::Role(OperatorRole::Viewer | OperatorRole::Operator)
+        ) {
+            let admins: Vec<(String,)> = sqlx::query_as(D::ENABLED_ADMINS_LOCKED)
+                .fetch_all(&mut *tx)
+                .await?;
+            if admins.iter().all(|(admin,)| admin == username) && !admins.is_empty() {
+                return Err(StoreError::LastAdmin);
+            }
+        }
         if statement.bind(username).execute(&mut *tx).await?.rows_affected() != 1 {
             return Ok(false);
         }

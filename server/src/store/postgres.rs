@@ -448,6 +448,8 @@ impl OperatorStatements for Postgres {
          where expires_at <= now() limit $1))";
     const DISABLE_OPERATOR: &'static str =
         "update operators set disabled_at = coalesce(disabled_at, now()) where username = $1";
+    const ENABLED_ADMINS_LOCKED: &'static str =
+        "select username from operators where role = 'admin' and disabled_at is null for update";
 }
 
 impl ApprovalStatements for Postgres {

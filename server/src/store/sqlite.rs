@@ -42,7 +42,7 @@ pub async fn connect_url(url: &str) -> Result<SqlStore<Sqlite>, StoreError> {
 /// The store on the file at `path`, created with its directory on first use.
 pub async fn open_file(path: &Path) -> Result<SqlStore<Sqlite>, StoreError> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::DataDir {
+        crate::files::create_private_dir(dir).map_err(|source| StoreError::DataDir {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -367,6 +367,9 @@ impl OperatorStatements for Sqlite {
          expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') limit $1)";
     const DISABLE_OPERATOR: &'static str = "update operators set disabled_at = coalesce(disabled_at, strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now')) where username = $1";
+    // SQLite's single writer already takes these transactions one at a time.
+    const ENABLED_ADMINS_LOCKED: &'static str =
+        "select username from operators where role = 'admin' and disabled_at is null";
 }
 
 impl ApprovalStatements for Sqlite {

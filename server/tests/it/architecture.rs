@@ -159,7 +159,7 @@ fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
 
 /// The server's modules, lowest first: each may import only modules of an earlier line.
 const LAYERS: &[&[&str]] = &[
-    &["crash", "auth", "cli", "supervisor"],
+    &["crash", "files", "auth", "cli", "supervisor"],
     &["store", "provider", "telemetry"],
     &["metrics", "events", "admin"],
     &["engine"],

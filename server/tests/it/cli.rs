@@ -206,6 +206,13 @@ async fn operators_are_managed_from_the_command_line_and_every_change_is_audited
         "the password alone"
     );
 
+    // A second admin first: no change may leave the console without an enabled admin.
+    let ada = idem(
+        data,
+        &["operator", "create", "--username", "ada", "--role", "admin"],
+    )
+    .await;
+    assert_eq!(ada.code, Some(0), "{}", ada.stderr);
     let steps: [(&[&str], &str); 2] = [
         (
             &["operator", "set-role", "olga", "--role", "viewer"],
@@ -238,7 +245,15 @@ async fn operators_are_managed_from_the_command_line_and_every_change_is_audited
         "the password never reaches the logs"
     );
 
-    let refused: [(&[&str], &str); 3] = [
+    let refused: [(&[&str], &str); 5] = [
+        (
+            &["operator", "disable", "ada"],
+            "ada is the last enabled admin: make another admin first",
+        ),
+        (
+            &["operator", "set-role", "ada", "--role", "operator"],
+            "ada is the last enabled admin",
+        ),
         (
             &["operator", "disable", "nobody"],
             "no operator is named \"nobody\"",
@@ -259,12 +274,6 @@ async fn operators_are_managed_from_the_command_line_and_every_change_is_audited
         assert!(outcome.stdout.is_empty(), "{args:?} printed {:?}", outcome.stdout);
     }
 
-    let ada = idem(
-        data,
-        &["operator", "create", "--username", "ada", "--role", "admin"],
-    )
-    .await;
-    assert_eq!(ada.code, Some(0), "{}", ada.stderr);
     let listed = idem(data, &["operator", "list"]).await;
     assert_eq!(listed.code, Some(0), "{}", listed.stderr);
     let rows: Vec<Vec<&str>> = listed

@@ -114,11 +114,23 @@ async fn declines_and_insufficient_funds_bind_the_key_to_their_answer() {
 async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
     let api = api(5_000, &[]).await;
     api.sim
-        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 3000 }))
         .await;
+    // The second request is sent once the first holds its key (and waits at the provider).
+    let holding = |key: &'static str| {
+        let db = &api.db;
+        async move {
+            db.eventually_i64(
+                &format!("select count(*) from idempotency_records where idempotency_key = '{key}' and status = 'IN_PROGRESS'"),
+                |held| held == 1,
+                "the first request holds the key",
+            )
+            .await;
+        }
+    };
     let first = api.pay("k-slow", BODY);
     let second = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        holding("k-slow").await;
         api.pay("k-slow", BODY).await
     };
     let (first, second) = tokio::join!(first, second);
@@ -129,12 +141,12 @@ async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
 
     // A different command wins over in-progress.
     api.sim
-        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 1500 }))
+        .fault(&json!({ "mode": "latency", "count": 1, "delayMs": 3000 }))
         .await;
     let other = BODY.replace("invoice-7781", "inv-2");
     let first = api.pay("k-slow-2", &other);
     let conflicting = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        holding("k-slow-2").await;
         api.pay("k-slow-2", &other.replace("10.00", "11.00")).await
     };
     let (_, conflicting) = tokio::join!(first, conflicting);
@@ -544,8 +556,9 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
 }
 
 #[tokio::test]
-async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
+async fn a_tenant_over_its_rate_limit_gets_429_whichever_key_it_uses_and_nothing_is_recorded() {
     let api = api(5_000, &[("--rate-limit-per-sec", "2")]).await;
+    let second_key = api.admin(&["api-key", "create", "--tenant", "acme"]).await;
     let mut limited = None;
     for index in 0..6 {
         let response = api
@@ -564,7 +577,7 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
     assert!(response.headers().contains_key("retry-after"));
     let body = expect_error(response, 429, "RATE_LIMITED").await;
     assert_eq!(body["retryable"], true);
-    // Refunds share the key's limit, before anything else.
+    // Refunds share the tenant's limit, before anything else.
     let refund = api
         .refund(
             "pay_any",
@@ -573,6 +586,14 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
         )
         .await;
     expect_error(refund, 429, "RATE_LIMITED").await;
+    // A second key of the same tenant shares its quota (counting per key would give a tenant
+    // with N keys N quotas).
+    let same_tenant = api
+        .post(&second_key, Some("k-second-key"), BODY)
+        .send()
+        .await
+        .expect("POST");
+    expect_error(same_tenant, 429, "RATE_LIMITED").await;
     let recorded = api
         .db
         .query_i64(&format!(
@@ -580,12 +601,12 @@ async fn a_key_over_its_rate_limit_gets_429_and_nothing_is_recorded() {
         ))
         .await;
     assert_eq!(recorded, 0, "a limited request leaves no record");
-    let other_key = api
+    let other_tenant = api
         .post(api.key("globex"), Some("k-globex"), BODY)
         .send()
         .await
         .expect("POST");
-    assert_eq!(other_key.status(), 201, "limits are per API key");
+    assert_eq!(other_tenant.status(), 201, "limits are per tenant");
 }
 
 #[tokio::test]
@@ -1229,33 +1250,41 @@ async fn every_metric_exists_from_the_first_scrape_at_zero() {
     }
 }
 
+/// Reads `api`'s metrics until `wanted` holds of them (or `what` never happened).
+async fn metrics_until(api: &TestApp, what: &str, wanted: &dyn Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = api.metrics().await;
+        if wanted(&text) {
+            return text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
     let mut api = api(
-        3_000,
-        &[("--lease-secs", "4"), ("--recovery-interval-ms", "86400000")],
+        6_000,
+        &[("--lease-secs", "7"), ("--recovery-interval-ms", "86400000")],
     )
     .await;
     let gauge = |text: &str, name: &str| metric(text, name, &["operation=\"create_payment\""]);
 
     // A request held at the provider: the oldest in-progress age rises while it waits.
     api.sim
-        .fault(&json!({ "mode": "latency", "delayMs": 2_500, "count": 1 }))
+        .fault(&json!({ "mode": "latency", "delayMs": 5_000, "count": 1 }))
         .await;
     let held = tokio::spawn({
         let request = api.post(api.key("acme"), Some("k-held"), BODY);
         async move { request.send().await.expect("POST").status() }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let early = api.metrics().await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let later = api.metrics().await;
-    let (early_age, later_age) = (
-        gauge(&early, "idempotency_in_progress_age_max_seconds"),
-        gauge(&later, "idempotency_in_progress_age_max_seconds"),
-    );
-    assert!(early_age > 0.2, "{early}");
-    assert!(later_age >= early_age + 0.8, "{early_age} then {later_age}");
+    let age = |text: &str| gauge(text, "idempotency_in_progress_age_max_seconds");
+    let early = metrics_until(&api, "an in-progress age", &|text| age(text) > 0.2).await;
+    let early_age = age(&early);
+    let later = metrics_until(&api, "the age rising", &|text| age(text) >= early_age + 0.8).await;
+    assert!(!held.is_finished(), "still held at the provider");
     assert_eq!(
         gauge(&later, "idempotency_stale_in_progress_count"),
         0.0,
@@ -1263,31 +1292,30 @@ async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
     );
     assert_eq!(held.await.expect("request"), 201);
     let after = api.metrics().await;
-    assert_eq!(
-        gauge(&after, "idempotency_in_progress_age_max_seconds"),
-        0.0,
-        "{after}"
-    );
+    assert_eq!(age(&after), 0.0, "{after}");
 
     // An owner that died before the provider call: stale once its lease has run out.
     api.restart(&[("IDEM_CRASH_POINT", "before_provider_call")]).await;
     let body = BODY.replace("invoice-7781", "inv-dead-owner");
     let lost = api.post(api.key("acme"), Some("k-dead"), &body).send().await;
     assert!(lost.is_err(), "the owner died mid-request");
+    let died = std::time::Instant::now();
     api.restart(&[]).await;
     let live = api.metrics().await;
-    assert_eq!(gauge(&live, "idempotency_stale_in_progress_count"), 0.0, "{live}");
-    tokio::time::sleep(Duration::from_millis(4_200)).await;
-    let stale = api.metrics().await;
-    assert_eq!(
-        gauge(&stale, "idempotency_stale_in_progress_count"),
-        1.0,
-        "{stale}"
-    );
     assert!(
-        gauge(&stale, "idempotency_in_progress_age_max_seconds") >= 4.0,
-        "{stale}"
+        died.elapsed() >= Duration::from_secs(7)
+            || gauge(&live, "idempotency_stale_in_progress_count") == 0.0,
+        "not stale while its lease runs: {live}"
     );
+    let stale = metrics_until(&api, "stale once its lease ran out", &|text| {
+        gauge(text, "idempotency_stale_in_progress_count") == 1.0
+    })
+    .await;
+    assert!(
+        died.elapsed() >= Duration::from_secs(6),
+        "stale only after the lease"
+    );
+    assert!(age(&stale) >= 7.0, "{stale}");
 
     // A retry takes the record over and finishes it: the gauges fall back to 0, still there.
     assert_eq!(api.pay("k-dead", &body).await.status(), 201);
@@ -1584,6 +1612,20 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
     // The docs page and its assets come from the binary, nothing from elsewhere.
     let page = api.get("/docs/").await;
     assert_eq!(page.status(), 200);
+    // Served on the console's origin: its own strict policy, never framed or sniffed.
+    let policy = page.headers()["content-security-policy"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self';",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(policy.contains(directive), "{directive} in {policy}");
+    }
+    assert!(!policy.contains("unsafe-eval"), "{policy}");
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
     let html = page.text().await.expect("html");
     assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
     for asset in [
@@ -1649,4 +1691,45 @@ async fn requests_generated_from_the_openapi_document_are_all_answered_as_docume
         api.db.query_i64("select count(*) from payments").await > 0,
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn random_bearer_values_cost_no_query_each_and_a_guessing_source_is_held_back() {
+    let api = api(5_000, &[]).await;
+    let guesser = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 7]))
+        .build()
+        .expect("client");
+    let get = |bearer: String| {
+        guesser
+            .get(api.url("/payments/pay_0000000000000000"))
+            .bearer_auth(bearer)
+            .send()
+    };
+    // Values that cannot be keys are refused before any look-up, however many.
+    for attempt in 0..60 {
+        let refused = get(format!("not-a-key-{attempt}")).await.expect("GET");
+        expect_error(refused, 401, "UNAUTHENTICATED").await;
+    }
+    // Well-shaped unknown keys each cost a look-up: 30 a minute, then the source waits.
+    let shaped = |n: usize| format!("idem_key_{n:016x}_{}", "A".repeat(43));
+    for attempt in 0..30 {
+        let refused = get(shaped(attempt)).await.expect("GET");
+        expect_error(refused, 401, "UNAUTHENTICATED").await;
+    }
+    let held = get(shaped(30)).await.expect("GET");
+    let retry_after: u64 = held.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=3).contains(&retry_after), "{retry_after}");
+    expect_error(held, 429, "RATE_LIMITED").await;
+    // Other sources are not held back.
+    let other = api
+        .as_tenant(Method::GET, "/payments/pay_0000000000000000", "acme")
+        .send()
+        .await
+        .expect("GET");
+    expect_error(other, 404, "PAYMENT_NOT_FOUND").await;
 }

@@ -40,28 +40,60 @@ async fn first_run_creates_the_embedded_database_in_wal_mode() {
     assert_eq!(mode, "wal");
 }
 
+/// Waits until the instance at `address` answers `/readyz` with 200: built and serving.
+async fn until_ready(address: std::net::SocketAddr) {
+    let http = reqwest::Client::new();
+    let ready = async {
+        loop {
+            let answer = http.get(format!("http://{address}/readyz")).send().await;
+            if answer.is_ok_and(|answer| answer.status() == 200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .expect("ready");
+}
+
 #[tokio::test]
 async fn sigterm_lets_an_in_flight_request_finish() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let mut idem = IdemProcess::serve(dir.path()).await;
+    let app = TestApp::on(DialectName::Sqlite)
+        .tenant("acme", "100.00")
+        .seeded()
+        .await;
+    let mut idem = IdemProcess::start(app.serve_command(&[])).await;
+    // The signal handler is installed before the instance says it is ready.
+    until_ready(idem.address).await;
 
-    // A request whose body is still arriving when the signal comes: it is in flight.
+    // A payment whose body is still arriving when the signal comes: it is in flight.
     let mut stream = TcpStream::connect(idem.address).await.expect("connect");
-    let body = r#"{"accountId":"acc_1"}"#;
+    let body = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-term"}"#;
     stream
         .write_all(
             format!(
-                "POST /payments HTTP/1.1\r\nhost: idem\r\n\
-                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"",
-                body.len()
+                "POST /payments HTTP/1.1\r\nhost: idem\r\nauthorization: Bearer {}\r\n\
+                 idempotency-key: k-in-flight\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{}",
+                app.key("acme"),
+                body.len(),
+                &body[..2]
             )
             .as_bytes(),
         )
         .await
         .expect("send the head");
-    tokio::time::sleep(Duration::from_millis(300)).await;
     idem.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Shutting down: no new connection is accepted, and the instance waits for this request.
+    let refused = async {
+        while TcpStream::connect(idem.address).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), refused)
+        .await
+        .expect("the listener closes on SIGTERM");
     assert!(
         idem.child.try_wait().expect("poll").is_none(),
         "still serving the in-flight request"
@@ -76,18 +108,23 @@ async fn sigterm_lets_an_in_flight_request_finish() {
         .read_to_string(&mut response)
         .await
         .expect("read the response");
-    // Answered once its body was complete (no API key: 401, which needs the whole request).
-    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
-    assert!(response.contains("UNAUTHENTICATED"), "{response}");
-
+    assert!(
+        response.starts_with("HTTP/1.1 201"),
+        "the payment is made: {response}"
+    );
     let status = tokio::time::timeout(Duration::from_secs(10), idem.child.wait())
         .await
         .expect("exits once the request is done")
         .expect("wait");
     assert!(status.success(), "clean exit: {status:?}");
-    assert!(
-        TcpStream::connect(idem.address).await.is_err(),
-        "no longer accepting connections"
+    assert_eq!(
+        app.db
+            .query_i64(
+                "select count(*) from payments where merchant_reference = 'inv-term' and status = 'PENDING'"
+            )
+            .await,
+        1,
+        "the acknowledged payment is stored"
     );
 }
 
@@ -354,12 +391,11 @@ async fn an_instance_missing_a_key_in_use_turns_unready_and_answers_its_replays_
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(readiness["reason"], "response_key_missing", "{readiness}");
-    assert!(
-        readiness["detail"]
-            .as_str()
-            .is_some_and(|detail| detail.contains("`t2`")),
-        "{readiness}"
+    // The reason only: which keys and files are missing is for the log, not for anyone who
+    // can reach the port.
+    assert_eq!(
+        readiness,
+        serde_json::json!({ "status": "not_ready", "reason": "response_key_missing" })
     );
     // A replay it cannot open is a retryable 503, never a 500; the other instance replays it.
     let refused = app.pay("k-t2", body).await;
@@ -461,4 +497,116 @@ async fn logs_never_carry_api_keys_bodies_or_credentials() {
     ] {
         assert!(!logs.contains(leak), "{what} leaked into the logs");
     }
+}
+
+#[tokio::test]
+async fn the_data_directory_is_its_owners_and_a_shared_key_file_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().expect("temp dir");
+    let data_dir = root.path().join("data");
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+    // The embedded default: the database and the response sealing key in the data directory.
+    let embedded = || {
+        let mut command = idem_command(&data_dir);
+        command.env_remove("IDEM_RESPONSE_KEYS");
+        command
+    };
+    let mut first = embedded();
+    first.stderr(std::process::Stdio::inherit());
+    let mut idem = IdemProcess::serve_with(first).await;
+    until_ready(idem.address).await;
+    let key_file = data_dir.join("response-keys");
+    assert_eq!(
+        mode(&data_dir),
+        0o700,
+        "the data directory is made for its owner only"
+    );
+    assert_eq!(mode(&key_file), 0o600);
+    idem.signal("TERM");
+    assert!(idem.ended().await.success());
+
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut shared = embedded();
+    shared.stderr(std::process::Stdio::piped());
+    let idem = IdemProcess::serve_with(shared).await;
+    until_ready(idem.address).await;
+    idem.signal("TERM");
+    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("collect output");
+    let logs = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    assert!(logs.contains("readable by other accounts"), "{logs}");
+    assert!(logs.contains("response-keys"), "{logs}");
+}
+
+#[tokio::test]
+async fn the_console_can_be_kept_off_the_payments_port() {
+    let app = TestApp::on(DialectName::Sqlite)
+        .tenant("acme", "100.00")
+        .seeded()
+        .await;
+    let mut command = app.serve_command(&[]);
+    command.args(["--console-listen", "127.0.0.1:0"]);
+    let idem = IdemProcess::start(command).await;
+    let console = idem.console_address.expect("a console listener of its own");
+    assert_ne!(console, idem.address);
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let get = async |address: std::net::SocketAddr, path: &str| {
+        http.get(format!("http://{address}{path}"))
+            .send()
+            .await
+            .expect("GET")
+            .status()
+            .as_u16()
+    };
+    // The payments port: the API, its docs, nothing of the console.
+    assert_eq!(get(idem.address, "/healthz").await, 200);
+    assert_eq!(get(idem.address, "/openapi.json").await, 200);
+    for console_path in ["/sign-in", "/", "/records", "/pkg/idem.css"] {
+        assert_eq!(
+            get(idem.address, console_path).await,
+            404,
+            "{console_path} on the API's port"
+        );
+    }
+    let sign_in = http
+        .post(format!("http://{}/sign-in", idem.address))
+        .header("origin", format!("http://{}", idem.address))
+        .form(&[("username", "admin"), ("password", "a guess at it")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(sign_in.status(), 404, "no sign-in on the API's port");
+    let paid = http
+        .post(format!("http://{}/payments", idem.address))
+        .bearer_auth(app.key("acme"))
+        .header("idempotency-key", "k-apart")
+        .json(&serde_json::json!({"accountId": "acc_1", "amount": "1.00", "currency": "EUR", "merchantReference": "inv-apart"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(paid.status(), 201);
+    // The console's port: the console, not the API.
+    assert_eq!(get(console, "/sign-in").await, 200);
+    assert_eq!(get(console, "/").await, 303, "to sign in");
+    let api_on_console = http
+        .get(format!("http://{console}/payments/pay_0000000000000000"))
+        .bearer_auth(app.key("acme"))
+        .send()
+        .await
+        .expect("GET");
+    assert_ne!(api_on_console.status(), 200);
+    assert!(
+        !api_on_console
+            .text()
+            .await
+            .expect("text")
+            .contains("PAYMENT_NOT_FOUND"),
+        "the API is not served on the console's port"
+    );
 }

@@ -1,6 +1,6 @@
 //! The storage trait's behaviour, identical on PostgreSQL and SQLite.
 
-use crate::support::{TestDatabase, conformance};
+use crate::support::{TestDatabase, Violation, conformance};
 use domain::cursor::RecordCursor;
 use domain::queue::{Attention, QueueFilter};
 use domain::record::RecordStatus;
@@ -111,8 +111,8 @@ async fn console_gauges_and_record_pages_read_what_is_there(db: TestDatabase) {
 
 async fn the_schema_rejects_a_status_outside_the_state_machine(db: TestDatabase) {
     db.migrated_store().await;
-    let result = db.execute(&records_sql(&["DONE"])).await;
-    assert!(result.is_err(), "an unknown status must not be stored");
+    // An unknown status must not be stored.
+    db.assert_refused(&records_sql(&["DONE"]), Violation::Check).await;
 }
 
 async fn the_scoped_key_is_unique(db: TestDatabase) {
@@ -120,28 +120,61 @@ async fn the_scoped_key_is_unique(db: TestDatabase) {
     db.execute(&records_sql(&["COMPLETED"]))
         .await
         .expect("first record");
-    let again = db.execute(
-        "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
+    // A second row for the same scoped key.
+    let again = "insert into idempotency_records (tenant_id, operation_name, idempotency_key, \
          fingerprint_version, request_fingerprint, canonical_command, status, progress_step, \
          created_by, expires_at) values ('ten_1', 'create_payment', 'key-0', 1, 'other', '{}', \
-         'IN_PROGRESS', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z')",
-    );
-    assert!(
-        again.await.is_err(),
-        "a second row for the same scoped key must be refused"
-    );
+         'IN_PROGRESS', 'RECEIVED', 'key_1', '2030-01-01T00:00:00.000Z')";
+    db.assert_refused(again, Violation::Unique).await;
 }
 
 async fn foreign_keys_are_enforced(db: TestDatabase) {
     db.migrated_store().await;
-    let orphan = db.execute(
+    // A response without its record.
+    let orphan = format!(
         "insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
-         values ('ten_x', 'create_payment', 'nope', '{}', x'00')",
+         values ('ten_x', 'create_payment', 'nope', '{{}}', {})",
+        db.blob("00")
     );
-    assert!(
-        orphan.await.is_err(),
-        "a response without its record must be refused"
-    );
+    db.assert_refused(&orphan, Violation::ForeignKey).await;
+}
+
+async fn a_refund_belongs_to_a_payment_of_its_own_tenant_and_money_names_a_currency_code(db: TestDatabase) {
+    db.migrated_store().await;
+    db.execute(
+        "insert into tenants (id, name) values ('ten_1', 'acme'), ('ten_2', 'globex'); \
+         insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 1000); \
+         insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status) \
+         values ('pay_1', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'PROCESSING');",
+    )
+    .await
+    .expect("a tenant's payment");
+    let refund = |id: &str, tenant: &str, currency: &str| {
+        format!(
+            "insert into refunds (id, tenant_id, payment_id, amount_minor, currency, reason, reference, status) \
+             values ('{id}', '{tenant}', 'pay_1', 10, '{currency}', 'duplicate', '{id}', 'PROCESSING')"
+        )
+    };
+    db.execute(&refund("ref_1", "ten_1", "EUR"))
+        .await
+        .expect("a refund of its own tenant's payment");
+    db.assert_refused(&refund("ref_2", "ten_2", "EUR"), Violation::ForeignKey)
+        .await;
+    db.assert_refused(&refund("ref_3", "ten_1", "eur"), Violation::Check)
+        .await;
+    db.assert_refused(&refund("ref_4", "ten_1", "EURO"), Violation::Check)
+        .await;
+    db.assert_refused(
+        "insert into payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference, channel, status) \
+         values ('pay_2', 'ten_1', 'acc_1', 100, 'E1R', 'inv-2', 'web', 'PROCESSING')",
+        Violation::Check,
+    )
+    .await;
+    db.assert_refused(
+        "update payments set currency = 'eu' where id = 'pay_1'",
+        Violation::Check,
+    )
+    .await;
 }
 
 async fn instances_are_live_while_their_heartbeat_is_recent(db: TestDatabase) {
@@ -204,11 +237,12 @@ conformance!(
     console_gauges_and_record_pages_read_what_is_there,
     the_schema_rejects_a_status_outside_the_state_machine,
     the_scoped_key_is_unique,
-    foreign_keys_are_enforced
+    foreign_keys_are_enforced,
+    a_refund_belongs_to_a_payment_of_its_own_tenant_and_money_names_a_currency_code
 );
 
 mod tenants_and_keys {
-    use crate::support::{TestDatabase, conformance};
+    use crate::support::{TestDatabase, Violation, conformance};
     use domain::command::AccountId;
     use domain::money::{Balance, Currency};
     use domain::payment::NewAccount;
@@ -389,10 +423,8 @@ mod tenants_and_keys {
         let negative_balance = format!(
             "insert into accounts (tenant_id, id, currency, balance_minor) values ('{acme}', 'acc_2', 'EUR', -1)"
         );
-        assert!(
-            db.execute(&negative_balance).await.is_err(),
-            "a negative balance is refused by the schema"
-        );
+        // A negative balance is refused by the schema.
+        db.assert_refused(&negative_balance, Violation::Check).await;
     }
 
     conformance!(
@@ -1223,7 +1255,7 @@ mod console_jobs {
 }
 
 mod upgrades {
-    use crate::support::{TestDatabase, conformance};
+    use crate::support::{TestDatabase, Violation, conformance};
     use idem::store::DatabaseTarget;
     use sqlx::migrate::Migrator;
 
@@ -1296,10 +1328,8 @@ mod upgrades {
         );
         let same_reference = "insert into payments (id, tenant_id, account_id, amount_minor, currency, \
              merchant_reference, channel, status) values ('pay_2', 'ten_1', 'acc_1', 100, 'EUR', 'inv-1', 'web', 'PROCESSING')";
-        assert!(
-            db.execute(same_reference).await.is_err(),
-            "the business key still holds"
-        );
+        // The business key still holds.
+        db.assert_refused(same_reference, Violation::Unique).await;
         db.execute("update payments set released_at = '2030-01-01T00:00:00Z' where id = 'pay_1'")
             .await
             .expect("release");

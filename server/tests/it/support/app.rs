@@ -300,6 +300,7 @@ async fn build_in_process(
     let bind = async || tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let listeners = Listeners {
         api: bind().await,
+        console: None,
         metrics: bind().await,
     };
     let application = Application::build(listeners, store, data_dir, serve_args(flags))

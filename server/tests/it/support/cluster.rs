@@ -41,6 +41,15 @@ impl Cluster {
         Cluster::initialised(&[])
     }
 
+    /// A primary with no standby that counts every statement by its text
+    /// (`pg_stat_statements`, once a database has the extension).
+    pub fn counting_statements() -> Cluster {
+        Cluster::initialised(&[
+            "-c shared_preload_libraries=pg_stat_statements",
+            "-c pg_stat_statements.track=all",
+        ])
+    }
+
     fn initialised(settings: &[&str]) -> Cluster {
         let mut cluster = Cluster::empty();
         let data = cluster.data();

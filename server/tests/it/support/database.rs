@@ -103,6 +103,35 @@ impl TestDatabase {
         }
     }
 
+    /// Runs `sql` (as [`execute`](Self::execute)) and asserts that the schema refuses it with
+    /// `violation` itself: an error of any other kind (a type mismatch, a syntax error) would
+    /// make the check pass without proving the constraint.
+    pub async fn assert_refused(&self, sql: &str, violation: Violation) {
+        let refused = match self.execute(sql).await {
+            Ok(rows) => panic!("{violation:?} expected, but {rows} row(s) written: {sql}"),
+            Err(sqlx::Error::Database(refused)) => refused,
+            Err(other) => panic!("{violation:?} expected, got {other}: {sql}"),
+        };
+        let matches = match &self.target {
+            DatabaseTarget::Postgres { .. } => refused.code().as_deref() == Some(violation.sqlstate()),
+            _ => refused.message().starts_with(violation.sqlite_message()),
+        };
+        assert!(
+            matches,
+            "{violation:?} expected, got {:?} {}: {sql}",
+            refused.code(),
+            refused.message()
+        );
+    }
+
+    /// A blob literal of `hex` in this database's own spelling.
+    pub fn blob(&self, hex: &str) -> String {
+        match &self.target {
+            DatabaseTarget::Postgres { .. } => format!("decode('{hex}', 'hex')"),
+            _ => format!("x'{hex}'"),
+        }
+    }
+
     /// Runs a query that returns one integer (a count, a balance), bypassing the store.
     pub async fn query_i64(&self, sql: &str) -> i64 {
         self.query_one(sql).await
@@ -211,6 +240,32 @@ impl Drop for TestDatabase {
             if dropped.is_err() && !std::thread::panicking() {
                 panic!("could not drop the test database");
             }
+        }
+    }
+}
+
+/// A constraint the schema enforces.
+#[derive(Debug, Clone, Copy)]
+pub enum Violation {
+    ForeignKey,
+    Unique,
+    Check,
+}
+
+impl Violation {
+    fn sqlstate(self) -> &'static str {
+        match self {
+            Violation::ForeignKey => "23503",
+            Violation::Unique => "23505",
+            Violation::Check => "23514",
+        }
+    }
+
+    fn sqlite_message(self) -> &'static str {
+        match self {
+            Violation::ForeignKey => "FOREIGN KEY constraint failed",
+            Violation::Unique => "UNIQUE constraint failed",
+            Violation::Check => "CHECK constraint failed",
         }
     }
 }

@@ -15,11 +15,21 @@ mod sim;
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 pub use cluster::{Cluster, Forwarder};
 pub use console::{Console, OPERATOR_PASSWORD, create_operator, session_cookie};
-pub use database::TestDatabase;
+pub use database::{TestDatabase, Violation};
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};
 pub use prometheus::Prometheus;
 pub use sim::Sim;
+
+/// Cases a property test runs: `PROPTEST_CASES` when set (a longer campaign), else `default`.
+/// (A `with_cases(n)` in the test would override the variable: proptest reads it only for
+/// its default configuration.)
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default)
+}
 
 /// Runs each named test, an `async fn name(db: TestDatabase)`, against PostgreSQL (a fresh
 /// database per test) and SQLite (a fresh file per test), as `name::postgres` and

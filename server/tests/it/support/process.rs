@@ -9,7 +9,10 @@ use tokio::process::{Child, Command};
 /// The real `idem` binary, in its own process, with a clean environment.
 pub struct IdemProcess {
     pub child: Child,
+    /// The API's address (and the console's, unless it has its own).
     pub address: SocketAddr,
+    /// `idem serve`'s console listener, when apart from the API's (`--console-listen`).
+    pub console_address: Option<SocketAddr>,
     /// `idem serve`'s metrics listener.
     pub metrics_address: Option<SocketAddr>,
 }
@@ -97,13 +100,20 @@ impl IdemProcess {
             (line, address)
         };
         let (first, address) = next_address().await;
-        let metrics_address = match first.starts_with("Idem console") {
+        // `idem serve` names the API (when the console has a listener of its own), the
+        // console, then its metrics listener.
+        let console_address = match first.starts_with("Idem API") {
+            true => Some(next_address().await.1),
+            false => None,
+        };
+        let metrics_address = match first.starts_with("Idem console") || console_address.is_some() {
             true => Some(next_address().await.1),
             false => None,
         };
         IdemProcess {
             child,
             address,
+            console_address,
             metrics_address,
         }
     }

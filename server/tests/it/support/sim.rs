@@ -70,6 +70,30 @@ impl Sim {
         assert_eq!(queued.status(), 201, "{fault}");
     }
 
+    /// Records the late charges held so far (`accept_late` with `held`); how many.
+    pub async fn release_late_charges(&self) -> u64 {
+        let released: Value = reqwest::Client::new()
+            .post(format!("{}/_sim/late-charges", self.url()))
+            .send()
+            .await
+            .expect("release late charges")
+            .json()
+            .await
+            .expect("json");
+        released["released"].as_u64().expect("a count")
+    }
+
+    /// How many calls met a fault so far.
+    pub async fn faults_applied(&self) -> u64 {
+        let faults: Value = reqwest::get(format!("{}/_sim/faults", self.url()))
+            .await
+            .expect("faults")
+            .json()
+            .await
+            .expect("json");
+        faults["applied"].as_u64().expect("a count")
+    }
+
     /// Settles every succeeded charge, as the provider does when the money moves.
     pub async fn settle(&self) {
         let settled = reqwest::Client::new()

@@ -20,7 +20,8 @@ export default defineConfig({
   timeout: 30_000,
   fullyParallel: false,
   workers: 1,
-  forbidOnly: !!process.env.CI,
+  // A stray `.only` would quietly skip every other test, on any machine.
+  forbidOnly: true,
   reporter: [["list"]],
   use: {
     baseURL: `http://127.0.0.1:${port}`,

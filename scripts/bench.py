@@ -144,17 +144,20 @@ end
 """,
 }
 
-# The section of benchmarks.md that scripts/bench-incident writes; a run of this script keeps it.
+# The sections of benchmarks.md that scripts/bench-incident and scripts/bench-floods write; a
+# run of this script keeps them.
 INCIDENT_SECTION = ("<!-- incident-day -->", "<!-- /incident-day -->")
+FLOODS_SECTION = ("<!-- floods -->", "<!-- /floods -->")
 
 
-def kept_incident_section(page):
-    """The incident day's section of `page` as it stands (with a blank line before it), or ""."""
+def kept_sections(page):
+    """The other scripts' sections of `page` as they stand (each after a blank line), or ""."""
     text = page.read_text() if page.exists() else ""
-    start, end = INCIDENT_SECTION
-    if start not in text:
-        return ""
-    return "\n" + start + text.split(start, 1)[1].split(end, 1)[0] + end + "\n"
+    kept = ""
+    for start, end in (INCIDENT_SECTION, FLOODS_SECTION):
+        if start in text:
+            kept += "\n" + start + text.split(start, 1)[1].split(end, 1)[0] + end + "\n"
+    return kept
 
 
 def run(command, env=None, check=True):
@@ -536,7 +539,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
     page = out / "benchmarks.md"
-    page.write_text(markdown(report) + kept_incident_section(page))
+    page.write_text(markdown(report) + kept_sections(page))
     print(f"wrote {out / 'benchmarks.md'}")
 
 
@@ -719,7 +722,7 @@ def markdown(report):
         "",
         "Workloads: `replay` retries one of "
         f"{settings['replay_keys']} completed keys (uniform); `conflict` sends one of them with another "
-        "amount (422); `fresh_create` a new key each time; `baseline` the same payment without a key "
+        "amount (409 `IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST`); `fresh_create` a new key each time; `baseline` the same payment without a key "
         "(the tenant's keys are optional): the same handler, payment transaction, provider call and "
         "completion, without the idempotency record, stored response or journal; `mix` is 80% fresh "
         "creates, 15% replays, 4% conflicts and 1% malformed bodies (400). Payments are spread over "

@@ -91,10 +91,18 @@ test("the API's docs page renders the OpenAPI document from assets the binary se
     const url = new URL(request.url());
     if (url.protocol !== "data:" && url.hostname !== "127.0.0.1") elsewhere.push(request.url());
   });
+  // Its policy is strict: anything it refused would be reported here.
+  const refused: string[] = [];
+  page.on("console", (message) => {
+    if (/Content Security Policy/i.test(message.text())) refused.push(message.text());
+  });
   await page.goto("/docs/");
   await expect(page.getByRole("heading", { name: /Idem payments API/ })).toBeVisible();
   await expect(page.locator(".opblock-summary-path", { hasText: "/payments/{id}" })).toBeVisible();
   await expect(page.locator(".opblock")).toHaveCount(8);
+  await page.locator(".opblock-summary", { hasText: "/payments/{id}" }).first().click();
+  await expect(page.locator(".opblock-body").first()).toBeVisible();
   expect(elsewhere).toEqual([]);
+  expect(refused).toEqual([]);
   await page.screenshot({ path: test.info().outputPath("api-docs.png"), fullPage: true });
 });

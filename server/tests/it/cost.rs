@@ -1,8 +1,8 @@
-//! What a request costs the database: a replay only reads (scripts/bench counts one statement
-//! per replay with pg_stat_statements), a verified API key is not read again, and a revoked
-//! key stops working on every instance within the bound the cache states.
+//! What a request costs the database: a replay is one read (counted with pg_stat_statements
+//! on a cluster of the test's own), a verified API key is not read again, and a revoked key
+//! stops working on every instance within the bound the cache states.
 
-use crate::support::{DialectName, TestApp, expect_error, expect_replay};
+use crate::support::{Cluster, DialectName, TestApp, TestDatabase, expect_error, expect_replay};
 use idem::http::api_keys::VERIFIED_FOR;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
@@ -97,4 +97,43 @@ async fn a_revoked_key_stops_working_on_every_instance_within_the_bound() {
             .expect("GET");
         expect_error(refused, 401, "UNAUTHENTICATED").await;
     }
+}
+
+#[tokio::test]
+async fn a_replay_is_one_statement() {
+    let cluster = Cluster::counting_statements();
+    let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
+    let app = TestApp::on_database(db)
+        .tenant("acme", "100.00")
+        .serve("--instance-heartbeat-ms", "86400000")
+        .in_process()
+        .await;
+    let first = app.pay("k-counted", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_body = first.bytes().await.expect("body");
+    // The key is verified by now; the count starts here.
+    expect_replay(app.pay("k-counted", BODY).await, &first_body, "warm").await;
+    app.db
+        .execute("create extension if not exists pg_stat_statements; select pg_stat_statements_reset()")
+        .await
+        .expect("counting from here");
+    const REPLAYS: i64 = 20;
+    for _ in 0..REPLAYS {
+        expect_replay(app.pay("k-counted", BODY).await, &first_body, "counted").await;
+    }
+    let statements: Vec<(String, i64)> = app
+        .db
+        .query_all(
+            "select query, calls from pg_stat_statements \
+             where dbid = (select oid from pg_database where datname = current_database()) \
+             and query not like '%pg_stat_statements%' order by calls desc",
+        )
+        .await;
+    let total: i64 = statements.iter().map(|(_, calls)| calls).sum();
+    assert_eq!(total, REPLAYS, "one statement per replay: {statements:#?}");
+    assert_eq!(statements.len(), 1, "{statements:#?}");
+    assert!(
+        statements[0].0.trim_start().to_lowercase().starts_with("select"),
+        "a read: {statements:#?}"
+    );
 }

@@ -146,7 +146,7 @@ fn flip_case(text: &str, mask: u8) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(crate::support::proptest_cases(256)))]
 
     #[test]
     fn equivalent_spellings_have_one_fingerprint(

@@ -63,7 +63,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(crate::support::proptest_cases(3_000)))]
 
     #[test]
     fn the_command_parser_takes_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -196,10 +196,7 @@ fn page_cursors_are_parsed_or_refused_never_a_5xx() {
             (status, response.text().await.expect("body"))
         })
     };
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(300);
+    let cases = crate::support::proptest_cases(300);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases));
     runner
         .run(&cursor_text(), |text| {

@@ -160,6 +160,18 @@ def kept_sections(page):
     return kept
 
 
+def with_section(path, section, markdown_text):
+    """`path`'s text with `section` (its start and end markers) replaced by `markdown_text`,
+    or `markdown_text` added at the end."""
+    start, end = section
+    text = path.read_text() if path.exists() else ""
+    if start in text:
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1].lstrip("\n")
+        return before + markdown_text + after
+    return text.rstrip("\n") + "\n\n" + markdown_text
+
+
 def run(command, env=None, check=True):
     return subprocess.run(command, env=env, check=check, capture_output=True, text=True)
 

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench import FLOODS_SECTION, LUA_COMMON, Idem, run
+from bench import FLOODS_SECTION, LUA_COMMON, Idem, run, with_section
 
 FLOOD_SECONDS = 10
 TRICKLE_EVERY = 0.020
@@ -257,16 +257,6 @@ def markdown(report):
     return "\n".join(lines)
 
 
-def keep_section(markdown_text, path):
-    """`path`'s text with the floods section replaced by (or given) `markdown_text`."""
-    text = path.read_text() if path.exists() else ""
-    if SECTION[0] in text:
-        before, rest = text.split(SECTION[0], 1)
-        after = rest.split(SECTION[1], 1)[1].lstrip("\n")
-        return before + markdown_text + after
-    return text.rstrip("\n") + "\n\n" + markdown_text
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -284,7 +274,7 @@ def main():
     out = Path(args.out)
     (out / "benchmarks-floods.json").write_text(json.dumps(report, indent=2) + "\n")
     page = out / "benchmarks.md"
-    page.write_text(keep_section(markdown(report), page))
+    page.write_text(with_section(page, FLOODS_SECTION, markdown(report)))
     print(f"wrote {page}")
 
 

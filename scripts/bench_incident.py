@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from bench import INCIDENT_SECTION, Idem, Postgres, http, run
+from bench import INCIDENT_SECTION, Idem, Postgres, http, run, with_section
 
 UNKNOWN = 10_000
 SELECTED = 1_000
@@ -171,16 +171,6 @@ def markdown(report):
     return "\n".join(lines)
 
 
-def keep_section(markdown_text, path):
-    """`path`'s text with the incident section replaced by (or given) `markdown_text`."""
-    text = path.read_text() if path.exists() else ""
-    if SECTION_START in text:
-        before, rest = text.split(SECTION_START, 1)
-        after = rest.split(SECTION_END, 1)[1].lstrip("\n")
-        return before + markdown_text + after
-    return text.rstrip("\n") + "\n\n" + markdown_text
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -210,7 +200,7 @@ def main():
         sim.terminate()
     (out / "benchmarks-incident.json").write_text(json.dumps(report, indent=2) + "\n")
     page = out / "benchmarks.md"
-    page.write_text(keep_section(markdown(report), page))
+    page.write_text(with_section(page, INCIDENT_SECTION, markdown(report)))
     print(f"wrote {page}")
 
 

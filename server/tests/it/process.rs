@@ -195,14 +195,7 @@ async fn json_logs_carry_the_request_id_on_every_request_line() {
         .await
         .expect("GET /healthz");
     assert_eq!(response.status(), 200);
-    idem.signal("TERM");
-    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("collect output");
-    assert!(output.status.success());
-
-    let stderr = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    let stderr = idem.stop_and_read_logs().await;
     let lines: Vec<serde_json::Value> = stderr
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
@@ -473,12 +466,7 @@ async fn logs_never_carry_api_keys_bodies_or_credentials() {
         .expect("GET");
     assert_eq!(fetched.status(), 200);
 
-    idem.signal("TERM");
-    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("collect output");
-    let logs = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    let logs = idem.stop_and_read_logs().await;
     assert!(logs.lines().count() > 20, "trace logging was on: {logs}");
     // `idem_key_<hex id>_<secret>`: the secret is all after the id (base64url may hold `_`).
     let secret = api_key
@@ -531,12 +519,7 @@ async fn the_data_directory_is_its_owners_and_a_shared_key_file_is_warned_about(
     shared.stderr(std::process::Stdio::piped());
     let idem = IdemProcess::serve_with(shared).await;
     until_ready(idem.address).await;
-    idem.signal("TERM");
-    let output = tokio::time::timeout(Duration::from_secs(10), idem.child.wait_with_output())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("collect output");
-    let logs = String::from_utf8(output.stderr).expect("UTF-8 logs");
+    let logs = idem.stop_and_read_logs().await;
     assert!(logs.contains("readable by other accounts"), "{logs}");
     assert!(logs.contains("response-keys"), "{logs}");
 }

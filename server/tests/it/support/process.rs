@@ -127,6 +127,18 @@ impl IdemProcess {
         assert!(status.success(), "kill -{signal} {pid} failed");
     }
 
+    /// Stops the process with SIGTERM, checks that it exited cleanly, and returns what it
+    /// logged (its stderr, when the command piped it).
+    pub async fn stop_and_read_logs(self) -> String {
+        self.signal("TERM");
+        let output = tokio::time::timeout(Duration::from_secs(10), self.child.wait_with_output())
+            .await
+            .expect("exits after SIGTERM")
+            .expect("collect output");
+        assert!(output.status.success(), "a clean exit: {:?}", output.status);
+        String::from_utf8(output.stderr).expect("UTF-8 logs")
+    }
+
     /// Waits for the process to end by itself (a crash point, a signal); its exit status.
     pub async fn ended(&mut self) -> std::process::ExitStatus {
         tokio::time::timeout(Duration::from_secs(20), self.child.wait())

@@ -118,6 +118,7 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
                 },
             },
             instance_id: "bench".to_owned(),
+            answer_cache_bytes: 0,
         },
     ));
     let console = StoreConsole::new(store.clone(), engine, 10, std::time::Duration::from_secs(60));

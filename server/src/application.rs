@@ -53,6 +53,8 @@ pub enum ServeError {
 
 /// Heartbeats an instance may miss before the others stop counting it as live.
 const MISSED_HEARTBEATS: u32 = 3;
+/// How often the metrics recorder's histogram samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 /// How often refused sign-ins are summed up in the audit log (one entry per source).
 const REFUSALS_SUMMED_UP_EVERY: Duration = Duration::from_secs(60);
 /// How long after its release a payment's provider key is still asked about, for a charge
@@ -156,6 +158,7 @@ impl Application {
                 },
             },
             instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
+            answer_cache_bytes: args.answer_cache_bytes,
         };
         let instance = Instance {
             id: engine_settings.instance_id.clone(),
@@ -241,16 +244,24 @@ impl Application {
             }
             None => (routers.shared(), None),
         };
-        let exposition = Exposition::new(
-            metrics::prometheus::install(),
-            store.clone(),
-            retention,
-            args.recovery_max_attempts,
-        );
+        let recorder = metrics::prometheus::install();
+        if let Some(recorder) = &recorder {
+            // Histogram samples pile up in the recorder until drained: without this a busy
+            // instance nobody scrapes grows by every request it answers (about 20 bytes each,
+            // measured with scripts/bench-floods' random-bearer flood).
+            workers.spawn(Every::new(
+                "metrics upkeep",
+                METRICS_UPKEEP,
+                Arc::new(recorder.clone()),
+                |recorder| async move { recorder.run_upkeep() },
+            ));
+        }
+        let exposition = Exposition::new(recorder, store.clone(), retention, args.recovery_max_attempts);
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
         crate::engine::background::register_metrics();
         crate::console::refusals::register_metrics();
+        crate::engine::final_answers::register_metrics();
         for operation in Operation::VARIANTS {
             metrics::register_window(*operation, engine_settings.of(*operation).expiry.window);
         }

@@ -335,6 +335,12 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_RATE_LIMIT_PER_SEC", default_value_t = 100)]
     pub rate_limit_per_sec: u32,
 
+    /// Memory, in bytes, for final answers (completed and declined records with their stored
+    /// responses), so that a replay needs no database until shortly before its window ends
+    /// (0: off).
+    #[arg(long, env = "IDEM_ANSWER_CACHE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub answer_cache_bytes: u64,
+
     /// How often, in milliseconds, this instance writes its outcome counts to the database.
     #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
     pub metrics_flush_ms: u64,

@@ -144,25 +144,24 @@ fn summary_entry(who: Who, tally: &Tally) -> AuditEntry {
 
 #[async_trait::async_trait]
 impl Buffered for SignInRefusals {
-    /// One audit entry per source refused since the last flush; what could not be written is
-    /// kept for the next one.
+    /// One audit entry per source refused since the last flush, all in one transaction (one
+    /// commit a minute, however many sources); kept for the next try when it fails.
     async fn flush(&self, store: &dyn Store) {
         let mut drained: Vec<(Who, Tally)> = self.tallies().drain().collect();
-        drained.sort_by_key(|(who, _)| *who);
-        let mut unwritten = Vec::new();
-        for (who, tally) in drained {
-            if !unwritten.is_empty() {
-                unwritten.push((who, tally));
-                continue;
-            }
-            if let Err(error) = store.append_audit(&summary_entry(who, &tally)).await {
-                tracing::warn!(%error, "refused sign-ins not summed up; kept for the next try");
-                unwritten.push((who, tally));
-            }
+        if drained.is_empty() {
+            return;
         }
-        let mut tallies = self.tallies();
-        for (who, tally) in unwritten {
-            tallies.entry(who).or_default().merge(tally);
+        drained.sort_by_key(|(who, _)| *who);
+        let entries: Vec<AuditEntry> = drained
+            .iter()
+            .map(|(who, tally)| summary_entry(*who, tally))
+            .collect();
+        if let Err(error) = store.append_audit_entries(&entries).await {
+            tracing::warn!(%error, sources = entries.len(), "refused sign-ins not summed up; kept for the next try");
+            let mut tallies = self.tallies();
+            for (who, tally) in drained {
+                tallies.entry(who).or_default().merge(tally);
+            }
         }
     }
 }

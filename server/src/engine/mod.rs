@@ -13,6 +13,8 @@
 //!   an override two admins vouched for, release a key the provider never charged.
 //! - `background.rs`: the passes the workers run: recovery, settlement, the release watch.
 //! - `answer.rs`: what the client is answered, in the contract's terms.
+//! - `final_answers.rs`: settled records kept in memory until shortly before their window
+//!   ends, so that a replay needs no database.
 //! - `sealing.rs`: stored response bodies sealed at rest.
 //!
 //! Whatever a keyed request writes runs on a task of its own (`request.rs`), so a caller that
@@ -23,6 +25,7 @@
 
 mod answer;
 pub mod background;
+pub mod final_answers;
 mod operator;
 mod owner;
 mod refunds;
@@ -63,6 +66,8 @@ pub struct EngineSettings {
     pub create_refund: OperationSettings,
     /// This instance, as lease owner.
     pub instance_id: String,
+    /// The memory for final answers, in bytes (0: none).
+    pub answer_cache_bytes: u64,
 }
 
 impl EngineSettings {
@@ -109,6 +114,7 @@ pub struct PaymentsEngine {
     outcomes: Arc<OutcomeCounter>,
     journal: Arc<RequestJournal>,
     sealer: Arc<ResponseSealer>,
+    final_answers: final_answers::FinalAnswers,
     settings: EngineSettings,
 }
 
@@ -133,6 +139,7 @@ impl PaymentsEngine {
             outcomes: parts.outcomes,
             journal: parts.journal,
             sealer: parts.sealer,
+            final_answers: final_answers::FinalAnswers::new(settings.answer_cache_bytes),
             settings,
         }
     }

@@ -204,10 +204,18 @@ impl PaymentsEngine {
         claim: &NewClaim,
     ) -> (Answer, Option<TimeDelta>) {
         let scope = &claim.scope;
-        let found = match self.records.look_up(scope).await {
-            Ok(found) => found,
-            // Nothing was written: the retry starts afresh.
-            Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
+        let found = match self.final_answers.get(scope) {
+            Some(found) => Some(found),
+            None => match self.records.look_up(scope).await {
+                Ok(found) => {
+                    if let Some(found) = &found {
+                        self.final_answers.remember(scope, found);
+                    }
+                    found
+                }
+                // Nothing was written: the retry starts afresh.
+                Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
+            },
         };
         let Some(mut found) = found else {
             return self.claim_to_the_end(operation, claim, None).await;

@@ -96,6 +96,9 @@ pub trait OperatorStore: Send + Sync {
 
     async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
 
+    /// Every entry of `entries`, in one transaction (one commit for a batch of summaries).
+    async fn append_audit_entries(&self, entries: &[AuditEntry]) -> Result<(), StoreError>;
+
     /// Newest first, older than `before` when given.
     async fn audit_page(
         &self,
@@ -349,8 +352,14 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.append_audit_entries(std::slice::from_ref(entry)).await
+    }
+
+    async fn append_audit_entries(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        insert_audit(&mut tx, entry).await?;
+        for entry in entries {
+            insert_audit(&mut tx, entry).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

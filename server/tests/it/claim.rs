@@ -602,3 +602,82 @@ async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {
 }
 
 conformance!(a_stale_owner_is_fenced_out_by_the_one_taker);
+
+/// Nothing the store allows changes a final record (COMPLETED, or FAILED_REPLAYABLE) before
+/// its window ends, which is what lets an instance answer its retries from memory
+/// (`engine::final_answers`). Every write a record can meet is tried on one, and the look-up
+/// finds the same record and the same stored response after each. (create_refund's claim
+/// and completion are the same statements, `CLAIM_RECORD` and `SETTLE_RECORD`.)
+async fn a_final_record_cannot_change_before_its_window_ends(db: TestDatabase) {
+    let fixture = fixture(&db, "100.00").await;
+    let store = &fixture.store;
+    for (key, verdict, status) in [
+        ("k-final", ProviderVerdict::Authorized, RecordStatus::Completed),
+        (
+            "k-declined",
+            ProviderVerdict::Declined,
+            RecordStatus::FailedReplayable,
+        ),
+    ] {
+        let body = request_body("10.00", &format!("inv-{key}"));
+        let (claim, payment) = fixture.claimed(key, &body).await;
+        assert!(fixture.completes(&claim, 1, &completion(&payment, verdict)).await);
+        let scope = &claim.scope;
+        let look = async || {
+            let found = store.look_up(scope).await.expect("look up").expect("the record");
+            (found.at.record, found.response)
+        };
+        let before = look().await;
+        assert_eq!(before.0.status, status);
+        assert!(before.1.is_some(), "a final record has its response");
+
+        // The claim again, with the same command and with another.
+        for body in [body.clone(), request_body("99.00", &format!("inv-{key}-other"))] {
+            let (again, again_payment) = fixture.attempt(key, &body);
+            let outcome = store
+                .claim_create_payment(&again, &again_payment, &insufficient_funds())
+                .await
+                .expect("claim");
+            assert!(matches!(outcome, ClaimOutcome::Existing(_)), "{key}: {outcome:?}");
+        }
+        // Every owner's and operator's write, at the record's lease version and the next.
+        for lease_version in [1, 2] {
+            let other = completion(&payment, ProviderVerdict::Authorized);
+            assert!(!fixture.completes(&claim, lease_version, &other).await, "{key}");
+            assert!(
+                !store
+                    .mark_outcome_unknown(scope, lease_version, &timed_out())
+                    .await
+                    .expect("mark"),
+                "{key}"
+            );
+            let taken = store
+                .take_over(scope, lease_version, "taker", Duration::from_secs(30))
+                .await
+                .expect("take over");
+            assert_eq!(taken, None, "{key}");
+            let release = domain::claim::KeyRelease {
+                payment_id: payment.id.clone(),
+                event_id: domain::payment::new_event_id(),
+                event_payload: "{}".to_owned(),
+                audit: crate::support::test_audit(),
+            };
+            assert!(
+                !store
+                    .release_key(scope, lease_version, &release)
+                    .await
+                    .expect("release"),
+                "{key}"
+            );
+        }
+        // The cleanup, and the note of a retry after the window (a counter beside the record).
+        store
+            .purge_expired(1_000, Duration::from_secs(5))
+            .await
+            .expect("purge");
+        store.note_expired_retry(scope).await.expect("note");
+        assert_eq!(look().await, before, "{key}: unchanged");
+    }
+}
+
+conformance!(a_final_record_cannot_change_before_its_window_ends);

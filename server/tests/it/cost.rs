@@ -99,13 +99,18 @@ async fn a_revoked_key_stops_working_on_every_instance_within_the_bound() {
     }
 }
 
-#[tokio::test]
-async fn a_replay_is_one_statement() {
+/// The statements `replays` replays of one completed key cost the database, counted with
+/// pg_stat_statements on a cluster of the test's own, on an instance started with `flags`;
+/// with the journal flushed after them, the journal's rows of those replays.
+async fn replay_statements(flags: &[(&str, &str)], replays: i64) -> (Vec<(String, i64)>, i64) {
     let cluster = Cluster::counting_statements();
     let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
-    let app = TestApp::on_database(db)
+    let setup = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--instance-heartbeat-ms", "86400000")
+        .serve("--instance-heartbeat-ms", "86400000");
+    let app = flags
+        .iter()
+        .fold(setup, |setup, (flag, value)| setup.serve(flag, value))
         .in_process()
         .await;
     let first = app.pay("k-counted", BODY).await;
@@ -117,8 +122,7 @@ async fn a_replay_is_one_statement() {
         .execute("create extension if not exists pg_stat_statements; select pg_stat_statements_reset()")
         .await
         .expect("counting from here");
-    const REPLAYS: i64 = 20;
-    for _ in 0..REPLAYS {
+    for _ in 0..replays {
         expect_replay(app.pay("k-counted", BODY).await, &first_body, "counted").await;
     }
     let statements: Vec<(String, i64)> = app
@@ -129,11 +133,62 @@ async fn a_replay_is_one_statement() {
              and query not like '%pg_stat_statements%' order by calls desc",
         )
         .await;
+    drop(app);
+    (statements, replays)
+}
+
+#[tokio::test]
+async fn a_replay_is_one_statement() {
+    let (statements, replays) = replay_statements(&[("--answer-cache-bytes", "0")], 20).await;
     let total: i64 = statements.iter().map(|(_, calls)| calls).sum();
-    assert_eq!(total, REPLAYS, "one statement per replay: {statements:#?}");
+    assert_eq!(total, replays, "one statement per replay: {statements:#?}");
     assert_eq!(statements.len(), 1, "{statements:#?}");
     assert!(
         statements[0].0.trim_start().to_lowercase().starts_with("select"),
         "a read: {statements:#?}"
     );
+}
+
+#[tokio::test]
+async fn a_final_answer_in_memory_is_replayed_without_the_database() {
+    let (statements, _) = replay_statements(&[], 20).await;
+    assert_eq!(statements, [], "no statement for replays from memory");
+}
+
+#[tokio::test]
+async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
+    let app = TestApp::on(DialectName::Postgres)
+        .tenant("acme", "100.00")
+        .serve("--journal-flush-ms", "100")
+        .serve("--metrics-flush-ms", "100")
+        .in_process()
+        .await;
+    let hits = async || {
+        let text = app.metrics().await;
+        crate::support::metric(&text, "idempotency_answer_cache_hits_total", &[])
+    };
+    let hits_before = hits().await;
+    let first = app.pay("k-journal", BODY).await;
+    assert_eq!(first.status(), 201);
+    let first_body = first.bytes().await.expect("body");
+    for _ in 0..10 {
+        expect_replay(app.pay("k-journal", BODY).await, &first_body, "replayed").await;
+    }
+    // The first replay read the database and kept the answer; the nine after it came from
+    // memory (other tests in this process may count hits too: at least these).
+    assert!(hits().await - hits_before >= 9.0);
+    app.db
+        .eventually_i64(
+            "select count(*) from idempotency_requests where idempotency_key = 'k-journal' and replayed",
+            |replays| replays == 10,
+            "every replay journalled",
+        )
+        .await;
+    app.db
+        .eventually_i64(
+            "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'replay'",
+            |replays| replays == 10,
+            "every replay counted",
+        )
+        .await;
 }

@@ -2,6 +2,8 @@
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::Semaphore;
 
 /// A password as chosen or generated: at least 12 characters, at most 256.
 pub struct Password(String);
@@ -41,6 +43,72 @@ impl Password {
             .hash_password(self.0.as_bytes(), &salt)
             .unwrap_or_else(|error| panic!("Argon2 with default parameters cannot fail: {error}"))
             .to_string()
+    }
+}
+
+/// Password checks on threads of their own, at most as many at once as there are threads; a
+/// check past that is refused at once, never queued. Argon2 spends tens of milliseconds of a
+/// core and 19 MiB a check: a crowd of sources, each within its own sign-in limits, would
+/// otherwise take the cores payments need, and on tokio's blocking pool every new thread
+/// would keep its own 19 MiB (its allocator arena) after it: fixed threads keep the memory to
+/// threads x 19 MiB.
+pub struct PasswordChecks {
+    /// A permit is a free thread; it goes with its job and is given back when the job ends.
+    free: Arc<Semaphore>,
+    jobs: std::sync::mpsc::SyncSender<PasswordJob>,
+}
+
+type PasswordJob = Box<dyn FnOnce() + Send>;
+
+impl PasswordChecks {
+    /// `threads` checkers, each on a thread of its own for the life of the process.
+    pub fn new(threads: usize) -> PasswordChecks {
+        let threads = threads.max(1);
+        // Never full: a job is sent only with a permit, and there are as many as threads.
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<PasswordJob>(threads);
+        let queue = Arc::new(Mutex::new(queue));
+        for checker in 0..threads {
+            let queue = queue.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("password-check-{checker}"))
+                .spawn(move || {
+                    loop {
+                        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        match next {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::error!(%error, "a password checker did not start");
+            }
+        }
+        PasswordChecks {
+            free: Arc::new(Semaphore::new(threads)),
+            jobs,
+        }
+    }
+
+    /// Whether `password` is the one behind `hash` (a missing hash is checked against a decoy,
+    /// so that both answers take as long); `None` when every checker is busy. The check runs
+    /// to its end even if its caller has gone.
+    pub async fn check(&self, password: String, hash: Option<String>) -> Option<bool> {
+        let free = self.free.clone().try_acquire_owned().ok()?;
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: PasswordJob = Box::new(move || {
+            let matches = verify_password(&password, hash.as_deref().unwrap_or_else(|| decoy_hash()));
+            drop(free);
+            // The caller may have gone: its answer is not needed then.
+            let _ = answer.send(matches);
+        });
+        self.jobs.try_send(job).ok()?;
+        answered.await.ok()
+    }
+
+    /// Checkers free now.
+    pub fn free(&self) -> usize {
+        self.free.available_permits()
     }
 }
 
@@ -86,6 +154,47 @@ mod tests {
         assert!(!verify_password("correct horse battery!", &hash));
         assert!(!verify_password("correct horse battery", "not a hash"));
         assert_ne!(hash, password.hash(), "salted");
+    }
+
+    #[tokio::test]
+    async fn password_checks_past_the_bound_are_refused_at_once() {
+        let checks = PasswordChecks::new(1);
+        let hash = Password::parse("correct horse battery")
+            .expect("long enough")
+            .hash();
+        let held = checks.free.clone().try_acquire_owned().expect("the one checker");
+        let busy = checks
+            .check("correct horse battery".into(), Some(hash.clone()))
+            .await;
+        assert_eq!(busy, None, "refused at once");
+        drop(held);
+        let checked = checks.check("correct horse battery".into(), Some(hash)).await;
+        assert_eq!(checked, Some(true), "the right password");
+        assert_eq!(
+            checks.check("a guess".into(), None).await,
+            Some(false),
+            "the decoy"
+        );
+        assert_eq!(checks.free(), 1, "each check gives its checker back");
+    }
+
+    #[tokio::test]
+    async fn checks_at_once_never_exceed_the_checkers() {
+        let checks = Arc::new(PasswordChecks::new(2));
+        let hash = Password::parse("correct horse battery")
+            .expect("long enough")
+            .hash();
+        let answers = futures_util::future::join_all((0..8).map(|_| {
+            let (checks, hash) = (checks.clone(), hash.clone());
+            async move { checks.check("correct horse battery".into(), Some(hash)).await }
+        }))
+        .await;
+        let checked = answers.iter().filter(|answer| answer.is_some()).count();
+        assert!(
+            (2..8).contains(&checked),
+            "two at once, the rest refused: {answers:?}"
+        );
+        assert!(answers.iter().flatten().all(|matches| *matches));
     }
 
     #[test]

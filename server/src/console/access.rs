@@ -7,7 +7,7 @@
 use super::limits::SignInLimits;
 use super::refusals::{Refusal, SignInRefusals};
 use super::sessions::StoreSessions;
-use crate::auth::operator::{decoy_hash, verify_password};
+use crate::auth::operator::PasswordChecks;
 use crate::auth::source::Sources;
 use crate::store::Store;
 use crate::store::operators::StoredOperator;
@@ -23,7 +23,6 @@ use domain::operator::OperatorUsername;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
@@ -78,27 +77,22 @@ pub struct Credentials {
 #[derive(Clone)]
 pub struct Operators {
     store: Arc<dyn Store>,
-    /// Password checks that may run at once: Argon2 spends tens of milliseconds of a core
-    /// and 19 MiB each, so without a bound a crowd of sources, each within its own limits,
-    /// would take the cores and memory that payments need.
-    password_checks: Arc<Semaphore>,
+    password_checks: Arc<PasswordChecks>,
 }
 
 /// Password checks at once per core.
 const PASSWORD_CHECKS_PER_CORE: usize = 2;
 
-/// The bound on password checks at once for this machine.
-pub fn password_checks() -> Arc<Semaphore> {
+/// This machine's password checkers: two per core.
+pub fn password_checks() -> Arc<PasswordChecks> {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    Arc::new(Semaphore::new(PASSWORD_CHECKS_PER_CORE * cores))
+    Arc::new(PasswordChecks::new(PASSWORD_CHECKS_PER_CORE * cores))
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    #[error("password check did not finish: {0}")]
-    Verifier(#[from] tokio::task::JoinError),
     #[error("every password check is taken")]
     Busy,
 }
@@ -115,7 +109,12 @@ impl AuthnBackend for Operators {
         }
         .filter(|operator| !operator.disabled);
         let hash = operator.as_ref().map(|operator| operator.password_hash.clone());
-        let matches = check_password(&self.password_checks, credentials.password, hash).await?;
+        // An unknown user is checked against a decoy, so both answers take as long.
+        let matches = self
+            .password_checks
+            .check(credentials.password, hash)
+            .await
+            .ok_or(AccessError::Busy)?;
         Ok(operator.filter(|_| matches).map(SignedIn::of))
     }
 
@@ -127,27 +126,6 @@ impl AuthnBackend for Operators {
             .filter(|operator| !operator.disabled)
             .map(SignedIn::of))
     }
-}
-
-/// Whether `password` is the one behind `hash` (an unknown user's is checked against a decoy,
-/// made the first time, so both answers take as long), or `Busy` when every check of
-/// `checks` is taken. Argon2 takes tens of milliseconds of CPU: off the async workers, and the
-/// permit is held until the check ends, even if its caller has gone.
-async fn check_password(
-    checks: &Arc<Semaphore>,
-    password: String,
-    hash: Option<String>,
-) -> Result<bool, AccessError> {
-    let permit = checks
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| AccessError::Busy)?;
-    let matches = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        verify_password(&password, hash.as_deref().unwrap_or_else(|| decoy_hash()))
-    })
-    .await?;
-    Ok(matches)
 }
 
 pub type OperatorSession = AuthSession<Operators>;
@@ -181,7 +159,7 @@ pub struct AccessState {
     pub limits: Arc<SignInLimits>,
     /// Refused sign-ins, counted and summed up in the audit log once a minute per source.
     pub refusals: Arc<SignInRefusals>,
-    pub password_checks: Arc<Semaphore>,
+    pub password_checks: Arc<PasswordChecks>,
     pub sources: Sources,
     /// How long a session lasts after its sign-in, however much it is used.
     pub session_lifetime: std::time::Duration,
@@ -441,26 +419,6 @@ mod tests {
         ] {
             assert_eq!(safe_next(outside), "/", "{outside:?}");
         }
-    }
-
-    #[tokio::test]
-    async fn password_checks_past_the_bound_are_refused_at_once() {
-        let checks = Arc::new(Semaphore::new(1));
-        let hash = crate::auth::operator::Password::parse("correct horse battery")
-            .expect("long enough")
-            .hash();
-        let held = checks.clone().try_acquire_owned().expect("the one check");
-        let busy = check_password(&checks, "correct horse battery".into(), Some(hash.clone())).await;
-        assert!(matches!(busy, Err(AccessError::Busy)), "{busy:?}");
-        drop(held);
-        let checked = check_password(&checks, "correct horse battery".into(), Some(hash)).await;
-        assert!(checked.expect("checked"), "the right password");
-        assert!(
-            !check_password(&checks, "a guess".into(), None)
-                .await
-                .expect("checked")
-        );
-        assert_eq!(checks.available_permits(), 1, "each check gives its permit back");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Console operators: usernames, passwords (Argon2id, PHC strings), generated passwords.
 
-use argon2::Argon2;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{Output, PasswordHash, PasswordHasher, SaltString};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Semaphore;
 
@@ -51,14 +51,14 @@ impl Password {
 /// core and 19 MiB a check: a crowd of sources, each within its own sign-in limits, would
 /// otherwise take the cores payments need, and on tokio's blocking pool every new thread
 /// would keep its own 19 MiB (its allocator arena) after it: fixed threads keep the memory to
-/// threads x 19 MiB.
+/// threads x 19 MiB, each thread checking in the same memory every time.
 pub struct PasswordChecks {
     /// A permit is a free thread; it goes with its job and is given back when the job ends.
     free: Arc<Semaphore>,
     jobs: std::sync::mpsc::SyncSender<PasswordJob>,
 }
 
-type PasswordJob = Box<dyn FnOnce() + Send>;
+type PasswordJob = Box<dyn FnOnce(&mut Vec<Block>) + Send>;
 
 impl PasswordChecks {
     /// `threads` checkers, each on a thread of its own for the life of the process.
@@ -72,10 +72,12 @@ impl PasswordChecks {
             let spawned = std::thread::Builder::new()
                 .name(format!("password-check-{checker}"))
                 .spawn(move || {
+                    // Argon2's memory, kept for every check this thread makes.
+                    let mut blocks = Vec::new();
                     loop {
                         let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         match next {
-                            Ok(job) => job(),
+                            Ok(job) => job(&mut blocks),
                             Err(_) => return,
                         }
                     }
@@ -96,8 +98,9 @@ impl PasswordChecks {
     pub async fn check(&self, password: String, hash: Option<String>) -> Option<bool> {
         let free = self.free.clone().try_acquire_owned().ok()?;
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: PasswordJob = Box::new(move || {
-            let matches = verify_password(&password, hash.as_deref().unwrap_or_else(|| decoy_hash()));
+        let job: PasswordJob = Box::new(move |blocks: &mut Vec<Block>| {
+            let matches =
+                verify_password_in(&password, hash.as_deref().unwrap_or_else(|| decoy_hash()), blocks);
             drop(free);
             // The caller may have gone: its answer is not needed then.
             let _ = answer.send(matches);
@@ -125,13 +128,48 @@ pub async fn generated_password() -> (Password, String) {
 }
 
 /// Whether `candidate` is the password behind `stored_hash`. Constant in the candidate (the
-/// comparison happens inside Argon2); slow on purpose, so callers run it off the async runtime.
+/// comparison is constant-time); slow on purpose, so callers run it off the async runtime.
 pub fn verify_password(candidate: &str, stored_hash: &str) -> bool {
-    PasswordHash::new(stored_hash).is_ok_and(|hash| {
-        Argon2::default()
-            .verify_password(candidate.as_bytes(), &hash)
-            .is_ok()
-    })
+    verify_password_in(candidate, stored_hash, &mut Vec::new())
+}
+
+/// [`verify_password`], with Argon2's memory in `blocks` (grown to the hash's memory cost,
+/// then kept): a checker that keeps its blocks allocates nothing per check. (Allocating 19 MiB
+/// per check and freeing it left the memory with the allocator: glibc raises its mmap
+/// threshold past a freed block, and later blocks came from heaps it keeps.)
+pub fn verify_password_in(candidate: &str, stored_hash: &str, blocks: &mut Vec<Block>) -> bool {
+    let Ok(hash) = PasswordHash::new(stored_hash) else {
+        return false;
+    };
+    let (Ok(algorithm), Ok(params), Some(expected), Some(salt)) = (
+        Algorithm::try_from(hash.algorithm),
+        Params::try_from(&hash),
+        hash.hash,
+        hash.salt,
+    ) else {
+        return false;
+    };
+    let Ok(version) = hash.version.map(Version::try_from).transpose() else {
+        return false;
+    };
+    let mut salt_bytes = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_bytes) else {
+        return false;
+    };
+    if blocks.len() < params.block_count() {
+        blocks.resize(params.block_count(), Block::default());
+    }
+    let mut computed = vec![0u8; expected.len()];
+    let argon2 = Argon2::new(algorithm, version.unwrap_or_default(), params.clone());
+    argon2
+        .hash_password_into_with_memory(
+            candidate.as_bytes(),
+            salt,
+            &mut computed,
+            &mut blocks[..params.block_count()],
+        )
+        .is_ok()
+        && Output::new(&computed).is_ok_and(|computed| computed == expected)
 }
 
 /// A hash no password matches, verified when a username does not exist, so that the answer
@@ -195,6 +233,46 @@ mod tests {
             "two at once, the rest refused: {answers:?}"
         );
         assert!(answers.iter().flatten().all(|matches| *matches));
+    }
+
+    #[test]
+    fn checking_in_kept_memory_agrees_with_argon2s_own_check() {
+        use argon2::PasswordVerifier;
+        let light = Argon2::new(
+            Algorithm::Argon2id,
+            Version::V0x13,
+            Params::new(256, 1, 1, None).expect("params"),
+        );
+        let salt = SaltString::encode_b64(b"sixteen byte slt").expect("salt");
+        let stored = [
+            Password::parse("correct horse battery")
+                .expect("long enough")
+                .hash(),
+            light
+                .hash_password(b"correct horse battery", &salt)
+                .expect("hash")
+                .to_string(),
+        ];
+        let mut blocks = Vec::new();
+        for stored in &stored {
+            let parsed = PasswordHash::new(stored).expect("a PHC string");
+            for candidate in ["correct horse battery", "correct horse battery!", ""] {
+                let argon2s = Argon2::default()
+                    .verify_password(candidate.as_bytes(), &parsed)
+                    .is_ok();
+                assert_eq!(
+                    verify_password_in(candidate, stored, &mut blocks),
+                    argon2s,
+                    "{candidate:?} {stored}"
+                );
+            }
+        }
+        assert_eq!(blocks.len(), 19_456, "kept at the largest cost seen (19 MiB)");
+        assert!(!verify_password_in(
+            "x",
+            "$argon2id$v=19$m=8,t=1,p=1$bm90IGEgc2FsdA$",
+            &mut blocks
+        ));
     }
 
     #[test]

@@ -38,38 +38,35 @@ impl Default for VerifiedKeys {
 }
 
 impl VerifiedKeys {
-    /// Whether the key with `hash` was verified within [`VERIFIED_FOR`] (no database query
-    /// needed).
-    pub fn is_verified(&self, hash: &ApiKeyHash) -> bool {
-        self.verified.contains_key(hash)
+    /// The principal of the key with `hash` when it was verified within [`VERIFIED_FOR`] (no
+    /// database query).
+    pub fn verified(&self, hash: &ApiKeyHash) -> Option<Principal> {
+        let principal = self.verified.get(hash)?;
+        self.note_used(&principal);
+        Some(principal)
     }
 
-    /// The principal of the key with `hash`: from the keys verified within [`VERIFIED_FOR`],
-    /// or from the store.
-    pub async fn principal(
+    /// The principal of the key with `hash`, read from the store (and kept when valid).
+    pub async fn look_up(
         &self,
         store: &dyn TenantStore,
         hash: ApiKeyHash,
     ) -> Result<Option<Principal>, StoreError> {
-        let principal = match self.verified.get(&hash) {
-            Some(principal) => Some(principal),
-            None => {
-                let principal = store.authenticate_api_key(&hash).await?;
-                if let Some(principal) = &principal {
-                    self.verified.insert(hash, principal.clone());
-                }
-                principal
-            }
-        };
+        let principal = store.authenticate_api_key(&hash).await?;
         if let Some(principal) = &principal {
-            // Allocates only for the first use of a key between two flushes.
-            let id = principal.api_key_id.as_str();
-            let mut used = self.used();
-            if !used.contains(id) {
-                used.insert(id.to_owned());
-            }
+            self.verified.insert(hash, principal.clone());
+            self.note_used(principal);
         }
         Ok(principal)
+    }
+
+    /// Allocates only for the first use of a key between two flushes.
+    fn note_used(&self, principal: &Principal) {
+        let id = principal.api_key_id.as_str();
+        let mut used = self.used();
+        if !used.contains(id) {
+            used.insert(id.to_owned());
+        }
     }
 
     fn used(&self) -> MutexGuard<'_, HashSet<String>> {

@@ -261,10 +261,14 @@ pub(super) async fn authenticate(
         retry_after_secs: wait.as_secs() + 1,
     };
     let hash = presented.hash();
-    if !state.verified_keys.is_verified(&hash) {
-        state.failed_authentications.check(caller).map_err(limited)?;
-    }
-    match state.verified_keys.principal(state.store.as_ref(), hash).await {
+    let principal = match state.verified_keys.verified(&hash) {
+        Some(principal) => Ok(Some(principal)),
+        None => {
+            state.failed_authentications.check(caller).map_err(limited)?;
+            state.verified_keys.look_up(state.store.as_ref(), hash).await
+        }
+    };
+    match principal {
         Ok(Some(principal)) => match state.rate_limit.check(&principal.tenant_id) {
             Ok(()) => Ok(principal),
             Err(wait) => Err(limited(wait)),

@@ -294,6 +294,22 @@ async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: Te
     );
 }
 
+/// Polls a running bulk job until at least `wanted` of its items are done (or 15 s pass);
+/// how many are.
+async fn items_done(console: &Console, id: &str, wanted: u64) -> u64 {
+    let mut done = 0;
+    for _ in 0..300 {
+        done = console.json("bulk/job", &[("id", id)]).await["done"]
+            .as_u64()
+            .unwrap_or_default();
+        if done >= wanted {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    done
+}
+
 /// Polls a bulk job until it is in `state`; the job.
 async fn job_in_state(console: &Console, id: &str, state: &str) -> Value {
     for _ in 0..600 {
@@ -611,16 +627,7 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
         "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
     });
     operator.post_json("bulk/apply", &resend).await.expect("applied");
-    let mut done = 0;
-    for _ in 0..300 {
-        done = operator.json("bulk/job", &[("id", id.as_str())]).await["done"]
-            .as_u64()
-            .unwrap_or_default();
-        if done >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let done = items_done(&operator, &id, 3).await;
     assert!((3..12).contains(&done), "killed mid-job, after {done} items");
     app.stop();
     app.restart(&[]).await;
@@ -680,16 +687,7 @@ async fn a_provider_that_goes_down_mid_job_leaves_the_rest_untouched_and_reporte
         "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
     });
     operator.post_json("bulk/apply", &resend).await.expect("applied");
-    let mut done = 0;
-    for _ in 0..300 {
-        done = operator.json("bulk/job", &[("id", id.as_str())]).await["done"]
-            .as_u64()
-            .unwrap_or_default();
-        if done >= 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let done = items_done(&operator, &id, 2).await;
     assert!(
         (2..10).contains(&done),
         "the provider goes down mid-job, after {done} items"

@@ -245,7 +245,6 @@ pub struct RequestView {
     pub at: String,
     pub status_code: u16,
     pub error_code: Option<String>,
-    pub replayed: bool,
     pub same_request: bool,
     /// Against the record's command, for a different request.
     pub changes: Vec<FieldChange>,
@@ -333,8 +332,36 @@ pub struct RecordDetail {
     /// Every refund of the record's payment, oldest first.
     pub refunds: Vec<RefundSummary>,
     pub events: Vec<EventView>,
+    /// Requests with the key, but its replays (counted in `replays`).
     pub requests: Vec<RequestView>,
+    pub replays: Option<ReplaysView>,
     pub audit: Vec<AuditEntryView>,
+}
+
+/// A key's replays: a replay is counted, not journalled one by one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaysView {
+    pub count: i64,
+    pub first_at: String,
+    pub last_at: String,
+    /// The longest time from the key's first request to a replay.
+    pub longest_delay_ms: i64,
+}
+
+impl ReplaysView {
+    /// "40 replays between T1 and T2 (longest delay 3.2 s)".
+    pub fn text(&self) -> String {
+        let replays = if self.count == 1 { "replay" } else { "replays" };
+        let delay = format!("longest delay {:.1} s", self.longest_delay_ms as f64 / 1000.0);
+        if self.first_at == self.last_at {
+            format!("{} {replays} at {} ({delay})", self.count, self.first_at)
+        } else {
+            format!(
+                "{} {replays} between {} and {} ({delay})",
+                self.count, self.first_at, self.last_at
+            )
+        }
+    }
 }
 
 /// How far one consumer is behind: published events it acts on, from the last day, that it

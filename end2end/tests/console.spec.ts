@@ -79,6 +79,7 @@ test("the dashboard shows replays and conflicts after traffic that produced them
     expect(Number(await retries.getAttribute("data-retries"))).toBeGreaterThanOrEqual(1);
   }).toPass({ timeout: 10_000 });
   await expect(retries.locator('[data-quantile="window"] dd')).toHaveText("24 h");
+  await expect(page.locator('[data-note="bucketed"]')).toContainText("log buckets");
   await expect(retries.locator('[data-quantile="p50"] dd')).toHaveText(/ms$|^\d+ s$/);
   await expect(retries.locator("tr.current")).toHaveAttribute("data-window", "86400");
   await expect(retries.locator("tr.current")).toContainText("current window");
@@ -95,6 +96,7 @@ test("the dashboard shows replays and conflicts after traffic that produced them
 test("a record is found by its key and shows what a conflicting retry changed", async ({ page, request }) => {
   const key = `diff-${Date.now()}`;
   expect((await pay(request, key)).status()).toBe(201);
+  expect((await pay(request, key)).status()).toBe(201);
   expect((await pay(request, key, "100.00")).status()).toBe(409);
 
   await signIn(page, "viewer");
@@ -110,7 +112,10 @@ test("a record is found by its key and shows what a conflicting retry changed", 
   await expect(async () => {
     await page.reload();
     await expect(page.locator('li[data-field="amount"]')).toContainText("10.00 -> 100.00", { timeout: 1_000 });
+    // The replay is counted, not listed: one line says how many and when.
+    await expect(page.locator("p.replays")).toContainText(/^1 replay at .* \(longest delay \d+\.\d s\)$/, { timeout: 1_000 });
   }).toPass({ timeout: 10_000 });
+  await expect(page.locator("table.requests tbody tr")).toHaveCount(2);
   await page.screenshot({ path: test.info().outputPath("record.png"), fullPage: true });
 });
 

@@ -84,6 +84,9 @@ pub fn DashboardPage() -> impl IntoView {
             <p class="muted">
                 "A retry is a request that found its key's record with the same command; its delay runs from the key's first request. Past the window a retry is no longer replayed, so the window should outlast nearly all of them."
             </p>
+            <p class="muted" data-note="bucketed">
+                "Delays are kept in log buckets, not one by one: each quantile is the longest delay of its bucket (at least the true value, under twice it), while the counts after each window below are exact."
+            </p>
             <Loading>
                 {move || Suspend::new(async move {
                     retry_windows

@@ -466,6 +466,16 @@ fn RecordView(
             .then(|| view! { <OverrideRequestForm record=detail.record.clone() version=detail.lease_version /> })}
         <section class="panel">
             <h2>"Requests with this key"</h2>
+            {detail
+                .replays
+                .as_ref()
+                .map(|replays| {
+                    view! {
+                        <p class="replays" data-replays=replays.count.to_string()>
+                            {replays.text()}
+                        </p>
+                    }
+                })}
             <table class="requests">
                 <thead>
                     <tr>
@@ -479,10 +489,9 @@ fn RecordView(
                         .requests
                         .into_iter()
                         .map(|request| {
-                            let answer = match (&request.error_code, request.replayed) {
-                                (Some(code), _) => format!("{} {code}", request.status_code),
-                                (None, true) => format!("{} replayed", request.status_code),
-                                (None, false) => request.status_code.to_string(),
+                            let answer = match &request.error_code {
+                                Some(code) => format!("{} {code}", request.status_code),
+                                None => request.status_code.to_string(),
                             };
                             view! {
                                 <tr data-same=request.same_request.to_string()>

@@ -30,6 +30,7 @@ pub mod record;
 pub mod recovery;
 pub mod refund;
 pub mod representation;
+pub mod retry_delay;
 pub mod scope;
 pub mod tenant;
 

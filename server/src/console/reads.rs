@@ -16,6 +16,7 @@ use domain::outcome::Outcome;
 use domain::queue::{QueueCursor, QueueFilter, QueueQuery};
 use domain::record::RecordStatus;
 use domain::recovery::{EvidenceKind, ProviderEvidence, ReconcileAction};
+use domain::retry_delay;
 use domain::scope::Operation;
 use std::time::Duration;
 use strum::VariantArray;
@@ -32,19 +33,6 @@ const LAG_WINDOW: Duration = Duration::from_secs(24 * 3600);
 fn now_text() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
-
-/// The windows a retry window is compared with besides the current one: from an hour to a
-/// month.
-const OTHER_WINDOWS: [Duration; COMPARED_WINDOWS - 1] = [
-    Duration::from_secs(3600),
-    Duration::from_secs(6 * 3600),
-    Duration::from_secs(12 * 3600),
-    Duration::from_secs(24 * 3600),
-    Duration::from_secs(2 * 24 * 3600),
-    Duration::from_secs(3 * 24 * 3600),
-    Duration::from_secs(7 * 24 * 3600),
-    Duration::from_secs(30 * 24 * 3600),
-];
 
 /// A dashboard range in epoch seconds, `[from, to)`: whole steps, the current one last.
 fn epochs_of(range: DashboardRange) -> (i64, i64) {
@@ -156,7 +144,7 @@ impl ConsoleReads for StoreConsole {
         {
             let current = self.engine.settings().of(*operation).expiry.window;
             let mut compared = [current; COMPARED_WINDOWS];
-            compared[1..].copy_from_slice(&OTHER_WINDOWS);
+            compared[1..].copy_from_slice(&retry_delay::OTHER_WINDOWS);
             let rows = self
                 .store
                 .retry_delays(
@@ -168,7 +156,10 @@ impl ConsoleReads for StoreConsole {
                 )
                 .await
                 .map_err(unavailable("retry delays"))?;
-            let row = rows.iter().find(|row| row.operation == operation.as_str());
+            let row = rows
+                .iter()
+                .find(|row| row.operation == operation.as_str())
+                .map(|row| &row.summary);
             let seconds = |ms: i64| ms as f64 / 1000.0;
             let mut windows: Vec<WindowFit> = compared
                 .iter()

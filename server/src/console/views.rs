@@ -165,9 +165,14 @@ pub fn record_detail(
                 .map(|retry| diff::changes(&history.canonical_command, retry))
                 .unwrap_or_default(),
             error_code: entry.error_code,
-            replayed: entry.replayed,
         })
         .collect();
+    let replays = history.replays.map(|replays| dto::ReplaysView {
+        count: replays.count,
+        first_at: at(replays.first_at),
+        last_at: at(replays.last_at),
+        longest_delay_ms: replays.longest_delay_ms,
+    });
     let steps: Vec<dto::StepView> = history
         .steps
         .into_iter()
@@ -214,7 +219,13 @@ pub fn record_detail(
         completed_at: history.completed_at.map(at),
         expires_at: at(history.expires_at),
         claimed_as: <&str>::from(history.claimed_as).to_owned(),
-        timeline: timeline(&steps, &requests, &audit, history.evidence.as_ref()),
+        timeline: timeline(
+            &steps,
+            &requests,
+            replays.as_ref(),
+            &audit,
+            history.evidence.as_ref(),
+        ),
         steps,
         released_payments: history
             .released_payments
@@ -254,6 +265,7 @@ pub fn record_detail(
             })
             .collect(),
         requests,
+        replays,
         audit,
     }
 }
@@ -264,6 +276,7 @@ pub fn record_detail(
 fn timeline(
     steps: &[dto::StepView],
     requests: &[dto::RequestView],
+    replays: Option<&dto::ReplaysView>,
     audit: &[dto::AuditEntryView],
     evidence: Option<&(ProviderEvidence, DateTime<Utc>)>,
 ) -> Vec<dto::TimelineEntry> {
@@ -274,10 +287,9 @@ fn timeline(
     };
     let mut timeline = Vec::with_capacity(steps.len() + requests.len() + audit.len() + 1);
     timeline.extend(requests.iter().map(|request| {
-        let answer = match (&request.error_code, request.replayed) {
-            (Some(code), _) => format!("{} {code}", request.status_code),
-            (None, true) => format!("{}, replayed", request.status_code),
-            (None, false) => request.status_code.to_string(),
+        let answer = match &request.error_code {
+            Some(code) => format!("{} {code}", request.status_code),
+            None => request.status_code.to_string(),
         };
         let what = if request.same_request {
             "a request with the key"
@@ -290,6 +302,8 @@ fn timeline(
             format!("{what}, answered {answer}"),
         )
     }));
+    timeline
+        .extend(replays.map(|replays| entry(&replays.first_at, dto::TimelineKind::Request, replays.text())));
     let mut previous: Option<DateTime<Utc>> = None;
     timeline.extend(steps.iter().map(|step| {
         let owner = step

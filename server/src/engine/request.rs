@@ -192,6 +192,7 @@ impl PaymentsEngine {
             error_code,
             replayed: answer.replayed,
             retry_delay,
+            window: self.settings.of(scope.operation).expiry.window,
         });
     }
 

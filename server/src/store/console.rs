@@ -11,6 +11,7 @@ use domain::cursor::RecordCursor;
 use domain::queue::{Attention, EvidenceFilter, QueueCursor, QueueFilter};
 use domain::record::{ProgressStep, RecordStatus};
 use domain::recovery::{EvidenceKind, ProviderEvidence, UnknownCause};
+use domain::retry_delay::{self, DelayBucket, DelaySummary};
 use domain::scope::Operation;
 use domain::scope::Scope;
 use sqlx::Row;
@@ -172,57 +173,31 @@ pub trait ConsoleStatements {
     /// the page's [`QueueRow`] columns (none when the page is empty), in the order's
     /// `sort_value`.
     const RECOVERY_QUEUE: &'static str;
-    /// `$1` from epoch, `$2` to epoch, `$3` tenant, `$4` operation (empty: any), `$5`..`$13`
-    /// windows in milliseconds: [`RetryDelaysRow`]s, one per operation with retries.
+    /// `$1` from epoch, `$2` to epoch, `$3` tenant, `$4` operation (empty: any): the retry
+    /// delay buckets of the range summed per operation and bucket ([`DelayBucketRow`]s), in
+    /// operation order.
     const RETRY_DELAYS: &'static str;
 }
 
 /// How many windows [`ConsoleStore::retry_delays`] compares the retries with.
-pub const COMPARED_WINDOWS: usize = 9;
+pub const COMPARED_WINDOWS: usize = retry_delay::OTHER_WINDOWS.len() + 1;
 
 /// Retries of one operation in a time range: how long after their key's first request they
-/// came, and how many came after each of the windows asked about.
+/// came, and how many came after each of the windows asked about (exact for the windows the
+/// dashboard compares, bucketed quantiles: see [`domain::retry_delay`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryDelays {
     pub operation: String,
-    pub retries: i64,
-    /// Nearest-rank p50, p90, p99 and p99.9, in milliseconds.
-    pub quantiles_ms: [i64; 4],
-    pub longest_ms: i64,
-    /// Per window asked about, in its order: the retries that came after it.
-    pub outside: [i64; COMPARED_WINDOWS],
+    pub summary: DelaySummary<COMPARED_WINDOWS>,
 }
 
 /// A row of [`ConsoleStatements::RETRY_DELAYS`].
-type RetryDelaysRow = (
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-);
-
-fn retry_delays_of(
-    (operation, retries, p50, p90, p99, p999, longest_ms, w1, w2, w3, w4, w5, w6, w7, w8, w9): RetryDelaysRow,
-) -> RetryDelays {
-    RetryDelays {
-        operation,
-        retries,
-        quantiles_ms: [p50, p90, p99, p999].map(Option::unwrap_or_default),
-        longest_ms,
-        outside: [w1, w2, w3, w4, w5, w6, w7, w8, w9],
-    }
+#[derive(sqlx::FromRow)]
+struct DelayBucketRow {
+    operation_name: String,
+    above_ms: i64,
+    retries: i64,
+    longest_ms: i64,
 }
 
 impl RecordSummary {
@@ -529,15 +504,33 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
         operation: Option<&str>,
         windows: [Duration; COMPARED_WINDOWS],
     ) -> Result<Vec<RetryDelays>, StoreError> {
-        let mut statement = sqlx::query_as(D::RETRY_DELAYS)
+        let rows: Vec<DelayBucketRow> = sqlx::query_as(D::RETRY_DELAYS)
             .bind(from_epoch)
             .bind(to_epoch)
             .bind(tenant.unwrap_or_default())
-            .bind(operation.unwrap_or_default());
-        for window in windows {
-            statement = statement.bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+            .bind(operation.unwrap_or_default())
+            .fetch_all(&self.pool)
+            .await?;
+        let windows_ms = windows.map(retry_delay::millis);
+        let mut delays = Vec::new();
+        for of_operation in rows.chunk_by(|one, other| one.operation_name == other.operation_name) {
+            let buckets: Vec<DelayBucket> = of_operation
+                .iter()
+                .map(|row| DelayBucket {
+                    above_ms: row.above_ms,
+                    retries: row.retries,
+                    longest_ms: row.longest_ms,
+                })
+                .collect();
+            if let (Some(first), Some(summary)) =
+                (of_operation.first(), DelaySummary::of(&buckets, windows_ms))
+            {
+                delays.push(RetryDelays {
+                    operation: first.operation_name.clone(),
+                    summary,
+                });
+            }
         }
-        let rows: Vec<RetryDelaysRow> = statement.fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(retry_delays_of).collect())
+        Ok(delays)
     }
 }

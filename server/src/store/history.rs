@@ -55,8 +55,10 @@ pub struct RecordHistory {
     /// Every refund of the record's payment, oldest first.
     pub refunds: Vec<RefundSummary>,
     pub events: Vec<EventRow>,
-    /// Requests that arrived with the key, oldest first.
+    /// Requests that arrived with the key, oldest first, but its replays.
     pub journal: Vec<JournalRow>,
+    /// The key's replays, counted (none: `None`).
+    pub replays: Option<Replays>,
     /// What the provider said when last asked for an operator, and when.
     pub evidence: Option<(ProviderEvidence, DateTime<Utc>)>,
 }
@@ -180,8 +182,31 @@ pub struct JournalRow {
     pub canonical_command: Option<String>,
     pub status_code: u16,
     pub error_code: Option<String>,
-    pub replayed: bool,
 }
+
+/// The replays of a key, summed from their minutes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replays {
+    pub count: i64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    /// The longest time from the key's first request to a replay, in milliseconds.
+    pub longest_delay_ms: i64,
+}
+
+/// [`REPLAYS_OF_KEY`]'s one row (all null without replays).
+#[derive(sqlx::FromRow)]
+struct ReplaysRow {
+    count: Option<i64>,
+    first_at: Option<DateTime<Utc>>,
+    last_at: Option<DateTime<Utc>>,
+    longest_delay_ms: Option<i64>,
+}
+
+/// `$1`..`$3` the scope: its replays, summed.
+const REPLAYS_OF_KEY: &str = "select cast(sum(replays) as bigint) as count, min(first_at) as first_at, max(last_at) as \
+    last_at, cast(max(longest_delay_ms) as bigint) as longest_delay_ms from idempotency_replays where tenant_id = $1 and \
+    operation_name = $2 and idempotency_key = $3";
 
 #[async_trait::async_trait]
 pub trait HistoryStore: Send + Sync {
@@ -252,6 +277,7 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             refunds: Vec::new(),
             events: Vec::new(),
             journal: Vec::new(),
+            replays: None,
             evidence: None,
         };
         let steps: Vec<(DateTime<Utc>, String, String, i64, Option<String>, Option<String>)> =
@@ -388,30 +414,48 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
                 })
                 .collect();
         }
-        let journal: Vec<(DateTime<Utc>, String, Option<String>, i32, Option<String>, bool)> =
-            sqlx::query_as(
-                "select at, fingerprint, canonical_command, status_code, error_code, replayed \
+        let journal: Vec<(DateTime<Utc>, String, Option<String>, i32, Option<String>)> = sqlx::query_as(
+            "select at, fingerprint, canonical_command, status_code, error_code \
              from idempotency_requests where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
              order by at, id limit 500",
-            )
-            .bind(tenant)
-            .bind(operation)
-            .bind(key)
-            .fetch_all(&self.pool)
-            .await?;
+        )
+        .bind(tenant)
+        .bind(operation)
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
         history.journal = journal
             .into_iter()
             .map(
-                |(at, fingerprint, canonical_command, status_code, error_code, replayed)| JournalRow {
+                |(at, fingerprint, canonical_command, status_code, error_code)| JournalRow {
                     at,
                     fingerprint,
                     canonical_command,
                     status_code: u16::try_from(status_code).unwrap_or(0),
                     error_code,
-                    replayed,
                 },
             )
             .collect();
+        let replays: ReplaysRow = sqlx::query_as(REPLAYS_OF_KEY)
+            .bind(tenant)
+            .bind(operation)
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+        history.replays = match replays {
+            ReplaysRow {
+                count: Some(count),
+                first_at: Some(first_at),
+                last_at: Some(last_at),
+                longest_delay_ms,
+            } => Some(Replays {
+                count,
+                first_at,
+                last_at,
+                longest_delay_ms: longest_delay_ms.unwrap_or(0),
+            }),
+            _ => None,
+        };
         Ok(Some(history))
     }
 }

@@ -3,11 +3,13 @@
 
 use super::dialect::{Dialect, SqlStore, rfc3339_millis};
 use super::error::StoreError;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use domain::outcome::Outcome;
+use domain::retry_delay;
 use domain::scope::{Operation, Scope};
 use sqlx::Transaction;
 use std::collections::BTreeMap;
+use std::time::Duration;
 use strum::VariantArray;
 
 /// Rows per insert statement: a few hundred kilobytes of JSON.
@@ -38,6 +40,8 @@ pub struct JournalEntry {
     /// How long after its key's first request this retry arrived; `None` for a first request
     /// and a conflicting one.
     pub retry_delay: Option<TimeDelta>,
+    /// The operation's window when the request came: a bound of its delay's bucket.
+    pub window: Duration,
 }
 
 /// Live gauges of one tenant and operation.
@@ -61,7 +65,8 @@ pub trait MetricsStore: Send + Sync {
     /// Adds counted outcomes to their per-minute buckets, all or nothing.
     async fn add_outcome_counts(&self, counts: &[OutcomeCount]) -> Result<(), StoreError>;
 
-    /// Appends journal entries, all or nothing.
+    /// Journals requests, all or nothing: a replay is added to its key's count for its minute,
+    /// any other request gets a row of its own, and a retry's delay is added to its bucket.
     async fn add_journal_entries(&self, entries: &[JournalEntry]) -> Result<(), StoreError>;
 
     /// Unknown outcomes (how many, the oldest, those that made `recovery_max_attempts`
@@ -87,6 +92,11 @@ pub trait MetricsStatements: Dialect {
     const ADD_OUTCOME_COUNTS: &'static str;
     /// `$1` a JSON array of API key ids: last used now.
     const NOTE_API_KEYS_USED: &'static str;
+    /// `$1` a JSON array of [`ReplayRow`]s: each added to its key's minute (counts summed,
+    /// first and last widened, longest delay kept, the newest status).
+    const ADD_REPLAYS: &'static str;
+    /// `$1` a JSON array of [`RetryDelayRow`]s: each added to its bucket.
+    const ADD_RETRY_DELAYS: &'static str;
 
     /// Appends `rows` to the request journal in `tx`. The journal takes a row for every
     /// request that carries a key, so this is the largest statement a replay causes: how each
@@ -120,8 +130,105 @@ pub struct JournalRow<'a> {
     pub canonical_command: Option<&'a str>,
     pub status_code: u16,
     pub error_code: Option<&'a str>,
-    pub replayed: bool,
     pub retry_delay_ms: Option<i64>,
+}
+
+/// The replays of one key in one minute, as [`MetricsStatements::ADD_REPLAYS`] reads them.
+#[derive(serde::Serialize)]
+struct ReplayRow<'a> {
+    tenant_id: &'a str,
+    operation_name: &'static str,
+    idempotency_key: &'a str,
+    minute: String,
+    replays: i64,
+    first_at: String,
+    last_at: String,
+    longest_delay_ms: i64,
+    status_code: u16,
+}
+
+/// The retries of one tenant and operation in one minute and delay bucket, as
+/// [`MetricsStatements::ADD_RETRY_DELAYS`] reads them.
+#[derive(serde::Serialize)]
+struct RetryDelayRow<'a> {
+    bucket_start: String,
+    tenant_id: &'a str,
+    operation_name: &'static str,
+    above_ms: i64,
+    retries: i64,
+    longest_ms: i64,
+}
+
+/// The minute `at` falls in.
+fn minute_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.duration_trunc(TimeDelta::minutes(1)).unwrap_or(at)
+}
+
+/// `entries`' replays, one row per key and minute.
+fn replay_rows(entries: &[JournalEntry]) -> Vec<ReplayRow<'_>> {
+    // In key order, so that instances flushing the same keys at once lock their rows in the
+    // same order.
+    let mut replays: BTreeMap<(&str, Operation, &str, DateTime<Utc>), ReplayRow<'_>> = BTreeMap::new();
+    for entry in entries.iter().filter(|entry| entry.replayed) {
+        let minute = minute_of(entry.at);
+        let delay_ms = entry.retry_delay.map_or(0, |delay| delay.num_milliseconds());
+        let at = rfc3339_millis(entry.at);
+        let scope = &entry.scope;
+        let name = (
+            scope.tenant_id.as_str(),
+            scope.operation,
+            scope.key.as_str(),
+            minute,
+        );
+        let row = replays.entry(name).or_insert_with(|| ReplayRow {
+            tenant_id: entry.scope.tenant_id.as_str(),
+            operation_name: entry.scope.operation.as_str(),
+            idempotency_key: entry.scope.key.as_str(),
+            minute: rfc3339_millis(minute),
+            replays: 0,
+            first_at: at.clone(),
+            last_at: at.clone(),
+            longest_delay_ms: delay_ms,
+            status_code: entry.status_code,
+        });
+        row.replays += 1;
+        // RFC 3339 with milliseconds in UTC: ordered as text as in time.
+        if at < row.first_at {
+            row.first_at = at;
+        } else if at > row.last_at {
+            row.last_at = at;
+            row.status_code = entry.status_code;
+        }
+        row.longest_delay_ms = row.longest_delay_ms.max(delay_ms);
+    }
+    replays.into_values().collect()
+}
+
+/// `entries`' retry delays, one row per tenant, operation, minute and bucket.
+fn retry_delay_rows(entries: &[JournalEntry]) -> Vec<RetryDelayRow<'_>> {
+    let mut buckets: BTreeMap<(DateTime<Utc>, &str, Operation, i64), RetryDelayRow<'_>> = BTreeMap::new();
+    for entry in entries {
+        let Some(delay) = entry.retry_delay else {
+            continue;
+        };
+        let delay_ms = delay.num_milliseconds();
+        let above_ms = retry_delay::bucket_above_ms(delay_ms, retry_delay::millis(entry.window));
+        let minute = minute_of(entry.at);
+        let tenant_id = entry.scope.tenant_id.as_str();
+        let row = buckets
+            .entry((minute, tenant_id, entry.scope.operation, above_ms))
+            .or_insert_with(|| RetryDelayRow {
+                bucket_start: rfc3339_millis(minute),
+                tenant_id,
+                operation_name: entry.scope.operation.as_str(),
+                above_ms,
+                retries: 0,
+                longest_ms: delay_ms,
+            });
+        row.retries += 1;
+        row.longest_ms = row.longest_ms.max(delay_ms);
+    }
+    buckets.into_values().collect()
 }
 
 /// A journal entry's id: its time first, so that new rows land at the end of the primary
@@ -169,6 +276,7 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         let flush = domain::random::random_hex(6);
         let rows: Vec<JournalRow<'_>> = entries
             .iter()
+            .filter(|entry| !entry.replayed)
             .enumerate()
             .map(|(position, entry)| JournalRow {
                 id: journal_entry_id(entry.at, &flush, position),
@@ -180,12 +288,13 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
                 canonical_command: entry.canonical_command.as_deref(),
                 status_code: entry.status_code,
                 error_code: entry.error_code.as_deref(),
-                replayed: entry.replayed,
                 retry_delay_ms: entry.retry_delay.map(|delay| delay.num_milliseconds()),
             })
             .collect();
         let mut tx = self.begin().await?;
         D::append_journal(&mut tx, &rows).await?;
+        insert_as_json(&mut tx, D::ADD_REPLAYS, &replay_rows(entries)).await?;
+        insert_as_json(&mut tx, D::ADD_RETRY_DELAYS, &retry_delay_rows(entries)).await?;
         tx.commit().await?;
         Ok(())
     }

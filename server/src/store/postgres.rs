@@ -331,29 +331,15 @@ impl ConsoleStatements for Postgres {
          select (select count(*) from matching) as total, page.* from (select 1 as one) as one \
          left join page on 1 = 1 order by page.sort_value, page.tenant_id, page.operation_name, \
          page.idempotency_key";
-    const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
-         row_number() over (partition by operation_name order by retry_delay_ms) from \
-         idempotency_requests where retry_delay_ms is not null and at >= to_timestamp($1::bigint) and at < to_timestamp($2::bigint) and ($3::text = '' or \
-         tenant_id = $3) and ($4::text = '' or operation_name = $4)) select \
-         operation_name, retries, max(case when position = (retries + 1) / 2 then delay end), \
-         max(case when position = (9 * retries + 9) / 10 then delay end), max(case when position = \
-         (99 * retries + 99) / 100 then delay end), max(case when position = (999 * retries + 999) \
-         / 1000 then delay end), max(delay), \
-         sum(case when delay > $5::bigint then 1 else 0 end), \
-         sum(case when delay > $6::bigint then 1 else 0 end), \
-         sum(case when delay > $7::bigint then 1 else 0 end), \
-         sum(case when delay > $8::bigint then 1 else 0 end), \
-         sum(case when delay > $9::bigint then 1 else 0 end), \
-         sum(case when delay > $10::bigint then 1 else 0 end), \
-         sum(case when delay > $11::bigint then 1 else 0 end), \
-         sum(case when delay > $12::bigint then 1 else 0 end), \
-         sum(case when delay > $13::bigint then 1 else 0 end) from retries group by operation_name, retries \
-         order by operation_name";
+    const RETRY_DELAYS: &'static str = "select operation_name, above_ms, cast(sum(retries) as bigint) as retries, \
+         cast(max(longest_ms) as bigint) as longest_ms from retry_delay_buckets where bucket_start >= to_timestamp($1::bigint) \
+         and bucket_start < to_timestamp($2::bigint) and ($3::text = '' or tenant_id = $3) and ($4::text = '' or \
+         operation_name = $4) group by operation_name, above_ms order by operation_name, above_ms";
 }
 
 /// The request journal's rows, as [`journal_csv`] writes them.
 const COPY_JOURNAL_ENTRIES: &str = "copy idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-    fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) from stdin with (format csv)";
+    fingerprint, canonical_command, status_code, error_code, retry_delay_ms) from stdin with (format csv)";
 
 /// Journal rows per chunk of `COPY` data: the server holds one chunk's text at a time, even
 /// for the backlog an outage of the database leaves.
@@ -395,8 +381,6 @@ fn journal_csv(rows: &[JournalRow<'_>]) -> String {
             text(&mut csv, code);
         }
         csv.push(',');
-        csv.push_str(if row.replayed { "t" } else { "f" });
-        csv.push(',');
         if let Some(delay) = row.retry_delay_ms {
             csv.push_str(&delay.to_string());
         }
@@ -419,6 +403,22 @@ impl MetricsStatements for Postgres {
          do update set count = outcome_buckets.count + excluded.count";
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = now() where id in \
          (select jsonb_array_elements_text(cast($1 as jsonb)))";
+    const ADD_REPLAYS: &'static str = "insert into idempotency_replays (tenant_id, operation_name, idempotency_key, minute, \
+         replays, first_at, last_at, longest_delay_ms, status_code) select tenant_id, operation_name, idempotency_key, \
+         minute, replays, first_at, last_at, longest_delay_ms, status_code from jsonb_to_recordset(cast($1 as jsonb)) as \
+         replay (tenant_id text, operation_name text, idempotency_key text, minute timestamptz, replays bigint, first_at \
+         timestamptz, last_at timestamptz, longest_delay_ms bigint, status_code integer) on conflict (tenant_id, \
+         operation_name, idempotency_key, minute) do update set replays = idempotency_replays.replays + excluded.replays, \
+         first_at = least(idempotency_replays.first_at, excluded.first_at), last_at = \
+         greatest(idempotency_replays.last_at, excluded.last_at), longest_delay_ms = \
+         greatest(idempotency_replays.longest_delay_ms, excluded.longest_delay_ms), status_code = case when \
+         excluded.last_at >= idempotency_replays.last_at then excluded.status_code else idempotency_replays.status_code end";
+    const ADD_RETRY_DELAYS: &'static str = "insert into retry_delay_buckets (bucket_start, tenant_id, operation_name, above_ms, \
+         retries, longest_ms) select bucket_start, tenant_id, operation_name, above_ms, retries, longest_ms from \
+         jsonb_to_recordset(cast($1 as jsonb)) as bucket (bucket_start timestamptz, tenant_id text, operation_name text, \
+         above_ms bigint, retries bigint, longest_ms bigint) on conflict (bucket_start, tenant_id, operation_name, above_ms) \
+         do update set retries = retry_delay_buckets.retries + excluded.retries, longest_ms = \
+         greatest(retry_delay_buckets.longest_ms, excluded.longest_ms)";
 
     /// One `COPY` in CSV: PostgreSQL parses no JSON document per row, which took about 40 % of
     /// a batch's time as an `insert ... select from jsonb_to_recordset` (docs/performance.md).
@@ -500,6 +500,8 @@ impl RetentionStatements for Postgres {
          => $1) order by expires_at limit $2 for update skip locked))";
     const DELETE_JOURNAL: &'static str = "delete from idempotency_requests where ctid = any(array(select ctid from \
          idempotency_requests where at <= now() - make_interval(secs => $1) order by at limit $2))";
+    const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where ctid = any(array(select ctid from \
+         idempotency_replays where minute <= now() - make_interval(secs => $1) order by minute limit $2))";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()), (select count(*) from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \

@@ -41,7 +41,8 @@ pub trait RetentionStore: Send + Sync {
         bound: Duration,
     ) -> Result<BatchOutcome, StoreError>;
 
-    /// Deletes up to `limit` request journal entries older than `older_than`, oldest first.
+    /// Deletes up to `limit` request journal entries and up to `limit` minutes of replay
+    /// counts older than `older_than`, oldest first, in a batch each.
     async fn delete_journal(
         &self,
         older_than: Duration,
@@ -71,6 +72,9 @@ pub trait RetentionStatements {
     /// `$1` age in seconds, `$2` batch size: the oldest journal entries older than that (found
     /// through the index on `at`), named by their physical row id.
     const DELETE_JOURNAL: &'static str;
+    /// `$1` age in seconds, `$2` batch size: the oldest minutes of replay counts older than
+    /// that, named by their physical row id.
+    const DELETE_REPLAYS: &'static str;
     /// `$1` retention seconds: (records to purge, tombstones to delete).
     const BACKLOG: &'static str;
 }
@@ -126,10 +130,17 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
         limit: i64,
         bound: Duration,
     ) -> Result<BatchOutcome, StoreError> {
-        let statement = sqlx::query(D::DELETE_JOURNAL)
-            .bind(older_than.as_secs_f64())
-            .bind(limit);
-        self.bounded_batch(bound, statement).await
+        let mut deleted = BatchOutcome {
+            rows: 0,
+            held: Duration::ZERO,
+        };
+        for statement in [D::DELETE_JOURNAL, D::DELETE_REPLAYS] {
+            let statement = sqlx::query(statement).bind(older_than.as_secs_f64()).bind(limit);
+            let batch = self.bounded_batch(bound, statement).await?;
+            deleted.rows += batch.rows;
+            deleted.held = deleted.held.max(batch.held);
+        }
+        Ok(deleted)
     }
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError> {

@@ -302,33 +302,18 @@ impl ConsoleStatements for Sqlite {
          select (select count(*) from matching) as total, page.* from (select 1 as one) as one \
          left join page on 1 = 1 order by page.sort_value, page.tenant_id, page.operation_name, \
          page.idempotency_key";
-    const RETRY_DELAYS: &'static str = "with retries (operation_name, retries, delay, position) as (select operation_name, count(*) over (partition by operation_name), retry_delay_ms, \
-         row_number() over (partition by operation_name order by retry_delay_ms) from \
-         idempotency_requests where retry_delay_ms is not null and at >= strftime('%Y-%m-%dT%H:%M:%fZ', $1, 'unixepoch') and at < \
-         strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and ($3 = '' or \
-         tenant_id = $3) and ($4 = '' or operation_name = $4)) select \
-         operation_name, retries, max(case when position = (retries + 1) / 2 then delay end), \
-         max(case when position = (9 * retries + 9) / 10 then delay end), max(case when position = \
-         (99 * retries + 99) / 100 then delay end), max(case when position = (999 * retries + 999) \
-         / 1000 then delay end), max(delay), \
-         sum(case when delay > $5 then 1 else 0 end), \
-         sum(case when delay > $6 then 1 else 0 end), \
-         sum(case when delay > $7 then 1 else 0 end), \
-         sum(case when delay > $8 then 1 else 0 end), \
-         sum(case when delay > $9 then 1 else 0 end), \
-         sum(case when delay > $10 then 1 else 0 end), \
-         sum(case when delay > $11 then 1 else 0 end), \
-         sum(case when delay > $12 then 1 else 0 end), \
-         sum(case when delay > $13 then 1 else 0 end) from retries group by operation_name, retries \
-         order by operation_name";
+    const RETRY_DELAYS: &'static str = "select operation_name, above_ms, cast(sum(retries) as bigint) as retries, \
+         cast(max(longest_ms) as bigint) as longest_ms from retry_delay_buckets where bucket_start >= strftime('%Y-%m-%dT%H:%M:%fZ', $1, 'unixepoch') \
+         and bucket_start < strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and ($3 = '' or tenant_id = $3) and ($4 = '' or \
+         operation_name = $4) group by operation_name, above_ms order by operation_name, above_ms";
 }
 
 /// `$1` a JSON array of journal entries, with the table's column names: inserted.
 const ADD_JOURNAL_ENTRIES: &str = "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
-    fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) select value ->> 'id', \
+    fingerprint, canonical_command, status_code, error_code, retry_delay_ms) select value ->> 'id', \
     value ->> 'tenant_id', value ->> 'operation_name', value ->> 'idempotency_key', value ->> 'at', \
     value ->> 'fingerprint', value ->> 'canonical_command', value ->> 'status_code', value ->> 'error_code', \
-    value ->> 'replayed', value ->> 'retry_delay_ms' from json_each($1)";
+    value ->> 'retry_delay_ms' from json_each($1)";
 
 impl MetricsStatements for Sqlite {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
@@ -344,6 +329,22 @@ impl MetricsStatements for Sqlite {
          do update set count = outcome_buckets.count + excluded.count";
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
          (select value from json_each($1))";
+    // Times are RFC 3339 text in UTC with milliseconds: `min` and `max` of two order them as
+    // times.
+    const ADD_REPLAYS: &'static str = "insert into idempotency_replays (tenant_id, operation_name, idempotency_key, minute, \
+         replays, first_at, last_at, longest_delay_ms, status_code) select value ->> 'tenant_id', value ->> \
+         'operation_name', value ->> 'idempotency_key', value ->> 'minute', value ->> 'replays', value ->> 'first_at', \
+         value ->> 'last_at', value ->> 'longest_delay_ms', value ->> 'status_code' from json_each($1) where true on \
+         conflict (tenant_id, operation_name, idempotency_key, minute) do update set replays = \
+         idempotency_replays.replays + excluded.replays, first_at = min(idempotency_replays.first_at, excluded.first_at), \
+         last_at = max(idempotency_replays.last_at, excluded.last_at), longest_delay_ms = \
+         max(idempotency_replays.longest_delay_ms, excluded.longest_delay_ms), status_code = case when \
+         excluded.last_at >= idempotency_replays.last_at then excluded.status_code else idempotency_replays.status_code end";
+    const ADD_RETRY_DELAYS: &'static str = "insert into retry_delay_buckets (bucket_start, tenant_id, operation_name, above_ms, \
+         retries, longest_ms) select value ->> 'bucket_start', value ->> 'tenant_id', value ->> 'operation_name', value \
+         ->> 'above_ms', value ->> 'retries', value ->> 'longest_ms' from json_each($1) where true on conflict \
+         (bucket_start, tenant_id, operation_name, above_ms) do update set retries = retry_delay_buckets.retries + \
+         excluded.retries, longest_ms = max(retry_delay_buckets.longest_ms, excluded.longest_ms)";
 
     /// One statement per chunk of rows, each chunk bound as a JSON array.
     async fn append_journal(
@@ -420,6 +421,9 @@ impl RetentionStatements for Sqlite {
     const DELETE_JOURNAL: &'static str = "delete from idempotency_requests where rowid in (select rowid from \
          idempotency_requests where at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') \
          order by at limit $2)";
+    const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where rowid in (select rowid from \
+         idempotency_replays where minute <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') \
+         order by minute limit $2)";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now')), (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \

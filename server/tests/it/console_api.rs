@@ -64,11 +64,20 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let unknown = app.pay("k-unknown", BODY.replace("inv-1", "inv-2")).await;
     assert_eq!(unknown.status(), 202);
 
+    // Three requests with a row each (the first, the conflict, the unknown outcome) and the
+    // replay counted.
     app.db
         .eventually_i64(
             "select count(*) from idempotency_requests",
-            |count| count == 4,
+            |count| count == 3,
             "journal flushed",
+        )
+        .await;
+    app.db
+        .eventually_i64(
+            "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays",
+            |count| count == 1,
+            "replay counted",
         )
         .await;
     let viewer = app.console("vera", OperatorRole::Viewer).await;
@@ -77,9 +86,23 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     let tenant_id = viewer.tenant_of("k-diff").await;
     let detail = viewer.json("record", &record_form(&tenant_id, "k-diff")).await;
     let requests = detail["requests"].as_array().expect("requests");
-    assert_eq!(requests.len(), 3, "{detail}");
-    assert_eq!(requests[1]["replayed"], true);
-    let change = &requests[2]["changes"][0];
+    assert_eq!(requests.len(), 2, "{detail}");
+    assert_eq!(detail["replays"]["count"], 1, "{detail}");
+    let replay_text = format!(
+        "1 replay at {}",
+        detail["replays"]["first_at"].as_str().expect("time")
+    );
+    assert!(
+        detail["timeline"]
+            .as_array()
+            .expect("timeline")
+            .iter()
+            .any(|entry| entry["text"]
+                .as_str()
+                .is_some_and(|text| text.starts_with(&replay_text))),
+        "{detail}"
+    );
+    let change = &requests[1]["changes"][0];
     assert_eq!(
         (
             change["field"].as_str(),
@@ -89,7 +112,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
         (Some("amount"), Some("10.00"), Some("100.00"))
     );
     assert_eq!(
-        requests[2]["error_code"],
+        requests[1]["error_code"],
         "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"
     );
 

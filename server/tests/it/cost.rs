@@ -179,11 +179,19 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
     assert!(hits().await - hits_before >= 9.0);
     app.db
         .eventually_i64(
-            "select count(*) from idempotency_requests where idempotency_key = 'k-journal' and replayed",
+            "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays where \
+             idempotency_key = 'k-journal'",
             |replays| replays == 10,
-            "every replay journalled",
+            "every replay journalled (counted per key and minute)",
         )
         .await;
+    assert_eq!(
+        app.db
+            .query_i64("select count(*) from idempotency_requests where idempotency_key = 'k-journal'")
+            .await,
+        1,
+        "the first request has a row of its own, a replay none"
+    );
     app.db
         .eventually_i64(
             "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'replay'",

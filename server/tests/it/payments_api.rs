@@ -854,25 +854,32 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
         text.contains("idempotency_retry_delay_seconds_bucket{tenant=") && text.contains("le=\"86400\""),
         "the window's length is a bucket bound: {text}"
     );
+    // Three requests with a row each and the replay counted for its key's minute, its delay
+    // in the delay buckets.
     api.db
         .eventually_i64(
             "select count(*) from idempotency_requests",
-            |journalled| journalled == 4,
-            "the four requests journalled",
+            |journalled| journalled == 3,
+            "the three requests that were not replays journalled",
+        )
+        .await;
+    api.db
+        .eventually_i64(
+            "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays where \
+             idempotency_key = 'k-m1' and longest_delay_ms >= 0",
+            |replays| replays == 1,
+            "the replay counted",
         )
         .await;
     assert_eq!(
         api.db
             .query_i64("select count(*) from idempotency_requests where retry_delay_ms is not null")
             .await,
-        1
+        0
     );
     assert_eq!(
         api.db
-            .query_i64(
-                "select count(*) from idempotency_requests where retry_delay_ms is not null and \
-                 replayed and idempotency_key = 'k-m1'"
-            )
+            .query_i64("select cast(sum(retries) as bigint) from retry_delay_buckets")
             .await,
         1
     );

@@ -21,7 +21,8 @@ const OLD_JOURNAL: usize = 2_000;
 /// The window and the retention: journal entries older than this go.
 const JOURNAL_RETENTION: Duration = Duration::from_secs(31 * 24 * 3600);
 
-/// `count` journal entries of acme's, `days` old.
+/// `count` journal entries of acme's, `days` old: every other one a replay (counted per key
+/// and minute), the others a row each.
 fn journal_entries(tenant_id: &str, prefix: &str, count: usize, days: i64) -> Vec<JournalEntry> {
     (0..count)
         .map(|index| JournalEntry {
@@ -35,8 +36,9 @@ fn journal_entries(tenant_id: &str, prefix: &str, count: usize, days: i64) -> Ve
             canonical_command: None,
             status_code: 201,
             error_code: None,
-            replayed: true,
+            replayed: index % 2 == 0,
             retry_delay: Some(chrono::Duration::seconds(1)),
+            window: Duration::from_secs(24 * 3600),
         })
         .collect()
 }
@@ -260,8 +262,17 @@ async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDat
         "journal entries past the window and the retention are gone"
     );
     assert_eq!(
+        count("select count(*) from idempotency_replays where idempotency_key like 'journal-old-%'").await,
+        0,
+        "replay counts past the retention are gone"
+    );
+    assert_eq!(
         count("select count(*) from idempotency_requests where idempotency_key like 'journal-kept-%'").await,
-        10
+        5
+    );
+    assert_eq!(
+        count("select count(*) from idempotency_replays where idempotency_key like 'journal-kept-%'").await,
+        5
     );
     assert!(
         count("select count(*) from idempotency_requests where idempotency_key like 'live-%'").await > 0,

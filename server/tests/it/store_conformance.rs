@@ -593,25 +593,43 @@ mod outcome_buckets {
                 error_code: None,
                 replayed: index % 3 == 0,
                 retry_delay: (index % 5 == 0).then(|| chrono::Duration::milliseconds(index)),
+                window: std::time::Duration::from_secs(86_400),
             })
             .collect();
         store.add_journal_entries(&entries).await.expect("flush");
+        // 371 replays (every third) are counted per key and minute; the other 740 get a row.
         assert_eq!(
             db.query_i64("select count(*) from idempotency_requests").await,
-            1_111
+            740
         );
         assert_eq!(
-            db.query_i64("select count(*) from idempotency_requests where replayed")
-                .await,
+            db.query_i64("select count(*) from idempotency_replays").await,
             371
         );
         assert_eq!(
+            db.query_i64("select cast(sum(replays) as bigint) from idempotency_replays")
+                .await,
+            371
+        );
+        // Retries (every fifth): 148 rows that are not replays keep their delay, and all 223
+        // are in the delay buckets.
+        assert_eq!(
             db.query_i64("select count(*) from idempotency_requests where retry_delay_ms is not null")
+                .await,
+            148
+        );
+        assert_eq!(
+            db.query_i64("select cast(sum(retries) as bigint) from retry_delay_buckets")
                 .await,
             223
         );
         assert_eq!(
-            db.query_i64("select cast(max(retry_delay_ms) as bigint) from idempotency_requests")
+            db.query_i64("select cast(max(longest_ms) as bigint) from retry_delay_buckets")
+                .await,
+            1_110
+        );
+        assert_eq!(
+            db.query_i64("select cast(max(longest_delay_ms) as bigint) from idempotency_replays")
                 .await,
             1_110
         );
@@ -630,18 +648,12 @@ mod outcome_buckets {
             .await
             .expect("tenant");
         let command = "{\"note\":\"a \\\"quoted\\\", comma\\nline\ttab\r\\\\N \u{e9}\u{20ac}\"}\n\"\",";
-        type Sent<'a> = (&'a str, Option<&'a str>, Option<&'a str>, bool, Option<i64>);
+        type Sent<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<i64>);
         let sent: [Sent<'_>; 4] = [
-            (
-                r#"a"1,\x"#,
-                Some(command),
-                Some("IDEMPOTENCY_KEY_REUSED"),
-                false,
-                None,
-            ),
-            ("b", None, Some(""), true, Some(0)),
-            (r"c\N", Some(""), None, true, Some(123_456_789_012)),
-            ("d", Some(r"\N"), Some(r#"""#), false, Some(-1)),
+            (r#"a"1,\x"#, Some(command), Some("IDEMPOTENCY_KEY_REUSED"), None),
+            ("b", None, Some(""), Some(0)),
+            (r"c\N", Some(""), None, Some(123_456_789_012)),
+            ("d", Some(r"\N"), Some(r#"""#), Some(-1)),
         ];
         let at = Utc
             .with_ymd_and_hms(2026, 11, 29, 0, 0, 0)
@@ -649,7 +661,7 @@ mod outcome_buckets {
             .expect("time");
         let entries: Vec<JournalEntry> = sent
             .iter()
-            .map(|(key, command, error_code, replayed, delay)| JournalEntry {
+            .map(|(key, command, error_code, delay)| JournalEntry {
                 scope: Scope {
                     tenant_id: TenantId::from_stored("ten_1".to_owned()),
                     operation: Operation::CreatePayment,
@@ -660,36 +672,28 @@ mod outcome_buckets {
                 canonical_command: command.map(str::to_owned),
                 status_code: 422,
                 error_code: error_code.map(str::to_owned),
-                replayed: *replayed,
+                replayed: false,
                 retry_delay: delay.map(chrono::Duration::milliseconds),
+                window: std::time::Duration::from_secs(86_400),
             })
             .collect();
         store.add_journal_entries(&entries).await.expect("flush");
-        type Stored = (
-            String,
-            String,
-            Option<String>,
-            i32,
-            Option<String>,
-            bool,
-            Option<i64>,
-        );
+        type Stored = (String, String, Option<String>, i32, Option<String>, Option<i64>);
         let stored: Vec<Stored> = db
             .query_all(
                 "select idempotency_key, fingerprint, canonical_command, status_code, error_code, \
-                 replayed, retry_delay_ms from idempotency_requests order by idempotency_key",
+                 retry_delay_ms from idempotency_requests order by idempotency_key",
             )
             .await;
         let expected: Vec<Stored> = sent
             .iter()
-            .map(|(key, command, error_code, replayed, delay)| {
+            .map(|(key, command, error_code, delay)| {
                 (
                     (*key).to_owned(),
                     format!("f,\"{key}"),
                     command.map(str::to_owned),
                     422,
                     error_code.map(str::to_owned),
-                    *replayed,
                     *delay,
                 )
             })
@@ -705,14 +709,17 @@ mod outcome_buckets {
         );
     }
 
-    /// Retry delays of 1 s to 1,000 s in a range, among first requests, another tenant's
-    /// retries and retries outside the range: nearest-rank quantiles, the longest, and the
-    /// retries past each window asked about, counted only from what the filter selects.
+    /// Retry delays of 5 minutes to about 3.5 days in a range (replays and other retries),
+    /// among first requests, another tenant's retries and retries outside the range: the
+    /// retries past each window the dashboard compares are exact, each quantile is a delay of
+    /// its log bucket (at least the true value, under twice it), the longest is exact, and
+    /// only what the filter selects counts.
     async fn retry_delays_are_read_per_operation_against_each_window(db: TestDatabase) {
         use domain::key::IdempotencyKey;
+        use domain::retry_delay::{OTHER_WINDOWS, millis};
         use domain::scope::{Operation, Scope};
         use domain::tenant::TenantId;
-        use idem::store::console::{COMPARED_WINDOWS, RetryDelays};
+        use idem::store::console::COMPARED_WINDOWS;
         use idem::store::metrics::JournalEntry;
         use std::time::Duration;
         let store = db.migrated_store().await;
@@ -720,6 +727,7 @@ mod outcome_buckets {
             .with_ymd_and_hms(2026, 11, 29, 0, 0, 0)
             .single()
             .expect("time");
+        let window = Duration::from_secs(500);
         let entry = |tenant: &str, index: i64, at_minute: i64, delay_secs: Option<i64>| JournalEntry {
             scope: Scope {
                 tenant_id: TenantId::from_stored(tenant.to_owned()),
@@ -729,53 +737,60 @@ mod outcome_buckets {
             at: start + chrono::Duration::minutes(at_minute),
             fingerprint: "f".repeat(64),
             canonical_command: None,
-            status_code: 201,
+            status_code: if index % 2 == 0 { 201 } else { 409 },
             error_code: None,
-            replayed: delay_secs.is_some(),
+            // Half of the retries replayed (counted per key and minute), half answered
+            // otherwise (a row each): both are retries.
+            replayed: delay_secs.is_some() && index % 2 == 0,
             retry_delay: delay_secs.map(chrono::Duration::seconds),
+            window,
         };
+        let delays_ms: Vec<i64> = (1..=1_000).map(|index| index * 300_000).collect();
         let mut entries: Vec<JournalEntry> = (1..=1_000)
-            .map(|index| entry("ten_1", index, index % 50, Some(index)))
+            .map(|index| entry("ten_1", index, index % 50, Some(index * 300)))
             .collect();
         entries.extend((0..100).map(|index| entry("ten_1", index, 10, None)));
-        entries.extend((0..10).map(|index| entry("ten_2", index, 10, Some(90_000))));
+        entries.extend((0..10).map(|index| entry("ten_2", index, 10, Some(400_000))));
         entries.extend((0..10).map(|index| entry("ten_1", index, 24 * 60, Some(90_000))));
-        store.add_journal_entries(&entries).await.expect("flush");
+        // Two flushes: rows of one key, minute and bucket add up.
+        let (first, second) = entries.split_at(entries.len() / 3);
+        store.add_journal_entries(first).await.expect("flush");
+        store.add_journal_entries(second).await.expect("flush");
 
         let from = start.timestamp();
         let to = from + 3600;
-        let windows: [Duration; COMPARED_WINDOWS] = [
-            Duration::from_secs(500),
-            Duration::from_secs(1),
-            Duration::from_secs(10),
-            Duration::from_secs(100),
-            Duration::from_secs(900),
-            Duration::from_secs(999),
-            Duration::from_secs(1_000),
-            Duration::from_secs(3_600),
-            Duration::from_secs(86_400),
-        ];
+        let mut windows = [window; COMPARED_WINDOWS];
+        windows[1..].copy_from_slice(&OTHER_WINDOWS);
         let tenant = store
             .retry_delays(from, to, Some("ten_1"), None, windows)
             .await
             .expect("retry delays");
-        assert_eq!(
-            tenant,
-            vec![RetryDelays {
-                operation: "create_payment".to_owned(),
-                retries: 1_000,
-                quantiles_ms: [500_000, 900_000, 990_000, 999_000],
-                longest_ms: 1_000_000,
-                outside: [500, 999, 990, 900, 100, 1, 0, 0, 0],
-            }]
-        );
+        assert_eq!(tenant.len(), 1, "{tenant:?}");
+        assert_eq!(tenant[0].operation, "create_payment");
+        let summary = &tenant[0].summary;
+        assert_eq!(summary.retries, 1_000);
+        assert_eq!(summary.longest_ms, 300_000_000);
+        let exact =
+            windows.map(|window| delays_ms.iter().filter(|delay| **delay > millis(window)).count() as i64);
+        assert_eq!(summary.outside, exact);
+        assert_eq!(summary.outside, [999, 988, 928, 856, 712, 424, 136, 0, 0]);
+        for (quantile, rank) in summary.quantiles_ms.iter().zip([500, 900, 990, 999]) {
+            let true_value = delays_ms[rank - 1];
+            assert!(
+                *quantile >= true_value && *quantile < 2 * true_value && delays_ms.contains(quantile),
+                "quantile of rank {rank}: {quantile} for {true_value}"
+            );
+        }
         let everyone = store
             .retry_delays(from, to, None, Some("create_payment"), windows)
             .await
             .expect("retry delays");
-        assert_eq!(everyone[0].retries, 1_010);
-        assert_eq!(everyone[0].longest_ms, 90_000_000);
-        assert_eq!(everyone[0].outside[8], 10, "another tenant's retries after a day");
+        assert_eq!(everyone[0].summary.retries, 1_010);
+        assert_eq!(everyone[0].summary.longest_ms, 400_000_000);
+        assert_eq!(
+            everyone[0].summary.outside[6], 146,
+            "another tenant's retries after three days"
+        );
         let none = store
             .retry_delays(from, to, None, Some("create_refund"), windows)
             .await
@@ -1285,8 +1300,9 @@ mod upgrades {
         (dir, migrator)
     }
 
-    async fn a_database_holding_payments_upgrades_through_the_business_key_change(db: TestDatabase) {
-        let (_files, older) = migrations_up_to(&db.target, 11).await;
+    /// Applies the migrations numbered up to `last` to `db`, as an older binary did.
+    async fn migrate_up_to(db: &TestDatabase, last: i64) {
+        let (_files, older) = migrations_up_to(&db.target, last).await;
         match &db.target {
             DatabaseTarget::Postgres { url } => {
                 let pool = sqlx::PgPool::connect(url).await.expect("connect");
@@ -1304,6 +1320,10 @@ mod upgrades {
                 pool.close().await;
             }
         }
+    }
+
+    async fn a_database_holding_payments_upgrades_through_the_business_key_change(db: TestDatabase) {
+        migrate_up_to(&db, 11).await;
         db.execute(
             "insert into tenants (id, name) values ('ten_1', 'acme'); \
              insert into accounts (tenant_id, id, currency, balance_minor) values ('ten_1', 'acc_1', 'EUR', 1000); \
@@ -1342,5 +1362,75 @@ mod upgrades {
         assert!(orphan.await.is_err(), "events still need their payment");
     }
 
-    conformance!(a_database_holding_payments_upgrades_through_the_business_key_change);
+    /// A journal written with a row per replay (before migration 0024): its replays become
+    /// counts per key and minute, every retry's delay lands in its bucket, and the other rows
+    /// stay as they were.
+    async fn a_journal_with_a_row_per_replay_upgrades_to_counts(db: TestDatabase) {
+        migrate_up_to(&db, 23).await;
+        let row = |id: &str, key: &str, second: u32, status: i32, replayed: bool, delay_ms: Option<i64>| {
+            format!(
+                "insert into idempotency_requests (id, tenant_id, operation_name, idempotency_key, at, \
+                 fingerprint, canonical_command, status_code, error_code, replayed, retry_delay_ms) values \
+                 ('{id}', 'ten_1', 'create_payment', '{key}', '2026-11-29T00:{:02}:{:02}.000Z', 'f', null, {status}, \
+                 null, {replayed}, {});",
+                second / 60,
+                second % 60,
+                delay_ms.map_or("null".to_owned(), |delay| delay.to_string()),
+            )
+        };
+        let rows = [
+            row("r1", "k-1", 5, 201, false, None),
+            row("r2", "k-1", 15, 201, true, Some(10_000)),
+            row("r3", "k-1", 25, 201, true, Some(20_000)),
+            row("r4", "k-1", 35, 409, false, Some(30_000)),
+            row("r5", "k-1", 75, 201, true, Some(70_000)),
+            row("r6", "k-2", 40, 409, false, None),
+        ];
+        db.execute(&format!(
+            "insert into tenants (id, name) values ('ten_1', 'acme'); {}",
+            rows.concat()
+        ))
+        .await
+        .expect("journal of the older version");
+
+        db.migrated_store().await;
+        let ids: Vec<(String,)> = db
+            .query_all("select id from idempotency_requests order by id")
+            .await;
+        assert_eq!(ids, [("r1",), ("r4",), ("r6",)].map(|(id,)| (id.to_owned(),)));
+        type Minute = (String, i64, i64, i32);
+        let minutes: Vec<Minute> = db
+            .query_all(
+                "select idempotency_key, cast(replays as bigint), cast(longest_delay_ms as bigint), status_code \
+                 from idempotency_replays order by minute",
+            )
+            .await;
+        assert_eq!(
+            minutes,
+            vec![
+                ("k-1".to_owned(), 2, 20_000, 201),
+                ("k-1".to_owned(), 1, 70_000, 201)
+            ]
+        );
+        let buckets: Vec<(i64, i64, i64)> = db
+            .query_all(
+                "select cast(above_ms as bigint), cast(retries as bigint), cast(longest_ms as bigint) \
+                 from retry_delay_buckets order by above_ms",
+            )
+            .await;
+        assert_eq!(
+            buckets,
+            vec![
+                (6_400, 1, 10_000),
+                (12_800, 1, 20_000),
+                (25_600, 1, 30_000),
+                (51_200, 1, 70_000)
+            ]
+        );
+    }
+
+    conformance!(
+        a_database_holding_payments_upgrades_through_the_business_key_change,
+        a_journal_with_a_row_per_replay_upgrades_to_counts
+    );
 }

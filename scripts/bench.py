@@ -219,9 +219,15 @@ class Postgres:
             "select coalesce(sum(calls), 0) from pg_stat_statements s join pg_database d on d.oid = s.dbid "
             f"where d.datname = '{database}' and s.query ~* '^select r.status, r.progress_step'"
         ))
+        # Every statement Idem sent, BEGIN, COMMIT and ROLLBACK included: a round trip each
+        # (sqlx sends each statement's bind, execute and sync together).
+        round_trips = int(self.sql(
+            "select coalesce(sum(calls), 0) from pg_stat_statements s join pg_database d on d.oid = s.dbid "
+            f"where d.datname = '{database}' and s.toplevel"
+        ))
         wal = int(self.sql("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"))
         return {"commits": commits, "statements": statements, "explicit_commits": explicit_commits,
-                "look_ups": look_ups, "wal": wal}
+                "look_ups": look_ups, "round_trips": round_trips, "wal": wal}
 
 
 class Idem:
@@ -571,7 +577,8 @@ def request_path_cost(args, postgres, sim_url, work, first, payments=300):
     time.sleep(11)
     after = postgres.counters("idem_bench")
     idem.stop()
-    return {name: (after[name] - before[name]) / payments for name in ("commits", "explicit_commits", "statements")}
+    return {name: (after[name] - before[name]) / payments
+            for name in ("commits", "explicit_commits", "statements", "round_trips")}
 
 
 def grow(args, postgres, sim_url, work):
@@ -702,6 +709,8 @@ def markdown(report):
         f"- commits per payment on the request path alone (one client, background idle): "
         f"{verdict(path['explicit_commits'], 2, False)} (with the look-up: {path['commits']:.2f})",
         f"- statements per payment on the request path alone: {verdict(path['statements'], 5, False)}",
+        f"- round trips per fresh create on the request path alone (BEGIN and COMMIT included): "
+        f"{verdict(path['round_trips'], 4, False)}",
         "",
         "SQLite tails (p99 / p50, 16 connections):",
         f"- replay: {verdict(median('sqlite replay', 'p99') / median('sqlite replay', 'p50'), 10, False)}",

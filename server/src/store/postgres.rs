@@ -155,7 +155,8 @@ impl RecordStatements for Postgres {
         event as (\
             insert into outbox_events (id, payment_id, event_type, payload) \
             select $20, $8, 'PaymentCreated', $21 from payment) \
-        select c.lease_version, c.expires_at, c.claimed_as, p.created_at \
+        select c.lease_version, c.expires_at, c.claimed_as, p.created_at, case \
+            when p.created_at is null then idem_refuse('idem:not_held') end as refused \
         from claimed c left join payment p on true"
     ));
     const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
@@ -175,7 +176,9 @@ impl RecordStatements for Postgres {
         event as (\
             insert into outbox_events (id, payment_id, event_type, payload) \
             select $13, $11, $14, $15 from payment) \
-        select (select count(*) from settled), (select count(*) from payment)"
+        select (select count(*) from settled) as records, case \
+            when exists (select 1 from settled) and not exists (select 1 from payment) \
+                then idem_refuse('idem:payment_not_processing') end as refused"
     ));
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \

@@ -154,27 +154,74 @@ pub trait RecordStatements {
     /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
     /// returns its payment id.
     const RELEASE_RECORD: &'static str;
-    /// create_payment's claim as one statement, where the dialect writes several tables in
-    /// one (PostgreSQL's data-modifying `with`), run inside the claim's transaction: the
-    /// claim ([`Self::CLAIM_RECORD`]'s `$1`..`$14`, `$8` the payment id), a renewed record's
-    /// old response deleted, the hold, the payment and its PaymentCreated event, each only if
-    /// the one before it happened. `$15` amount, `$16` account, `$17` currency, `$18`
-    /// merchant reference, `$19` channel, `$20` event id, `$21` event payload. Returns the
-    /// claim's lease version, expiry and how it was claimed, with the payment's creation time;
-    /// that time is null when no hold was taken (the account refuses, or lacks the funds). No
-    /// row: the key's record exists. `None`: the dialect takes the claim's steps one by one.
+    /// create_payment's claim as one statement that is its own transaction (no BEGIN or
+    /// COMMIT: one round trip), where the dialect writes several tables in one (PostgreSQL's
+    /// data-modifying `with`): the claim ([`Self::CLAIM_RECORD`]'s `$1`..`$14`, `$8` the
+    /// payment id), a renewed record's old response deleted, the hold, the payment and its
+    /// PaymentCreated event, each only if the one before it happened. `$15` amount, `$16`
+    /// account, `$17` currency, `$18` merchant reference, `$19` channel, `$20` event id, `$21`
+    /// event payload. Returns the claim's lease version, expiry and how it was claimed, with
+    /// the payment's creation time ([`ClaimedAtOnce`]). No row: the key's record exists. When
+    /// no hold can be taken (the account refuses, or lacks the funds) it raises
+    /// `idem:not_held` and writes nothing. `None`: the dialect takes the claim's steps one by
+    /// one.
     const CLAIM_PAYMENT_AT_ONCE: Option<&'static str>;
     /// create_payment's completion as one statement likewise: [`Self::SETTLE_RECORD`]'s
     /// `$1`..`$7`, then the response (`$8` headers, `$9` body), the payment's outcome (`$10`
     /// status, `$11` payment id; `$3` the charge id), its hold given back when `$12` (a
-    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records and
-    /// payments it settled: 1 and 1, or 0 and 0 for an owner fenced out.
+    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records it
+    /// settled ([`Settled`]): 0 for an owner fenced out. A record settled whose payment is no
+    /// longer PROCESSING raises `idem:payment_not_processing` and writes nothing.
     const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str>;
 }
 
-/// A row of [`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]: the claim's lease version, expiry
-/// and how it was claimed, and the payment's creation time (null: no hold was taken).
-type ClaimedAtOnce = (i64, DateTime<Utc>, String, Option<DateTime<Utc>>);
+/// A row of [`RecordStatements::CLAIM_PAYMENT_AT_ONCE`].
+#[derive(sqlx::FromRow)]
+struct ClaimedAtOnce {
+    lease_version: i64,
+    expires_at: DateTime<Utc>,
+    claimed_as: String,
+    created_at: DateTime<Utc>,
+}
+
+/// A row of [`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`].
+#[derive(sqlx::FromRow)]
+struct Settled {
+    records: i64,
+}
+
+/// Why a statement that is its own transaction refused its whole work (it raised
+/// `idem:<reason>`, so it wrote nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtOnceRefusal {
+    /// The claim could take no hold: the steps one by one name the refusal.
+    NotHeld,
+    /// The completion settled a record whose payment is no longer PROCESSING.
+    PaymentNotProcessing,
+}
+
+impl AtOnceRefusal {
+    fn of(error: &sqlx::Error) -> Option<AtOnceRefusal> {
+        let sqlx::Error::Database(error) = error else {
+            return None;
+        };
+        // PL/pgSQL's `raise exception` (`idem_refuse`, migration 0025).
+        if error.code().as_deref() != Some("P0001") {
+            return None;
+        }
+        match error.message() {
+            "idem:not_held" => Some(AtOnceRefusal::NotHeld),
+            "idem:payment_not_processing" => Some(AtOnceRefusal::PaymentNotProcessing),
+            _ => None,
+        }
+    }
+}
+
+impl From<AtOnceRefusal> for StoreError {
+    fn from(refusal: AtOnceRefusal) -> Self {
+        StoreError::Corrupt(format!("a statement refused its work: {refusal:?}"))
+    }
+}
 
 /// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, then its response's.
 type LookUpRow = (
@@ -376,6 +423,11 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
         scope: &Scope,
     ) -> Result<ClaimOutcome, StoreError> {
         tx.rollback().await?;
+        self.existing_record(scope).await
+    }
+
+    /// The key's record, which a claim found.
+    async fn existing_record(&self, scope: &Scope) -> Result<ClaimOutcome, StoreError> {
         match self.look_up(scope).await? {
             Some(found) => Ok(ClaimOutcome::Existing(found.at)),
             // Gone between the insert and the read (deleted by cleanup): the caller may
@@ -384,20 +436,21 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
         }
     }
 
-    /// create_payment's claim as one statement ([`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]),
-    /// for the common case: the key is free and the account takes the hold. `None` when it is
-    /// not that case and nothing was written: the claim's steps one by one then decide and
-    /// name the refusal.
+    /// create_payment's claim as one statement that is its own transaction
+    /// ([`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]), for the common case: the key is free and
+    /// the account takes the hold. `None` when it is not that case and nothing was written:
+    /// the claim's steps one by one then decide and name the refusal.
     async fn claim_payment_at_once(
         &self,
         statement: &'static str,
         claim: &NewClaim,
         payment: &NewPayment,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
-        let scope = &claim.scope;
         let event_id = new_event_id();
         let event = payment.created_event(&event_id);
-        let mut tx = self.begin().await?;
+        // A crash here or while the statement runs leaves nothing, as inside a transaction:
+        // the statement is one.
+        crash_point(CrashPoint::InsideLocalTransaction);
         let claimed: Result<Option<ClaimedAtOnce>, sqlx::Error> =
             bind_claim(sqlx::query_as(statement), claim, "payment", payment.id.as_str())
                 .bind(payment.amount.minor_units())
@@ -407,38 +460,34 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
                 .bind(payment.channel.as_str())
                 .bind(event_id.as_str())
                 .bind(event.as_str())
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&self.writer)
                 .await;
-        let claimed = match claimed.map_err(StoreError::from) {
+        let claimed = match claimed {
             Ok(claimed) => claimed,
-            // The merchant reference is taken by another payment.
-            Err(StoreError::AlreadyExists) => {
-                tx.rollback().await?;
-                return Ok(None);
-            }
-            Err(error) => return Err(error),
+            Err(error) => match AtOnceRefusal::of(&error) {
+                Some(AtOnceRefusal::NotHeld) => return Ok(None),
+                Some(refusal) => return Err(refusal.into()),
+                None => match StoreError::from(error) {
+                    // The merchant reference is taken by another payment.
+                    StoreError::AlreadyExists => return Ok(None),
+                    error => return Err(error),
+                },
+            },
         };
-        let Some((lease_version, expires_at, claimed_as, created_at)) = claimed else {
-            return self.existing(tx, scope).await.map(Some);
+        let Some(claimed) = claimed else {
+            return self.existing_record(&claim.scope).await.map(Some);
         };
-        let Some(created_at) = created_at else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed_as: ClaimedAs = StoreError::parse_stored("claimed_as", &claimed_as)?;
-        tx.commit().await?;
         Ok(Some(ClaimOutcome::Claimed {
-            lease_version,
-            expires_at,
-            created_at,
-            claimed_as,
+            lease_version: claimed.lease_version,
+            expires_at: claimed.expires_at,
+            created_at: claimed.created_at,
+            claimed_as: StoreError::parse_stored("claimed_as", &claimed.claimed_as)?,
         }))
     }
 
     /// create_payment's completion as one statement
-    /// ([`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`]), with an operator's audit entry beside
-    /// it in the same transaction.
+    /// ([`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`]): its own transaction, or with an
+    /// operator's audit entry beside it in one.
     async fn complete_payment_at_once(
         &self,
         statement: &'static str,
@@ -448,8 +497,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
         completion: &PaymentCompletion,
     ) -> Result<bool, StoreError> {
         let (payment_status, event_type) = payment_outcome(completion.verdict);
-        let mut tx = self.begin().await?;
-        let (records, payments): (i64, i64) = sqlx::query_as(statement)
+        let query = sqlx::query_as(statement)
             .bind(record_status)
             .bind(i32::from(completion.response.status))
             .bind(completion.provider_charge_id.as_str())
@@ -464,19 +512,23 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
             .bind(completion.verdict == ProviderVerdict::Declined)
             .bind(completion.event_id.as_str())
             .bind(event_type)
-            .bind(completion.event_payload.as_str())
-            .fetch_one(&mut *tx)
-            .await?;
-        if records == 0 {
+            .bind(completion.event_payload.as_str());
+        let refused = |error: sqlx::Error| match AtOnceRefusal::of(&error) {
+            Some(AtOnceRefusal::PaymentNotProcessing) => no_longer_processing(&completion.payment_id),
+            Some(refusal) => refusal.into(),
+            None => StoreError::from(error),
+        };
+        let Some(audit) = &completion.audit else {
+            let settled: Settled = query.fetch_one(&self.writer).await.map_err(refused)?;
+            return Ok(settled.records > 0);
+        };
+        let mut tx = self.begin().await?;
+        let settled: Settled = query.fetch_one(&mut *tx).await.map_err(refused)?;
+        if settled.records == 0 {
             tx.rollback().await?;
             return Ok(false);
         }
-        if payments == 0 {
-            return Err(no_longer_processing(&completion.payment_id));
-        }
-        if let Some(audit) = &completion.audit {
-            insert_audit(&mut tx, audit).await?;
-        }
+        insert_audit(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -200,3 +200,74 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
         )
         .await;
 }
+
+/// The round trips a fresh create costs PostgreSQL on the request path: the look-up, the claim
+/// and the completion, each one statement sent alone (no BEGIN, no COMMIT), counted with
+/// pg_stat_statements on a cluster of the test's own while every background job waits.
+#[tokio::test]
+async fn a_fresh_create_is_three_round_trips_on_postgres() {
+    let cluster = Cluster::counting_statements();
+    let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
+    let hour = "3600000";
+    let app = [
+        "--outbox-interval-ms",
+        "--journal-flush-ms",
+        "--metrics-flush-ms",
+        "--settlement-interval-ms",
+        "--recovery-interval-ms",
+        "--cleanup-interval-ms",
+        "--bulk-resume-interval-ms",
+        "--instance-heartbeat-ms",
+    ]
+    .into_iter()
+    .fold(
+        TestApp::on_database(db).tenant("acme", "1000.00"),
+        |setup, flag| setup.serve(flag, hour),
+    )
+    .in_process()
+    .await;
+    // The key is verified and every statement prepared by now; the count starts here.
+    assert_eq!(app.pay("k-warm", BODY).await.status(), 201);
+    app.db
+        .execute("create extension if not exists pg_stat_statements; select pg_stat_statements_reset()")
+        .await
+        .expect("counting from here");
+    let creates = 20;
+    for n in 0..creates {
+        let body = BODY.replace("invoice-1", &format!("invoice-c{n}"));
+        assert_eq!(app.pay(&format!("k-c{n}"), body).await.status(), 201);
+    }
+    let statements: Vec<(String, i64)> = app
+        .db
+        .query_all(
+            "select query, calls from pg_stat_statements \
+             where dbid = (select oid from pg_database where datname = current_database()) \
+             and toplevel and query not like '%pg_stat_statements%' order by calls desc",
+        )
+        .await;
+    drop(app);
+    let calls = |start: &str| -> i64 {
+        statements
+            .iter()
+            .filter(|(query, _)| query.trim_start().to_lowercase().starts_with(start))
+            .map(|(_, calls)| calls)
+            .sum()
+    };
+    assert_eq!(
+        calls("select r.status"),
+        creates,
+        "one look-up each: {statements:#?}"
+    );
+    assert_eq!(calls("with claimed"), creates, "one claim each: {statements:#?}");
+    assert_eq!(
+        calls("with settled"),
+        creates,
+        "one completion each: {statements:#?}"
+    );
+    let total: i64 = statements.iter().map(|(_, calls)| calls).sum();
+    assert_eq!(
+        total,
+        3 * creates,
+        "three round trips each, nothing else: {statements:#?}"
+    );
+}

@@ -30,7 +30,7 @@ pub fn refused(status: http::StatusCode, message: impl Into<String>) -> ServerFn
 }
 
 /// Where Leptos mounts server functions (its default prefix).
-const SERVER_FUNCTIONS_PREFIX: &str = "/api/";
+pub const SERVER_FUNCTIONS_PREFIX: &str = "/api/";
 
 /// The signed-in operator, if their role is at least `role`; otherwise the call fails with
 /// 401 or 403 (and the failure names what was missing, never more).

@@ -52,6 +52,10 @@ pub enum ApiError {
     RateLimited { retry_after_secs: u64 },
     #[error("The service is temporarily unavailable; retry with the same key.")]
     Unavailable,
+    #[error("The payments API has no such path.")]
+    NotFound,
+    #[error("This path does not accept the method; `Allow` lists the methods it does accept.")]
+    MethodNotAllowed { allowed: Vec<String> },
     #[error("An internal error occurred.")]
     Internal,
 }
@@ -65,7 +69,11 @@ impl ApiError {
             | ApiError::IdempotencyKeyInvalid(_)
             | ApiError::UnsupportedApiVersion(_)
             | ApiError::ValidationFailed(_) => 400,
-            ApiError::AccountNotFound | ApiError::PaymentNotFound | ApiError::RefundNotFound => 404,
+            ApiError::AccountNotFound
+            | ApiError::PaymentNotFound
+            | ApiError::RefundNotFound
+            | ApiError::NotFound => 404,
+            ApiError::MethodNotAllowed { .. } => 405,
             ApiError::DuplicateMerchantReference { .. }
             | ApiError::KeyReusedWithDifferentRequest
             | ApiError::RequestInProgress { .. }
@@ -105,6 +113,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             ApiError::RateLimited { .. } => "RATE_LIMITED",
             ApiError::Unavailable => "UNAVAILABLE",
+            ApiError::NotFound => "NOT_FOUND",
+            ApiError::MethodNotAllowed { .. } => "METHOD_NOT_ALLOWED",
             ApiError::Internal => "INTERNAL_ERROR",
         }
     }
@@ -133,6 +143,7 @@ impl ApiError {
                 Some(json!({ "paymentStatus": payment_status }))
             }
             ApiError::RefundExceedsRemaining { remaining } => Some(json!({ "remaining": remaining })),
+            ApiError::MethodNotAllowed { allowed } => Some(json!({ "allowed": allowed })),
             ApiError::DuplicateRefundReference { refund_id } | ApiError::RefundDeclined { refund_id } => {
                 Some(json!({ "refundId": refund_id }))
             }
@@ -190,5 +201,26 @@ mod tests {
         };
         let body: Value = serde_json::from_slice(&duplicate.body()).expect("json");
         assert_eq!(body["details"]["paymentId"], "pay_1");
+    }
+
+    #[test]
+    fn a_wrong_path_or_method_is_the_callers_mistake_and_says_what_would_do() {
+        let unknown: Value = serde_json::from_slice(&ApiError::NotFound.body()).expect("json");
+        assert_eq!(
+            (
+                ApiError::NotFound.status(),
+                &unknown["errorCode"],
+                &unknown["retryable"]
+            ),
+            (404, &Value::from("NOT_FOUND"), &Value::from(false))
+        );
+        let wrong_method = ApiError::MethodNotAllowed {
+            allowed: vec!["GET".into(), "HEAD".into()],
+        };
+        let body: Value = serde_json::from_slice(&wrong_method.body()).expect("json");
+        assert_eq!(wrong_method.status(), 405);
+        assert_eq!(body["errorCode"], "METHOD_NOT_ALLOWED");
+        assert_eq!(body["retryable"], false);
+        assert_eq!(body["details"]["allowed"], serde_json::json!(["GET", "HEAD"]));
     }
 }

@@ -11,6 +11,7 @@ use crate::auth::operator::PasswordChecks;
 use crate::auth::source::Sources;
 use crate::store::Store;
 use crate::store::operators::StoredOperator;
+use app::auth::SERVER_FUNCTIONS_PREFIX;
 use app::dto::CurrentOperator;
 use axum::extract::{ConnectInfo, Form, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -346,7 +347,9 @@ pub async fn gate(
             next.run(request).await
         }
         None if is_public(&path) => next.run(request).await,
-        None if path.starts_with("/api/") => (StatusCode::UNAUTHORIZED, "sign in first\n").into_response(),
+        None if path.starts_with(SERVER_FUNCTIONS_PREFIX) => {
+            (StatusCode::UNAUTHORIZED, "sign in first\n").into_response()
+        }
         None => {
             let target = format!("/sign-in?next={}", urlencode(request.uri().path()));
             Redirect::to(&target).into_response()

@@ -1,5 +1,6 @@
 //! The one place where the contract's errors (`domain::api_error::ApiError`) become HTTP
-//! responses: status, `Content-Type`, `Retry-After` and the body in the contract's shape.
+//! responses: status, `Content-Type`, `Retry-After`, `Allow` and the body in the contract's
+//! shape.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +31,11 @@ impl IntoResponse for ErrorResponse {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if let ApiError::MethodNotAllowed { allowed } = &error
+            && let Ok(allow) = HeaderValue::from_str(&allowed.join(", "))
+        {
+            response.headers_mut().insert(header::ALLOW, allow);
+        }
         response
     }
 }
@@ -50,5 +56,11 @@ mod tests {
         .into_response();
         assert_eq!(declined.status(), StatusCode::PAYMENT_REQUIRED);
         assert!(declined.headers().get(header::RETRY_AFTER).is_none());
+        let wrong_method = ErrorResponse(ApiError::MethodNotAllowed {
+            allowed: vec!["GET".into(), "HEAD".into()],
+        })
+        .into_response();
+        assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(wrong_method.headers()[header::ALLOW], "GET, HEAD");
     }
 }

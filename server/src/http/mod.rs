@@ -7,6 +7,7 @@ pub mod openapi;
 mod payments;
 pub mod rate_limit;
 mod refunds;
+mod shared_port;
 
 use crate::auth::source::{Source, Sources};
 use crate::console;
@@ -16,6 +17,7 @@ use crate::console::limits::SignInLimits;
 use crate::console::refusals::SignInRefusals;
 use crate::engine::PaymentsEngine;
 use crate::http::error::ErrorResponse;
+use crate::http::shared_port::{ApiPaths, SharedPort};
 use crate::metrics::prometheus::Exposition;
 use crate::store::Store;
 use app::backend::Backend;
@@ -92,12 +94,20 @@ impl FromRequestParts<AppState> for Caller {
 pub struct Routers {
     pub api: Router,
     pub console: Router,
+    api_paths: ApiPaths,
 }
 
 impl Routers {
-    /// Both on one port, the default.
+    /// Both on one port, the default: each request goes to the one it is meant for.
     pub fn shared(self) -> Router {
-        outermost(self.api.merge(self.console))
+        outermost(
+            SharedPort {
+                api: self.api,
+                console: self.console,
+                api_paths: self.api_paths,
+            }
+            .router(),
+        )
     }
 
     /// The API and the console apart: an API port that serves nothing of the console.
@@ -133,20 +143,30 @@ pub fn routers(
         .routes(routes!(refunds::create_refund))
         .routes(routes!(refunds::get_refund))
         .split_for_parts();
+    let api_paths = ApiPaths::of(&document, &[DOCS_PATH, DOCUMENT_PATH]);
     let api = api
         .merge(api_docs(document))
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));
-    let api = bounded(api, settings).layer(axum::middleware::map_response_with_state(
-        settings.body_limit_bytes,
-        in_the_contracts_shape,
-    ));
+    // Around the whole router, not around each route: axum writes a 405's `Allow` after the
+    // layers of the route that refused the method have run.
+    let api = Router::new().fallback_service(bounded(api, settings)).layer(
+        axum::middleware::map_response_with_state(settings.body_limit_bytes, in_the_contracts_shape),
+    );
     let console = bounded(
         console_router(console, console_backend, access, settings),
         settings,
     );
-    Routers { api, console }
+    Routers {
+        api,
+        console,
+        api_paths,
+    }
 }
+
+/// Where the API's docs page and its OpenAPI document are served.
+const DOCS_PATH: &str = "/docs";
+const DOCUMENT_PATH: &str = "/openapi.json";
 
 /// What every answer goes through, on whichever port: compression, the request id (made,
 /// echoed) and a span per request.
@@ -167,7 +187,7 @@ fn outermost(router: Router) -> Router {
 /// from here only (Swagger UI sets inline styles and draws icons from `data:` images), nothing
 /// framed, nothing sniffed.
 fn api_docs(document: utoipa::openapi::OpenApi) -> Router<AppState> {
-    Router::from(SwaggerUi::new("/docs").url("/openapi.json", document))
+    Router::from(SwaggerUi::new(DOCS_PATH).url(DOCUMENT_PATH, document))
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(
@@ -289,8 +309,10 @@ fn console_routes() -> Vec<AxumRouteListing> {
     ROUTES.get_or_init(|| generate_route_list(app::App)).clone()
 }
 
-/// The API's answers from the layers around its handlers (an oversized body, a request that
-/// ran out of time) in the contract's JSON shape, like every other error of the API.
+/// The API's answers from outside its handlers in the contract's JSON shape, like every other
+/// error of the API: an oversized body and a request that ran out of time (the layers around
+/// the handlers), a path the API does not have and a method its path does not accept (the
+/// router, whose 405 names the accepted methods in `Allow`).
 async fn in_the_contracts_shape(
     State(body_limit_bytes): State<usize>,
     response: axum::response::Response,
@@ -307,6 +329,20 @@ async fn in_the_contracts_shape(
         })
         .into_response(),
         StatusCode::SERVICE_UNAVAILABLE => ErrorResponse(ApiError::Unavailable).into_response(),
+        StatusCode::NOT_FOUND => ErrorResponse(ApiError::NotFound).into_response(),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = response
+                .headers()
+                .get(header::ALLOW)
+                .and_then(|allow| allow.to_str().ok())
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|method| !method.is_empty())
+                .map(str::to_owned)
+                .collect();
+            ErrorResponse(ApiError::MethodNotAllowed { allowed }).into_response()
+        }
         _ => response,
     }
 }

@@ -6,6 +6,7 @@
 //! `/docs` whose assets are compiled into the binary.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Content, HeaderBuilder, Object, Ref, ResponseBuilder, Type};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 #[derive(OpenApi)]
@@ -15,9 +16,14 @@ use utoipa::{Modify, OpenApi, ToSchema};
         description = "Payments with a payment-grade idempotency layer. Every error body has the \
             shape of `ErrorBody`; `errorCode` values are part of the contract. A keyed request's \
             scope is (tenant, operation, Idempotency-Key); a retry inside the window gets the \
-            first answer again, byte for byte, with `Idempotent-Replayed: true`.",
+            first answer again, byte for byte, with `Idempotent-Replayed: true`. A request the \
+            API recognises as its own (under one of its paths, with a bearer key, or sending or \
+            asking for JSON and not HTML) to a path it does not have is `404 NOT_FOUND`, and \
+            with a method its path does not accept `405 METHOD_NOT_ALLOWED` with `Allow` \
+            (components `NotFound` and `MethodNotAllowed`); it is never sent to the console's \
+            sign-in.",
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &WrongPathOrMethod),
     // Referenced from header parameters, which do not bring their schemas along.
     components(schemas(ApiVersionName)),
     tags((name = "payments", description = "Payments and their idempotency"), (name = "refunds", description = "Refunds: the second keyed operation"), (name = "operations", description = "Health and discovery"))
@@ -34,6 +40,44 @@ impl Modify for BearerAuth {
         components.add_security_scheme(
             "apiKey",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The answers to a path the API does not have and to a method a path does not accept. OpenAPI
+/// describes the paths that exist, not the ones that do not, so these are reusable responses
+/// that no operation lists.
+struct WrongPathOrMethod;
+
+impl Modify for WrongPathOrMethod {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let error_body = || Content::new(Some(Ref::from_schema_name("ErrorBody")));
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.responses.insert(
+            "NotFound".to_owned(),
+            ResponseBuilder::new()
+                .description("`NOT_FOUND`: the API has no such path.")
+                .content("application/json", error_body())
+                .build()
+                .into(),
+        );
+        components.responses.insert(
+            "MethodNotAllowed".to_owned(),
+            ResponseBuilder::new()
+                .description(
+                    "`METHOD_NOT_ALLOWED`: the path does not accept the method; `Allow` and \
+                     `details.allowed` list the methods it does accept.",
+                )
+                .header(
+                    "Allow",
+                    HeaderBuilder::new()
+                        .schema(Some(Object::with_type(Type::String)))
+                        .description(Some("The accepted methods, e.g. `GET, HEAD`."))
+                        .build(),
+                )
+                .content("application/json", error_body())
+                .build()
+                .into(),
         );
     }
 }
@@ -226,7 +270,7 @@ pub struct RefundOutcomeUnknownBody {
 
 /// Every error: a stable code, a sentence, whether repeating the request with the same key can
 /// help, and details where the code has them (`fields`, `paymentId`, `refundId`, `remaining`,
-/// `paymentStatus`, `resourceId`, `limitBytes`).
+/// `paymentStatus`, `resourceId`, `limitBytes`, `allowed`).
 #[derive(ToSchema, serde::Serialize)]
 #[allow(dead_code, reason = "a description of the wire format")]
 #[serde(rename_all = "camelCase")]

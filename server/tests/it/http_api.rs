@@ -1,8 +1,9 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
-use crate::support::{DialectName, TestApp, TestDatabase, conformance};
+use crate::support::{DialectName, TestApp, TestDatabase, conformance, expect_error};
 use app::dto::Dashboard;
 use domain::operator::OperatorRole;
+use reqwest::Method;
 use serde_json::Value;
 
 async fn health_and_readiness_answer(db: TestDatabase) {
@@ -319,4 +320,134 @@ fn pages_render_whole_while_other_routers_are_built() {
     for thread in builders.chain(renderers).collect::<Vec<_>>() {
         thread.join().expect("no page stalled");
     }
+}
+
+/// On the shared port, a request that is clearly an API call (an API path, a bearer key, JSON
+/// without HTML) gets the API's answers in the contract's shape, however wrong its path or
+/// method; a browser keeps the console's (sign-in redirect, Origin check, its 404 page).
+#[tokio::test]
+async fn an_api_caller_is_told_of_a_wrong_path_or_method_and_a_browser_still_gets_the_console() {
+    let app = TestApp::on(DialectName::Sqlite)
+        .tenant("acme", "100.00")
+        .in_process()
+        .await;
+    let key = app.key("acme");
+    let payment = r#"{"accountId":"acc_1","amount":"1.00","currency":"EUR","merchantReference":"inv-1"}"#;
+    let not_found = async |response: reqwest::Response| {
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let body = expect_error(response, 404, "NOT_FOUND").await;
+        assert_eq!(body["retryable"], false, "{body}");
+    };
+
+    // The issue's table, row by row.
+    let typo = app
+        .request(Method::POST, "/payment", key)
+        .header("content-type", "application/json")
+        .header("idempotency-key", "k-typo")
+        .body(payment)
+        .send()
+        .await
+        .expect("POST");
+    not_found(typo).await;
+    let below_a_payment = app
+        .request(Method::POST, "/payments/pay_x/nothing", key)
+        .send()
+        .await
+        .expect("POST");
+    not_found(below_a_payment).await;
+    let refunds = app
+        .request(Method::GET, "/refunds", key)
+        .send()
+        .await
+        .expect("GET");
+    not_found(refunds).await;
+    let delete = app
+        .request(Method::DELETE, "/payments/pay_0000000000000000", key)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(delete.headers()["allow"], "GET, HEAD");
+    assert_eq!(delete.headers()["content-type"], "application/json");
+    let body = expect_error(delete, 405, "METHOD_NOT_ALLOWED").await;
+    assert_eq!(body["details"]["allowed"], serde_json::json!(["GET", "HEAD"]));
+    assert_eq!(body["retryable"], false);
+
+    // Each sign of an API call alone is enough: its path, its key, JSON without HTML.
+    let unauthenticated_api_path = app
+        .http
+        .post(app.url("/payments/pay_x/nothing"))
+        .send()
+        .await
+        .expect("POST");
+    not_found(unauthenticated_api_path).await;
+    let bearer_on_a_console_path = app
+        .request(Method::GET, "/records", key)
+        .send()
+        .await
+        .expect("GET");
+    not_found(bearer_on_a_console_path).await;
+    let asks_for_json = app
+        .http
+        .get(app.url("/nothing"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .expect("GET");
+    not_found(asks_for_json).await;
+    let sends_json = app
+        .http
+        .post(app.url("/payment"))
+        .header("content-type", "application/json")
+        .body(payment)
+        .send()
+        .await
+        .expect("POST");
+    not_found(sends_json).await;
+    let wrong_method_on_the_collection = app
+        .request(Method::PUT, "/payments", key)
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(wrong_method_on_the_collection.headers()["allow"], "POST");
+    expect_error(wrong_method_on_the_collection, 405, "METHOD_NOT_ALLOWED").await;
+    assert_eq!(
+        app.db.query_i64("select count(*) from payments").await,
+        0,
+        "nothing was paid"
+    );
+
+    // A browser on the same port: the console, as before.
+    let browser = app.browser();
+    let unknown_page = browser.get("/no-such-page").await;
+    assert_eq!(unknown_page.status(), 303);
+    assert_eq!(unknown_page.headers()["location"], "/sign-in?next=/no-such-page");
+    let cross_origin = app
+        .http
+        .post(app.url("/records"))
+        .header("origin", "https://elsewhere.example")
+        .form(&[("q", "1")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(cross_origin.status(), 403);
+    assert_eq!(
+        cross_origin.text().await.expect("text"),
+        "cross-origin request refused\n"
+    );
+    assert_eq!(
+        browser.call("whoami", &[]).await.status(),
+        401,
+        "a server function, unsigned"
+    );
+    let console = app.console("vera", OperatorRole::Viewer).await;
+    let signed_in_unknown_page = console.get("/no-such-page").await;
+    assert_eq!(signed_in_unknown_page.status(), 404);
+    assert!(
+        signed_in_unknown_page
+            .text()
+            .await
+            .expect("html")
+            .contains("Not found")
+    );
+    assert_eq!(console.call("whoami", &[]).await.status(), 200);
 }

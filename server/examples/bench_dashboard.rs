@@ -11,6 +11,7 @@
 use app::backend::ConsoleReads;
 use app::dto::DashboardRange;
 use domain::expiry::{AfterExpiry, ExpiryPolicy};
+use domain::fingerprint::FingerprintVersion;
 use idem::console::StoreConsole;
 use idem::engine::sealing::ResponseSealer;
 use idem::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
@@ -118,6 +119,7 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
                 },
             },
             instance_id: "bench".to_owned(),
+            fingerprint_version: FingerprintVersion::CURRENT,
             answer_cache_bytes: 0,
         },
     ));

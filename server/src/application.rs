@@ -159,6 +159,7 @@ impl Application {
             },
             instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
             answer_cache_bytes: args.answer_cache_bytes,
+            fingerprint_version: args.fingerprint_version,
         };
         let instance = Instance {
             id: engine_settings.instance_id.clone(),

@@ -3,6 +3,7 @@
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use domain::expiry::AfterExpiry;
+use domain::fingerprint::FingerprintVersion;
 use domain::operator::OperatorRole;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -358,6 +359,17 @@ pub struct ServeArgs {
     /// Provider look-ups per unknown outcome before it is left to an operator.
     #[arg(long, env = "IDEM_RECOVERY_MAX_ATTEMPTS", default_value_t = 10)]
     pub recovery_max_attempts: i32,
+
+    /// The fingerprint version new records are made in: by default the build's current one;
+    /// another version this build knows during a two-step deploy of a new canonicalisation
+    /// (docs/fingerprint.md). A retry is always compared in its own record's version.
+    #[arg(
+        long,
+        env = "IDEM_FINGERPRINT_VERSION",
+        default_value_t = FingerprintVersion::CURRENT,
+        value_parser = clap::value_parser!(u16).try_map(FingerprintVersion::known),
+    )]
+    pub fingerprint_version: FingerprintVersion,
 
     /// The idempotency window of create_payment, in seconds.
     #[arg(long, env = "IDEM_WINDOW_SECS", default_value_t = 24 * 3600)]

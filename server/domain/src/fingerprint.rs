@@ -8,15 +8,74 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
+use strum::VariantArray;
 
-/// The version of the canonical form. Stored with every record, so that a retry is always
-/// compared in the version its record was made with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct FingerprintVersion(pub u16);
+/// The versions of the canonical form: the registry. Every record stores the version it was
+/// fingerprinted in, and a retry is always compared in its record's version, so a version stays
+/// here (its canonicaliser with it) for as long as records made in it may be retried. Adding
+/// one is a variant, its number and its canonicaliser (`docs/fingerprint.md`, "Adding a
+/// version"); the version new records get is chosen in one place, [`FingerprintVersion::CURRENT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, VariantArray)]
+pub enum FingerprintVersion {
+    /// The command as normalised by its parser, text as sent.
+    V1,
+    /// V1 with every text in Unicode Normalisation Form C: test-only (`docs/fingerprint.md`
+    /// says why it is not shipped), so that the tests can deploy a change of canonicalisation.
+    #[cfg(feature = "fingerprint-v2")]
+    V2,
+}
 
 impl FingerprintVersion {
-    pub const V1: FingerprintVersion = FingerprintVersion(1);
+    /// The version new records are made in, unless a deploy chooses another known one
+    /// (`idem serve --fingerprint-version`).
     pub const CURRENT: FingerprintVersion = FingerprintVersion::V1;
+
+    /// The version stored as `number`, if this build knows it. A record of a version it does
+    /// not know was made by a newer deploy: its retries are not for this build to judge.
+    pub fn known(number: u16) -> Result<FingerprintVersion, UnknownFingerprintVersion> {
+        FingerprintVersion::VARIANTS
+            .iter()
+            .copied()
+            .find(|version| version.number() == number)
+            .ok_or(UnknownFingerprintVersion(number))
+    }
+
+    /// The number stored with a record and written into the canonical form.
+    pub fn number(self) -> u16 {
+        match self {
+            FingerprintVersion::V1 => 1,
+            #[cfg(feature = "fingerprint-v2")]
+            FingerprintVersion::V2 => 2,
+        }
+    }
+
+    /// This version's canonicaliser: how a text of the command is written.
+    fn canonical_text(self, text: &str) -> String {
+        match self {
+            FingerprintVersion::V1 => text.to_owned(),
+            #[cfg(feature = "fingerprint-v2")]
+            FingerprintVersion::V2 => unicode_normalization::UnicodeNormalization::nfc(text).collect(),
+        }
+    }
+}
+
+/// The number, as stored and as `--fingerprint-version` takes it.
+impl fmt::Display for FingerprintVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("fingerprint version {0} is not one this build knows ({known})", known = known_numbers())]
+pub struct UnknownFingerprintVersion(pub u16);
+
+fn known_numbers() -> String {
+    let numbers: Vec<String> = FingerprintVersion::VARIANTS
+        .iter()
+        .map(|version| version.number().to_string())
+        .collect();
+    numbers.join(", ")
 }
 
 /// A value in the canonical form. Objects are ordered by key (`BTreeMap`), so the
@@ -27,6 +86,22 @@ pub enum CanonicalValue {
     Text(String),
     Integer(i64),
     Object(BTreeMap<&'static str, CanonicalValue>),
+}
+
+impl CanonicalValue {
+    /// The value with each of its texts written by `text`.
+    fn with_texts(self, text: &impl Fn(&str) -> CanonicalValue) -> CanonicalValue {
+        match self {
+            CanonicalValue::Text(value) => text(&value),
+            CanonicalValue::Integer(value) => CanonicalValue::Integer(value),
+            CanonicalValue::Object(fields) => CanonicalValue::Object(
+                fields
+                    .into_iter()
+                    .map(|(name, value)| (name, value.with_texts(text)))
+                    .collect(),
+            ),
+        }
+    }
 }
 
 impl From<&str> for CanonicalValue {
@@ -70,28 +145,31 @@ impl Fingerprint {
         Self::compute_in(FingerprintVersion::CURRENT, input)
     }
 
-    /// The fingerprint in a given version. Only V1 exists; a later version adds an arm here
-    /// and keeps V1's, so records made under V1 stay comparable.
+    /// The fingerprint in `version`, written by that version's canonicaliser.
     pub fn compute_in<C: CanonicalCommand>(
         version: FingerprintVersion,
         input: &FingerprintInput<'_, C>,
     ) -> Fingerprint {
+        let text = |value: &str| CanonicalValue::Text(version.canonical_text(value));
         let path_params = input
             .path_params
             .iter()
-            .map(|(name, value)| (*name, CanonicalValue::from(value.as_str())))
+            .map(|(name, value)| (*name, text(value)))
+            .collect();
+        let command = input
+            .command
+            .canonical_fields()
+            .into_iter()
+            .map(|(name, value)| (name, value.with_texts(&text)))
             .collect();
         let document: BTreeMap<&'static str, CanonicalValue> = BTreeMap::from([
-            ("apiVersion", input.api_version.into()),
-            (
-                "command",
-                CanonicalValue::Object(input.command.canonical_fields()),
-            ),
+            ("apiVersion", text(input.api_version)),
+            ("command", CanonicalValue::Object(command)),
             (
                 "fingerprintVersion",
-                CanonicalValue::Integer(i64::from(version.0)),
+                CanonicalValue::Integer(i64::from(version.number())),
             ),
-            ("operation", input.operation.as_str().into()),
+            ("operation", text(input.operation.as_str())),
             ("pathParams", CanonicalValue::Object(path_params)),
         ]);
         let canonical = serde_json::to_string(&document)
@@ -107,6 +185,71 @@ impl Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "v{}:{}", self.version.0, self.sha256_hex)
+        write!(f, "v{}:{}", self.version.number(), self.sha256_hex)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_version_is_found_by_its_number_and_no_other_number_is() {
+        for version in FingerprintVersion::VARIANTS {
+            assert_eq!(FingerprintVersion::known(version.number()), Ok(*version));
+        }
+        assert_eq!(FingerprintVersion::known(1), Ok(FingerprintVersion::V1));
+        assert!(FingerprintVersion::VARIANTS.contains(&FingerprintVersion::CURRENT));
+        let unknown = FingerprintVersion::known(99).expect_err("not a version");
+        assert!(
+            unknown
+                .to_string()
+                .starts_with("fingerprint version 99 is not one this build knows (1")
+        );
+        assert!(FingerprintVersion::known(0).is_err());
+    }
+
+    struct Reference(&'static str);
+
+    impl CanonicalCommand for Reference {
+        fn canonical_fields(&self) -> BTreeMap<&'static str, CanonicalValue> {
+            BTreeMap::from([("merchantReference", self.0.into())])
+        }
+    }
+
+    fn in_version(version: FingerprintVersion, reference: &'static str) -> Fingerprint {
+        Fingerprint::compute_in(
+            version,
+            &FingerprintInput {
+                operation: Operation::CreatePayment,
+                path_params: BTreeMap::new(),
+                api_version: "",
+                command: &Reference(reference),
+            },
+        )
+    }
+
+    /// "ガ" written as one code point, and as カ with a combining voiced sound mark.
+    const COMPOSED: &str = "\u{30AC}-7781";
+    const DECOMPOSED: &str = "\u{30AB}\u{3099}-7781";
+
+    #[test]
+    fn version_1_keeps_text_as_sent() {
+        let composed = in_version(FingerprintVersion::V1, COMPOSED);
+        assert_ne!(composed, in_version(FingerprintVersion::V1, DECOMPOSED));
+        assert!(composed.canonical.contains(r#""fingerprintVersion":1"#));
+    }
+
+    #[cfg(feature = "fingerprint-v2")]
+    #[test]
+    fn version_2_normalises_text_to_nfc_and_never_equals_version_1() {
+        let composed = in_version(FingerprintVersion::V2, COMPOSED);
+        assert_eq!(composed, in_version(FingerprintVersion::V2, DECOMPOSED));
+        assert!(composed.canonical.contains(r#""fingerprintVersion":2"#));
+        assert_ne!(
+            composed.sha256_hex,
+            in_version(FingerprintVersion::V1, COMPOSED).sha256_hex
+        );
+        assert_eq!(composed.to_string(), format!("v2:{}", composed.sha256_hex));
     }
 }

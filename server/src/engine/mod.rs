@@ -43,6 +43,7 @@ use crate::provider::client::ProviderClient;
 use crate::store::{PaymentStore, RecordStore, RefundStore};
 use domain::claim::StoredResponse;
 use domain::expiry::ExpiryPolicy;
+use domain::fingerprint::FingerprintVersion;
 use domain::outcome::Outcome;
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
@@ -68,6 +69,8 @@ pub struct EngineSettings {
     pub instance_id: String,
     /// The memory for final answers, in bytes (0: none).
     pub answer_cache_bytes: u64,
+    /// The version new records are fingerprinted in.
+    pub fingerprint_version: FingerprintVersion,
 }
 
 impl EngineSettings {

@@ -24,7 +24,7 @@ use domain::claim::{ClaimOutcome, NewClaim, StoredResponse, UnkeyedOutcome};
 use domain::command::CreatePayment;
 use domain::decision::{Decision, decide};
 use domain::expiry::AfterExpiry;
-use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion, UnknownFingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::outcome::Outcome;
 use domain::payment::{NewPayment, PaymentId};
@@ -159,7 +159,7 @@ impl PaymentsEngine {
         let settings = self.settings.of(scope.operation);
         let claim = NewClaim {
             scope,
-            fingerprint: operation.fingerprint(FingerprintVersion::CURRENT),
+            fingerprint: operation.fingerprint(self.settings.fingerprint_version),
             created_by,
             response_schema_version: api_version.as_str().to_owned(),
             lease_owner: self.settings.instance_id.clone(),
@@ -167,8 +167,11 @@ impl PaymentsEngine {
             window: settings.expiry.window,
             after_expiry: settings.expiry.after_expiry,
         };
-        let (answer, retry_delay) = self.answer(operation, &claim).await;
-        self.journal_answer(&claim.scope, &claim.fingerprint, &answer, retry_delay);
+        let (answer, compared) = self.answer(operation, &claim).await;
+        let (fingerprint, retry_delay) = compared.as_ref().map_or((&claim.fingerprint, None), |compared| {
+            (&compared.fingerprint, compared.retry_delay)
+        });
+        self.journal_answer(&claim.scope, fingerprint, &answer, retry_delay);
         answer
     }
 
@@ -196,14 +199,13 @@ impl PaymentsEngine {
         });
     }
 
-    /// The answer, and how long after its key's first request the request came if it is a
-    /// retry. The look-up answers here; the claim, or what the record's verdict writes, runs
-    /// to the end.
+    /// The answer, and how the request compared with its key's record if it had one. The
+    /// look-up answers here; the claim, or what the record's verdict writes, runs to the end.
     async fn answer(
         self: &Arc<Self>,
         operation: impl KeyedOperation,
         claim: &NewClaim,
-    ) -> (Answer, Option<TimeDelta>) {
+    ) -> (Answer, Option<Compared>) {
         let scope = &claim.scope;
         let found = match self.final_answers.get(scope) {
             Some(found) => Some(found),
@@ -219,13 +221,16 @@ impl PaymentsEngine {
             },
         };
         let Some(mut found) = found else {
-            return self.claim_to_the_end(operation, claim, None).await;
+            return self.claim_to_the_end(operation, claim.clone(), None).await;
         };
-        let (retry, retry_delay) = as_retry_of(&operation, &claim.fingerprint, &found);
-        if self.claim_may_renew(scope.operation, &found, &retry) {
-            return self.claim_to_the_end(operation, claim, retry_delay).await;
+        let compared = match Compared::with(&operation, &claim.fingerprint, &found) {
+            Ok(compared) => compared,
+            Err(unknown) => return (made_by_a_newer_deploy(scope, unknown), None),
+        };
+        if let Some(renewal) = self.renewal(claim, &found, &compared.fingerprint) {
+            return self.claim_to_the_end(operation, renewal, Some(compared)).await;
         }
-        let answer = match self.verdict(scope, &mut found, &retry) {
+        let answer = match self.verdict(scope, &mut found, &compared.fingerprint.sha256_hex) {
             Verdict::Answer(answer) => answer,
             verdict => {
                 let (engine, scope) = (Arc::clone(self), scope.clone());
@@ -234,40 +239,45 @@ impl PaymentsEngine {
                     .unwrap_or_else(|failed| failed)
             }
         };
-        (answer, retry_delay)
+        (answer, Some(compared))
     }
 
     /// [`Self::claim_and_answer`], run to the end.
     async fn claim_to_the_end(
         self: &Arc<Self>,
         operation: impl KeyedOperation,
-        claim: &NewClaim,
-        retry_delay: Option<TimeDelta>,
-    ) -> (Answer, Option<TimeDelta>) {
-        let (engine, claim) = (Arc::clone(self), claim.clone());
-        to_the_end(async move { engine.claim_and_answer(&operation, &claim, retry_delay).await })
+        claim: NewClaim,
+        compared: Option<Compared>,
+    ) -> (Answer, Option<Compared>) {
+        let engine = Arc::clone(self);
+        to_the_end(async move { engine.claim_and_answer(&operation, &claim, compared).await })
             .await
             .unwrap_or_else(|failed| (failed, None))
     }
 
     /// The insert-first claim, and the answer to what it decided; when the claim found the
     /// key's record made or changed since the look-up (a concurrent request), the answer that
-    /// record gives, and that record's retry delay instead of the look-up's.
+    /// record gives, and the request compared with that record instead of the look-up's.
     async fn claim_and_answer(
         &self,
         operation: &impl KeyedOperation,
         claim: &NewClaim,
-        retry_delay: Option<TimeDelta>,
-    ) -> (Answer, Option<TimeDelta>) {
+        compared: Option<Compared>,
+    ) -> (Answer, Option<Compared>) {
         if let Some(answer) = self.claim_anew(operation, claim).await {
-            return (answer, retry_delay);
+            return (answer, compared);
         }
         let scope = &claim.scope;
         match self.records.look_up(scope).await {
-            Ok(Some(found)) => {
-                let (retry, retry_delay) = as_retry_of(operation, &claim.fingerprint, &found);
-                (self.answer_record(scope, found, &retry).await, retry_delay)
-            }
+            Ok(Some(found)) => match Compared::with(operation, &claim.fingerprint, &found) {
+                Ok(compared) => {
+                    let answer = self
+                        .answer_record(scope, found, &compared.fingerprint.sha256_hex)
+                        .await;
+                    (answer, Some(compared))
+                }
+                Err(unknown) => (made_by_a_newer_deploy(scope, unknown), None),
+            },
             Ok(None) => (Answer::in_progress(1, None), None),
             Err(error) => (
                 Answer::error(error.as_api_error("look up after the claim"), None),
@@ -319,14 +329,21 @@ impl PaymentsEngine {
         Some(answer)
     }
 
-    /// Whether the claim may take `found` for a new operation (a settled record past its
-    /// window under `new_operation`, or a key an operator released): only then does a request
-    /// that found a record go on to the claim, which decides that race.
-    fn claim_may_renew(&self, operation: Operation, found: &FoundRecord, fingerprint_hex: &str) -> bool {
-        match decide(&found.at.record, fingerprint_hex, found.at.now) {
-            Decision::Reexecute { .. } => true,
-            Decision::Expired => self.after_expiry(operation) == AfterExpiry::NewOperation,
-            _ => false,
+    /// The claim that renews `found`'s record, when the request may renew it (only then does a
+    /// request that found a record go on to the claim, which decides that race). A key an
+    /// operator released is the same operation carried on: it is claimed in its record's
+    /// fingerprint version, which the claim compares. A settled record past its window under
+    /// `new_operation` is a new operation, in this instance's version.
+    fn renewal(&self, claim: &NewClaim, found: &FoundRecord, retry: &Fingerprint) -> Option<NewClaim> {
+        match decide(&found.at.record, &retry.sha256_hex, found.at.now) {
+            Decision::Reexecute { .. } => Some(NewClaim {
+                fingerprint: retry.clone(),
+                ..claim.clone()
+            }),
+            Decision::Expired if self.after_expiry(claim.scope.operation) == AfterExpiry::NewOperation => {
+                Some(claim.clone())
+            }
+            _ => None,
         }
     }
 
@@ -470,9 +487,8 @@ impl PaymentsEngine {
             | Decision::Recover { lease_version } => return Verdict::Resume { lease_version },
             // No other step is ever left durable by an owner (the local transaction moves a
             // record to PROVIDER_REQUEST_SENT at once). A released key (FAILED_RETRYABLE) is
-            // renewed by the claim itself when the retry's fingerprint matches in the current
-            // fingerprint version; one released under an older version is not re-executed
-            // (the claim cannot compare it) and waits like an in-progress record.
+            // renewed by the claim itself, which compares the retry in the record's version;
+            // it reaches this verdict only when another request renewed it first.
             Decision::TakeOver { .. } | Decision::Reexecute { .. } => {
                 tracing::error!(tenant_id = %scope.tenant_id, "record in a state no owner leaves; not taken over");
                 Answer::in_progress(1, expires_at)
@@ -554,22 +570,46 @@ async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 's
     })
 }
 
-/// The request's fingerprint as `found`'s record was fingerprinted (the retry is compared in
-/// the version its record was made with; `current`, already computed, when that is the
-/// current version), and its delay if it is a retry of that record.
-fn as_retry_of(
-    operation: &impl KeyedOperation,
-    current: &Fingerprint,
-    found: &FoundRecord,
-) -> (String, Option<TimeDelta>) {
-    let version = FingerprintVersion(found.at.record.fingerprint_version);
-    let retry = if version == current.version {
-        current.sha256_hex.clone()
-    } else {
-        operation.fingerprint(version).sha256_hex
-    };
-    let retry_delay = found.at.retry_delay(&retry);
-    (retry, retry_delay)
+/// How a request compares with its key's record: its fingerprint in the version the record was
+/// made in (the current one, already computed, when they are the same), and how long after the
+/// record's first request it came if it is a retry of that record.
+struct Compared {
+    fingerprint: Fingerprint,
+    retry_delay: Option<TimeDelta>,
+}
+
+impl Compared {
+    fn with(
+        operation: &impl KeyedOperation,
+        current: &Fingerprint,
+        found: &FoundRecord,
+    ) -> Result<Compared, UnknownFingerprintVersion> {
+        let version = FingerprintVersion::known(found.at.record.fingerprint_version)?;
+        let fingerprint = if version == current.version {
+            current.clone()
+        } else {
+            operation.fingerprint(version)
+        };
+        let retry_delay = found.at.retry_delay(&fingerprint.sha256_hex);
+        Ok(Compared {
+            fingerprint,
+            retry_delay,
+        })
+    }
+}
+
+/// The answer for a key whose record is in a fingerprint version this build does not know: a
+/// newer deploy made it, and only an instance of that deploy can tell a retry from another
+/// command. Nothing is decided here: the client retries, and reaches one once the deploy rolls
+/// on (`docs/fingerprint.md`).
+fn made_by_a_newer_deploy(scope: &Scope, unknown: UnknownFingerprintVersion) -> Answer {
+    tracing::error!(
+        tenant_id = %scope.tenant_id,
+        operation = scope.operation.as_str(),
+        %unknown,
+        "a record made by a newer deploy; answered 503 for the client to retry"
+    );
+    Answer::error(ApiError::Unavailable, None)
 }
 
 /// The payment a create_payment request makes, under a new id.

@@ -357,7 +357,7 @@ fn bind_claim<'q, D: Dialect, O>(
         .bind(scope.tenant_id.as_str())
         .bind(scope.operation.as_str())
         .bind(scope.key.as_str())
-        .bind(i16::try_from(claim.fingerprint.version.0).unwrap_or(i16::MAX))
+        .bind(i16::try_from(claim.fingerprint.version.number()).unwrap_or(i16::MAX))
         .bind(claim.fingerprint.sha256_hex.as_str())
         .bind(claim.fingerprint.canonical.as_str())
         .bind(resource_type)

@@ -11,6 +11,7 @@ mod console_access;
 mod console_api;
 mod console_security;
 mod cost;
+mod deploys;
 mod docs;
 mod events;
 mod faults;

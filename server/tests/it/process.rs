@@ -67,7 +67,10 @@ async fn sigterm_lets_an_in_flight_request_finish() {
     // The signal handler is installed before the instance says it is ready.
     until_ready(idem.address).await;
 
-    // A payment whose body is still arriving when the signal comes: it is in flight.
+    // A payment whose body is still to come when the signal comes: it is in flight. The
+    // client asks to be told to go on (`Expect: 100-continue`), and the server says so only
+    // once it has read the request's head and its handler waits for the body, so the signal
+    // cannot arrive before the server knows of the request (the head alone, unread, raced it).
     let mut stream = TcpStream::connect(idem.address).await.expect("connect");
     let body = r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-term"}"#;
     stream
@@ -75,15 +78,21 @@ async fn sigterm_lets_an_in_flight_request_finish() {
             format!(
                 "POST /payments HTTP/1.1\r\nhost: idem\r\nauthorization: Bearer {}\r\n\
                  idempotency-key: k-in-flight\r\ncontent-type: application/json\r\n\
-                 content-length: {}\r\n\r\n{}",
+                 expect: 100-continue\r\ncontent-length: {}\r\n\r\n",
                 app.key("acme"),
                 body.len(),
-                &body[..2]
             )
             .as_bytes(),
         )
         .await
         .expect("send the head");
+    let go_on = b"HTTP/1.1 100 Continue\r\n\r\n";
+    let mut interim = vec![0_u8; go_on.len()];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut interim))
+        .await
+        .expect("told to go on")
+        .expect("read the interim answer");
+    assert_eq!(interim, go_on, "{}", String::from_utf8_lossy(&interim));
     idem.signal("TERM");
     // Shutting down: no new connection is accepted, and the instance waits for this request.
     let refused = async {
@@ -99,10 +108,7 @@ async fn sigterm_lets_an_in_flight_request_finish() {
         "still serving the in-flight request"
     );
 
-    stream
-        .write_all(&body.as_bytes()[2..])
-        .await
-        .expect("finish the body");
+    stream.write_all(body.as_bytes()).await.expect("send the body");
     let mut response = String::new();
     stream
         .read_to_string(&mut response)

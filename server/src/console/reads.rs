@@ -77,12 +77,12 @@ impl ConsoleReads for StoreConsole {
             .iter()
             .map(|outcome| {
                 let mut values = vec![0_u64; points];
-                for (bucket, _, total) in rows.iter().filter(|(_, name, _)| name == outcome.as_str()) {
-                    if let Some(slot) = usize::try_from((bucket - from) / step)
+                for row in rows.iter().filter(|row| row.outcome == outcome.as_str()) {
+                    if let Some(slot) = usize::try_from((row.bucket - from) / step)
                         .ok()
                         .and_then(|i| values.get_mut(i))
                     {
-                        *slot += count(*total);
+                        *slot += count(row.total);
                     }
                 }
                 Series {
@@ -123,7 +123,10 @@ impl ConsoleReads for StoreConsole {
             },
             tenants: tenants
                 .into_iter()
-                .map(|(id, name)| TenantOption { id, name })
+                .map(|tenant| TenantOption {
+                    id: tenant.id,
+                    name: tenant.name,
+                })
                 .collect(),
             read_at: now_text(),
         })
@@ -269,7 +272,7 @@ impl ConsoleReads for StoreConsole {
                 .map(|row| views::queue_row(row, self.recovery_max_attempts))
                 .collect(),
             next,
-            tenants: tenants.into_iter().map(|(_, name)| name).collect(),
+            tenants: tenants.into_iter().map(|tenant| tenant.name).collect(),
             read_at: now_text(),
         })
     }

@@ -98,23 +98,39 @@ pub trait ApprovalStatements {
     const EXPIRE_OVERRIDES: &'static str;
 }
 
-type OverrideRow = (
-    String,
-    String,
-    String,
-    String,
-    i64,
-    String,
-    Option<String>,
-    String,
-    String,
-    DateTime<Utc>,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<DateTime<Utc>>,
-    Option<String>,
-);
+/// A row of `override_requests` ([`SELECT_OVERRIDES`]).
+#[derive(sqlx::FromRow)]
+struct OverrideRow {
+    id: String,
+    tenant_id: String,
+    operation_name: String,
+    idempotency_key: String,
+    record_version: i64,
+    outcome: String,
+    provider_charge_id: Option<String>,
+    requested_by: String,
+    reason: String,
+    requested_at: DateTime<Utc>,
+    state: String,
+    decided_by: Option<String>,
+    decision_reason: Option<String>,
+    decided_at: Option<DateTime<Utc>>,
+    result: Option<String>,
+}
+
+/// Every column of [`OverrideRow`], from `override_requests`.
+const SELECT_OVERRIDES: &str = "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, \
+     provider_charge_id, requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, \
+     result from override_requests";
+
+/// A row of [`ApprovalStatements::EXPIRE_OVERRIDES`]: an expired request and its record.
+#[derive(sqlx::FromRow)]
+struct ExpiredOverride {
+    id: String,
+    tenant_id: String,
+    operation_name: String,
+    idempotency_key: String,
+}
 
 /// The stored name and charge id of an outcome.
 fn stored_outcome(outcome: &OverrideOutcome) -> (&'static str, Option<&str>) {
@@ -125,48 +141,30 @@ fn stored_outcome(outcome: &OverrideOutcome) -> (&'static str, Option<&str>) {
     }
 }
 
-fn override_of(
-    (
-        id,
-        tenant_id,
-        operation,
-        key,
-        record_version,
-        outcome,
-        charge_id,
-        requested_by,
-        reason,
-        requested_at,
-        state,
-        decided_by,
-        decision_reason,
-        decided_at,
-        result,
-    ): OverrideRow,
-) -> Result<OverrideRequest, StoreError> {
-    let outcome = match (outcome.as_str(), charge_id) {
+fn override_of(row: OverrideRow) -> Result<OverrideRequest, StoreError> {
+    let outcome = match (row.outcome.as_str(), row.provider_charge_id) {
         ("charged", Some(charge_id)) => OverrideOutcome::Charged { charge_id },
         ("declined", Some(charge_id)) => OverrideOutcome::Declined { charge_id },
         ("not_charged", None) => OverrideOutcome::NotCharged,
         (other, _) => return Err(StoreError::corrupt("override outcome", other)),
     };
     Ok(OverrideRequest {
-        id,
+        id: row.id,
         record: RecordName {
-            tenant_id,
-            operation,
-            key,
+            tenant_id: row.tenant_id,
+            operation: row.operation_name,
+            key: row.idempotency_key,
         },
-        record_version,
+        record_version: row.record_version,
         outcome,
-        requested_by,
-        reason,
-        requested_at,
-        state: StoreError::parse_stored("override state", &state)?,
-        decided_by,
-        decision_reason,
-        decided_at,
-        result,
+        requested_by: row.requested_by,
+        reason: row.reason,
+        requested_at: row.requested_at,
+        state: StoreError::parse_stored("override state", &row.state)?,
+        decided_by: row.decided_by,
+        decision_reason: row.decision_reason,
+        decided_at: row.decided_at,
+        result: row.result,
     })
 }
 
@@ -180,15 +178,19 @@ async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
         "expired: no second admin decided within {} h",
         window.as_secs() / 3600
     );
-    let expired: Vec<(String, String, String, String)> = sqlx::query_as(D::EXPIRE_OVERRIDES)
+    let expired: Vec<ExpiredOverride> = sqlx::query_as(D::EXPIRE_OVERRIDES)
         .bind(window.as_secs_f64())
         .bind(why.as_str())
         .fetch_all(&mut **tx)
         .await?;
-    for (id, tenant_id, operation, key) in &expired {
+    for expired in &expired {
         let entry = AuditEntry::new(OVERRIDE_EXPIRY_ACTOR, "override.expire")
-            .on(domain::scope::audit_target(tenant_id, operation, key))
-            .details(format!("{id}: {why}"));
+            .on(domain::scope::audit_target(
+                &expired.tenant_id,
+                &expired.operation_name,
+                &expired.idempotency_key,
+            ))
+            .details(format!("{}: {why}", expired.id));
         insert_audit(tx, &entry).await?;
     }
     Ok(u64::try_from(expired.len()).unwrap_or(u64::MAX))
@@ -226,12 +228,9 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
     }
 
     async fn override_requests(&self, limit: i64) -> Result<Vec<OverrideRequest>, StoreError> {
-        let rows: Vec<OverrideRow> = sqlx::query_as(
-            "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, provider_charge_id, \
-             requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, result \
-             from override_requests \
-             order by case when state = 'pending' then 0 else 1 end, requested_at desc limit $1",
-        )
+        let rows: Vec<OverrideRow> = sqlx::query_as(&format!(
+            "{SELECT_OVERRIDES} order by case when state = 'pending' then 0 else 1 end, requested_at desc limit $1"
+        ))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -239,11 +238,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
     }
 
     async fn override_request(&self, id: &str) -> Result<Option<OverrideRequest>, StoreError> {
-        let row: Option<OverrideRow> = sqlx::query_as(
-            "select id, tenant_id, operation_name, idempotency_key, record_version, outcome, provider_charge_id, \
-             requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, result \
-             from override_requests where id = $1",
-        )
+        let row: Option<OverrideRow> = sqlx::query_as(&format!("{SELECT_OVERRIDES} where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -302,7 +297,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
     }
 
     async fn vouched_for_since_request(&self, id: &str, approver: &str) -> Result<bool, StoreError> {
-        let (vouched,): (i64,) = sqlx::query_as(
+        let vouched: i64 = sqlx::query_scalar(
             "select count(*) from audit_log a join override_requests r on r.id = $1 \
              where a.actor = r.requested_by and a.target = 'operator ' || $2 and a.result = 'ok' \
              and a.action in ('operator.create', 'operator.reset_password', 'operator.enable', 'operator.set_role') \

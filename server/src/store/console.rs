@@ -85,8 +85,25 @@ pub struct RecordQuery {
     pub after: Option<RecordCursor>,
 }
 
-/// Counts behind the live gauges that the records table answers (through partial indexes).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// A tenant, as the console's filters name it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TenantListing {
+    pub id: String,
+    pub name: String,
+}
+
+/// One bucket's count of one outcome (a row of [`ConsoleStatements::OUTCOME_SERIES`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OutcomeCount {
+    /// The bucket's start, in epoch seconds.
+    pub bucket: i64,
+    pub outcome: String,
+    pub total: i64,
+}
+
+/// Counts behind the live gauges that the records table answers (through partial indexes;
+/// the row of [`ConsoleStatements::RECORD_GAUGES`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
 pub struct RecordGauges {
     pub in_progress: i64,
     pub stale_in_progress: i64,
@@ -107,13 +124,13 @@ pub trait ConsoleStore: Send + Sync {
         to_epoch: i64,
         tenant: Option<&str>,
         operation: Option<&str>,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError>;
+    ) -> Result<Vec<OutcomeCount>, StoreError>;
 
     /// `max_attempts`: the recovery worker's limit (records at it need an operator).
     async fn record_gauges(&self, max_attempts: i32) -> Result<RecordGauges, StoreError>;
 
     /// Every tenant's id and name, by name.
-    async fn tenants(&self) -> Result<Vec<(String, String)>, StoreError>;
+    async fn tenants(&self) -> Result<Vec<TenantListing>, StoreError>;
 
     /// Newest first, after `query.after`; `limit` rows at most.
     async fn list_records(&self, query: &RecordQuery, limit: i64) -> Result<Vec<RecordSummary>, StoreError>;
@@ -303,7 +320,7 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
         to_epoch: i64,
         tenant: Option<&str>,
         operation: Option<&str>,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+    ) -> Result<Vec<OutcomeCount>, StoreError> {
         Ok(sqlx::query_as(D::OUTCOME_SERIES)
             .bind(step)
             .bind(from_epoch)
@@ -315,28 +332,18 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
     }
 
     async fn record_gauges(&self, max_attempts: i32) -> Result<RecordGauges, StoreError> {
-        let (in_progress, stale_in_progress, oldest_stale, unknown, oldest_unknown, needs_operator): (
-            i64,
-            i64,
-            f64,
-            i64,
-            f64,
-            i64,
-        ) = sqlx::query_as(D::RECORD_GAUGES)
+        let gauges: RecordGauges = sqlx::query_as(D::RECORD_GAUGES)
             .bind(max_attempts)
             .fetch_one(&self.pool)
             .await?;
         Ok(RecordGauges {
-            in_progress,
-            stale_in_progress,
-            oldest_stale_in_progress_secs: oldest_stale.max(0.0),
-            unknown,
-            oldest_unknown_secs: oldest_unknown.max(0.0),
-            needs_operator,
+            oldest_stale_in_progress_secs: gauges.oldest_stale_in_progress_secs.max(0.0),
+            oldest_unknown_secs: gauges.oldest_unknown_secs.max(0.0),
+            ..gauges
         })
     }
 
-    async fn tenants(&self) -> Result<Vec<(String, String)>, StoreError> {
+    async fn tenants(&self) -> Result<Vec<TenantListing>, StoreError> {
         Ok(sqlx::query_as("select id, name from tenants order by name")
             .fetch_all(&self.pool)
             .await?)

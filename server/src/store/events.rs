@@ -13,8 +13,8 @@ use domain::operator::AuditEntry;
 use sqlx::Transaction;
 use std::time::Duration;
 
-/// A receipt recorded and not yet sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A receipt recorded and not yet sent (a row of `receipts`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PendingReceipt {
     /// `receipt_payment_<paymentId>`: also the message id the sink is given.
     pub dedupe_key: String,
@@ -23,8 +23,9 @@ pub struct PendingReceipt {
 }
 
 /// An event the publisher gave up on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetter {
+    #[sqlx(rename = "id")]
     pub event_id: String,
     pub event_type: String,
     pub payment_id: String,
@@ -34,8 +35,9 @@ pub struct DeadLetter {
     pub dead_at: DateTime<Utc>,
 }
 
-/// Events not yet published, and the age of the oldest.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Events not yet published, and the age of the oldest (the row of
+/// [`EventStatements::OUTBOX_BACKLOG`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
 pub struct OutboxBacklog {
     pub unpublished: i64,
     pub oldest_unpublished_age_seconds: f64,
@@ -165,11 +167,29 @@ async fn consume_batch<D: Dialect>(
     Ok(applied)
 }
 
-/// Tenant, account, amount (minor units) and currency of an event's payment.
+/// What the consumers book of an event's payment.
+#[derive(sqlx::FromRow)]
+struct EventPayment {
+    tenant_id: String,
+    account_id: String,
+    amount_minor: i64,
+    currency: String,
+}
+
+/// A row of [`EventStatements::CLAIM_EVENTS`].
+#[derive(sqlx::FromRow)]
+struct ClaimedEvent {
+    id: String,
+    event_type: String,
+    payment_id: String,
+    payload: String,
+}
+
+/// The tenant, account, amount and currency of an event's payment.
 async fn payment_for_events<D: Dialect>(
     tx: &mut Transaction<'_, D>,
     payment_id: &str,
-) -> Result<(String, String, i64, String), StoreError> {
+) -> Result<EventPayment, StoreError> {
     sqlx::query_as("select tenant_id, account_id, amount_minor, currency from payments where id = $1")
         .bind(payment_id)
         .fetch_optional(&mut **tx)
@@ -180,12 +200,7 @@ async fn payment_for_events<D: Dialect>(
 #[async_trait::async_trait]
 impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
-        let (unpublished, oldest_unpublished_age_seconds): (i64, f64) =
-            sqlx::query_as(D::OUTBOX_BACKLOG).fetch_one(&self.pool).await?;
-        Ok(OutboxBacklog {
-            unpublished,
-            oldest_unpublished_age_seconds,
-        })
+        Ok(sqlx::query_as(D::OUTBOX_BACKLOG).fetch_one(&self.pool).await?)
     }
 
     async fn consumer_lag(
@@ -203,26 +218,13 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     }
 
     async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, StoreError> {
-        let rows: Vec<(String, String, String, i32, Option<String>, DateTime<Utc>)> = sqlx::query_as(
+        Ok(sqlx::query_as(
             "select id, event_type, payment_id, attempts, last_error, dead_at \
              from outbox_events where dead_at is not null order by dead_at, id limit $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(event_id, event_type, payment_id, attempts, last_error, dead_at)| DeadLetter {
-                    event_id,
-                    event_type,
-                    payment_id,
-                    attempts,
-                    last_error,
-                    dead_at,
-                },
-            )
-            .collect())
+        .await?)
     }
 
     async fn redrive_event(
@@ -248,7 +250,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
 
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError> {
         let mut tx = self.begin().await?;
-        let rows: Vec<(String, String, String, String)> = sqlx::query_as(D::CLAIM_EVENTS)
+        let rows: Vec<ClaimedEvent> = sqlx::query_as(D::CLAIM_EVENTS)
             .bind(claim.as_secs_f64())
             .bind(limit)
             .fetch_all(&mut *tx)
@@ -256,11 +258,11 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         tx.commit().await?;
         Ok(rows
             .into_iter()
-            .map(|(event_id, event_type, payment_id, payload)| EventMessage {
-                event_id,
-                event_type,
-                payment_id,
-                payload,
+            .map(|row| EventMessage {
+                event_id: row.id,
+                event_type: row.event_type,
+                payment_id: row.payment_id,
+                payload: row.payload,
             })
             .collect())
     }
@@ -322,20 +324,12 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     }
 
     async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
+        Ok(sqlx::query_as(
             "select dedupe_key, payment_id, body from receipts where sent_at is null order by created_at limit $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(dedupe_key, payment_id, body)| PendingReceipt {
-                dedupe_key,
-                payment_id,
-                body,
-            })
-            .collect())
+        .await?)
     }
 
     async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError> {
@@ -357,7 +351,12 @@ async fn book_payment<D: Dialect>(
     tx: &mut Transaction<'static, D>,
     payment_id: &str,
 ) -> Result<bool, StoreError> {
-    let (tenant_id, account_id, amount, currency) = payment_for_events(tx, payment_id).await?;
+    let EventPayment {
+        tenant_id,
+        account_id,
+        amount_minor: amount,
+        currency,
+    } = payment_for_events(tx, payment_id).await?;
     let created = sqlx::query(
         "insert into ledger_transactions (id, entry_type, source_payment_id) \
          values ($1, 'payment_authorized', $2) on conflict do nothing",
@@ -393,7 +392,12 @@ async fn book_refund<D: Dialect>(
     let refund_id = payload["refundId"]
         .as_str()
         .ok_or_else(|| StoreError::corrupt("refund event without a refund", &message.event_id))?;
-    let (tenant_id, account_id, _, currency) = payment_for_events(tx, &message.payment_id).await?;
+    let EventPayment {
+        tenant_id,
+        account_id,
+        currency,
+        ..
+    } = payment_for_events(tx, &message.payment_id).await?;
     let amount: i64 =
         sqlx::query_scalar("select amount_minor from refunds where id = $1 and payment_id = $2")
             .bind(refund_id)
@@ -490,7 +494,12 @@ async fn record_receipt<D: Dialect>(
     tx: &mut Transaction<'static, D>,
     payment_id: &str,
 ) -> Result<bool, StoreError> {
-    let (_, account_id, amount, currency) = payment_for_events(tx, payment_id).await?;
+    let EventPayment {
+        account_id,
+        amount_minor: amount,
+        currency,
+        ..
+    } = payment_for_events(tx, payment_id).await?;
     let body = format!(
         "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
         minor_to_decimal(amount, &currency)

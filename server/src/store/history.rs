@@ -10,7 +10,6 @@ use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
 use domain::recovery::{EvidenceKind, ProviderEvidence, UnknownCause};
 use domain::representation::PaymentStatus;
 use domain::scope::{Operation, Scope};
-use sqlx::Row;
 
 /// Everything the record page shows, but its audit trail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,8 +103,8 @@ pub struct PaymentSummary {
     pub provider_charge_id: Option<String>,
 }
 
-/// A refund as the console shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A refund as the console shows it (a row of [`SELECT_REFUNDS`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RefundSummary {
     pub id: String,
     pub payment_id: String,
@@ -120,52 +119,11 @@ pub struct RefundSummary {
     pub created_at: DateTime<Utc>,
 }
 
-type RefundRow = (
-    String,
-    String,
-    i64,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    DateTime<Utc>,
-);
-
-fn refund_summary(
-    (
-        id,
-        payment_id,
-        amount_minor,
-        currency,
-        reason,
-        reference,
-        status,
-        provider_refund_id,
-        idempotency_key,
-        created_at,
-    ): RefundRow,
-) -> RefundSummary {
-    RefundSummary {
-        id,
-        payment_id,
-        amount_minor,
-        currency,
-        reason,
-        reference,
-        status,
-        provider_refund_id,
-        idempotency_key,
-        created_at,
-    }
-}
-
 const SELECT_REFUNDS: &str = "select id, payment_id, amount_minor, currency, reason, reference, status, provider_refund_id, \
      idempotency_key, created_at from refunds where tenant_id = $1";
 
 /// One of the payment's outbox events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct EventRow {
     pub id: String,
     pub event_type: String,
@@ -174,12 +132,13 @@ pub struct EventRow {
 }
 
 /// A journal row as read back for the record page.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct JournalRow {
     pub at: DateTime<Utc>,
     pub fingerprint: String,
     /// Only when it differs from the record's command (a conflicting retry).
     pub canonical_command: Option<String>,
+    #[sqlx(try_from = "i32")]
     pub status_code: u16,
     pub error_code: Option<String>,
 }
@@ -192,6 +151,123 @@ pub struct Replays {
     pub last_at: DateTime<Utc>,
     /// The longest time from the key's first request to a replay, in milliseconds.
     pub longest_delay_ms: i64,
+}
+
+/// A row of the record's own columns, as [`HistoryStore::record_history`] reads them.
+#[derive(sqlx::FromRow)]
+struct RecordRow {
+    status: String,
+    progress_step: String,
+    settled_status: Option<String>,
+    fingerprint_version: i32,
+    request_fingerprint: String,
+    canonical_command: String,
+    resource_id: Option<String>,
+    provider_reference: Option<String>,
+    response_status_code: Option<i32>,
+    lease_owner: Option<String>,
+    lease_version: i64,
+    locked_until: Option<DateTime<Utc>>,
+    recovery_attempts: i32,
+    next_recovery_at: Option<DateTime<Utc>>,
+    expired_retries: i32,
+    created_by: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    completed_at: Option<DateTime<Utc>>,
+    expires_at: DateTime<Utc>,
+    claimed_as: String,
+    unknown_cause: Option<String>,
+    last_error: Option<String>,
+    last_error_at: Option<DateTime<Utc>>,
+}
+
+impl RecordRow {
+    /// The history of `scope`'s record, without the rows read beside it.
+    fn into_history(self, scope: &Scope) -> Result<RecordHistory, StoreError> {
+        Ok(RecordHistory {
+            record: RecordName::from(scope),
+            status: StoreError::parse_stored("record status", &self.status)?,
+            step: StoreError::parse_stored("progress step", &self.progress_step)?,
+            settled_status: self
+                .settled_status
+                .as_deref()
+                .map(|status| StoreError::parse_stored("record status", status))
+                .transpose()?,
+            fingerprint_version: self.fingerprint_version,
+            fingerprint: self.request_fingerprint,
+            canonical_command: self.canonical_command,
+            resource_id: self.resource_id,
+            provider_reference: self.provider_reference,
+            response_status_code: self.response_status_code,
+            lease_owner: self.lease_owner,
+            lease_version: self.lease_version,
+            locked_until: self.locked_until,
+            recovery_attempts: self.recovery_attempts,
+            next_recovery_at: self.next_recovery_at,
+            unknown_cause: StoreError::parse_optional("unknown cause", self.unknown_cause)?,
+            last_error: self.last_error,
+            last_error_at: self.last_error_at,
+            expired_retries: self.expired_retries,
+            created_by: self.created_by,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            completed_at: self.completed_at,
+            expires_at: self.expires_at,
+            claimed_as: StoreError::parse_stored("claimed_as", &self.claimed_as)?,
+            steps: Vec::new(),
+            released_payments: Vec::new(),
+            payment: None,
+            refund: None,
+            refunds: Vec::new(),
+            events: Vec::new(),
+            journal: Vec::new(),
+            replays: None,
+            evidence: None,
+        })
+    }
+}
+
+/// A row of `record_steps`.
+#[derive(sqlx::FromRow)]
+struct RecordStepRow {
+    at: DateTime<Utc>,
+    status: String,
+    progress_step: String,
+    lease_version: i64,
+    lease_owner: Option<String>,
+    note: Option<String>,
+}
+
+/// A row of `record_evidence`.
+#[derive(sqlx::FromRow)]
+struct EvidenceRow {
+    kind: String,
+    detail: String,
+    at: DateTime<Utc>,
+}
+
+/// A released payment's row.
+#[derive(sqlx::FromRow)]
+struct ReleasedPaymentRow {
+    id: String,
+    released_at: DateTime<Utc>,
+    late_charge_id: Option<String>,
+    late_charge_resolved_at: Option<DateTime<Utc>>,
+    late_charge_resolved_by: Option<String>,
+    late_charge_resolution: Option<String>,
+}
+
+/// The record's payment's row.
+#[derive(sqlx::FromRow)]
+struct PaymentSummaryRow {
+    id: String,
+    account_id: String,
+    amount_minor: i64,
+    currency: String,
+    merchant_reference: String,
+    status: String,
+    provider_charge_id: Option<String>,
 }
 
 /// [`REPLAYS_OF_KEY`]'s one row (all null without replays).
@@ -222,12 +298,13 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             scope.operation.as_str(),
             scope.key.as_str(),
         );
-        let Some(row) = sqlx::query(
-            "select status, progress_step, settled_status, cast(fingerprint_version as integer), \
-             request_fingerprint, canonical_command, resource_id, provider_reference, response_status_code, \
-             lease_owner, lease_version, locked_until, recovery_attempts, next_recovery_at, expired_retries, \
-             created_by, created_at, updated_at, completed_at, expires_at, claimed_as, \
-             unknown_cause, last_error, last_error_at \
+        let Some(row): Option<RecordRow> = sqlx::query_as(
+            "select status, progress_step, settled_status, \
+             cast(fingerprint_version as integer) as fingerprint_version, request_fingerprint, \
+             canonical_command, resource_id, provider_reference, response_status_code, lease_owner, \
+             lease_version, locked_until, recovery_attempts, next_recovery_at, expired_retries, \
+             created_by, created_at, updated_at, completed_at, expires_at, claimed_as, unknown_cause, \
+             last_error, last_error_at \
              from idempotency_records where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
         )
         .bind(tenant)
@@ -238,73 +315,32 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
         else {
             return Ok(None);
         };
-        let settled_status: Option<String> = row.try_get(2)?;
-        let claimed_as: String = row.try_get(20)?;
-        let resource_id: Option<String> = row.try_get(6)?;
-        let mut history = RecordHistory {
-            record: RecordName::from(scope),
-            status: StoreError::parse_stored("record status", &row.try_get::<String, _>(0)?)?,
-            step: StoreError::parse_stored("progress step", &row.try_get::<String, _>(1)?)?,
-            settled_status: settled_status
-                .as_deref()
-                .map(|status| StoreError::parse_stored("record status", status))
-                .transpose()?,
-            fingerprint_version: row.try_get(3)?,
-            fingerprint: row.try_get(4)?,
-            canonical_command: row.try_get(5)?,
-            resource_id: resource_id.clone(),
-            provider_reference: row.try_get(7)?,
-            response_status_code: row.try_get(8)?,
-            lease_owner: row.try_get(9)?,
-            lease_version: row.try_get(10)?,
-            locked_until: row.try_get(11)?,
-            recovery_attempts: row.try_get(12)?,
-            next_recovery_at: row.try_get(13)?,
-            unknown_cause: StoreError::parse_optional("unknown cause", row.try_get("unknown_cause")?)?,
-            last_error: row.try_get("last_error")?,
-            last_error_at: row.try_get("last_error_at")?,
-            expired_retries: row.try_get(14)?,
-            created_by: row.try_get(15)?,
-            created_at: row.try_get(16)?,
-            updated_at: row.try_get(17)?,
-            completed_at: row.try_get(18)?,
-            expires_at: row.try_get(19)?,
-            claimed_as: StoreError::parse_stored("claimed_as", &claimed_as)?,
-            steps: Vec::new(),
-            released_payments: Vec::new(),
-            payment: None,
-            refund: None,
-            refunds: Vec::new(),
-            events: Vec::new(),
-            journal: Vec::new(),
-            replays: None,
-            evidence: None,
-        };
-        let steps: Vec<(DateTime<Utc>, String, String, i64, Option<String>, Option<String>)> =
-            sqlx::query_as(
-                "select at, status, progress_step, lease_version, lease_owner, note from record_steps \
+        let resource_id = row.resource_id.clone();
+        let mut history = row.into_history(scope)?;
+        let steps: Vec<RecordStepRow> = sqlx::query_as(
+            "select at, status, progress_step, lease_version, lease_owner, note from record_steps \
              where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
              order by at, lease_version limit 200",
-            )
-            .bind(tenant)
-            .bind(operation)
-            .bind(key)
-            .fetch_all(&self.pool)
-            .await?;
+        )
+        .bind(tenant)
+        .bind(operation)
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
         history.steps = steps
             .into_iter()
-            .map(|(at, status, step, lease_version, lease_owner, note)| {
+            .map(|row| {
                 Ok(StepRow {
-                    at,
-                    status: StoreError::parse_stored("record status", &status)?,
-                    step: StoreError::parse_stored("progress step", &step)?,
-                    lease_version,
-                    lease_owner,
-                    note,
+                    at: row.at,
+                    status: StoreError::parse_stored("record status", &row.status)?,
+                    step: StoreError::parse_stored("progress step", &row.progress_step)?,
+                    lease_version: row.lease_version,
+                    lease_owner: row.lease_owner,
+                    note: row.note,
                 })
             })
             .collect::<Result<_, StoreError>>()?;
-        let evidence: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
+        let evidence: Option<EvidenceRow> = sqlx::query_as(
             "select kind, detail, at from record_evidence \
              where tenant_id = $1 and operation_name = $2 and idempotency_key = $3",
         )
@@ -314,59 +350,54 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
         .fetch_optional(&self.pool)
         .await?;
         history.evidence = evidence
-            .map(|(kind, detail, at)| {
-                let kind: EvidenceKind = StoreError::parse_stored("evidence", &kind)?;
-                Ok::<_, StoreError>((ProviderEvidence::from_kept(kind, detail), at))
+            .map(|row| {
+                let kind: EvidenceKind = StoreError::parse_stored("evidence", &row.kind)?;
+                Ok::<_, StoreError>((ProviderEvidence::from_kept(kind, row.detail), row.at))
             })
             .transpose()?;
-        let released: Vec<(String, DateTime<Utc>, Option<String>, Option<DateTime<Utc>>, Option<String>, Option<String>)> =
-            sqlx::query_as(
-                "select id, released_at, late_charge_id, late_charge_resolved_at, late_charge_resolved_by, \
-                 late_charge_resolution from payments \
-                 where tenant_id = $1 and idempotency_key = $2 and released_at is not null order by released_at",
-            )
-            .bind(tenant)
-            .bind(key)
-            .fetch_all(&self.pool)
-            .await?;
+        let released: Vec<ReleasedPaymentRow> = sqlx::query_as(
+            "select id, released_at, late_charge_id, late_charge_resolved_at, late_charge_resolved_by, \
+             late_charge_resolution from payments \
+             where tenant_id = $1 and idempotency_key = $2 and released_at is not null order by released_at",
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
         history.released_payments = released
             .into_iter()
-            .map(
-                |(id, released_at, late_charge_id, resolved_at, resolved_by, resolution)| ReleasedPayment {
-                    id,
-                    released_at,
-                    late_charge_id,
-                    late_charge_resolution: resolved_at.map(|at| LateChargeResolution {
-                        at,
-                        by: resolved_by.unwrap_or_default(),
-                        reference: resolution.unwrap_or_default(),
-                    }),
-                },
-            )
+            .map(|row| ReleasedPayment {
+                id: row.id,
+                released_at: row.released_at,
+                late_charge_id: row.late_charge_id,
+                late_charge_resolution: row.late_charge_resolved_at.map(|at| LateChargeResolution {
+                    at,
+                    by: row.late_charge_resolved_by.unwrap_or_default(),
+                    reference: row.late_charge_resolution.unwrap_or_default(),
+                }),
+            })
             .collect();
         let payment_id = match (scope.operation, resource_id) {
             (Operation::CreatePayment, resource_id) => resource_id,
             (Operation::CreateRefund, Some(refund_id)) => {
-                let refund: Option<RefundRow> = sqlx::query_as(&format!("{SELECT_REFUNDS} and id = $2"))
+                history.refund = sqlx::query_as(&format!("{SELECT_REFUNDS} and id = $2"))
                     .bind(tenant)
                     .bind(&refund_id)
                     .fetch_optional(&self.pool)
                     .await?;
-                history.refund = refund.map(refund_summary);
                 history.refund.as_ref().map(|refund| refund.payment_id.clone())
             }
             (Operation::CreateRefund, None) => None,
         };
         if let Some(payment_id) = payment_id.as_deref() {
-            let refunds: Vec<RefundRow> = sqlx::query_as(&format!(
+            history.refunds = sqlx::query_as(&format!(
                 "{SELECT_REFUNDS} and payment_id = $2 order by created_at, id"
             ))
             .bind(tenant)
             .bind(payment_id)
             .fetch_all(&self.pool)
             .await?;
-            history.refunds = refunds.into_iter().map(refund_summary).collect();
-            let payment: Option<(String, String, i64, String, String, String, Option<String>)> = sqlx::query_as(
+            let payment: Option<PaymentSummaryRow> = sqlx::query_as(
                 "select id, account_id, amount_minor, currency, merchant_reference, status, provider_charge_id \
                  from payments where tenant_id = $1 and id = $2",
             )
@@ -375,46 +406,27 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
             .fetch_optional(&self.pool)
             .await?;
             history.payment = payment
-                .map(
-                    |(
-                        id,
-                        account_id,
-                        amount_minor,
-                        currency,
-                        merchant_reference,
-                        status,
-                        provider_charge_id,
-                    )| {
-                        Ok::<_, StoreError>(PaymentSummary {
-                            id,
-                            account_id,
-                            amount_minor,
-                            currency,
-                            merchant_reference,
-                            status: StoreError::parse_stored("payment status", &status)?,
-                            provider_charge_id,
-                        })
-                    },
-                )
+                .map(|row| {
+                    Ok::<_, StoreError>(PaymentSummary {
+                        id: row.id,
+                        account_id: row.account_id,
+                        amount_minor: row.amount_minor,
+                        currency: row.currency,
+                        merchant_reference: row.merchant_reference,
+                        status: StoreError::parse_stored("payment status", &row.status)?,
+                        provider_charge_id: row.provider_charge_id,
+                    })
+                })
                 .transpose()?;
-            let events: Vec<(String, String, DateTime<Utc>, Option<DateTime<Utc>>)> = sqlx::query_as(
+            history.events = sqlx::query_as(
                 "select id, event_type, created_at, published_at from outbox_events \
                  where payment_id = $1 order by created_at, id",
             )
             .bind(payment_id)
             .fetch_all(&self.pool)
             .await?;
-            history.events = events
-                .into_iter()
-                .map(|(id, event_type, created_at, published_at)| EventRow {
-                    id,
-                    event_type,
-                    created_at,
-                    published_at,
-                })
-                .collect();
         }
-        let journal: Vec<(DateTime<Utc>, String, Option<String>, i32, Option<String>)> = sqlx::query_as(
+        history.journal = sqlx::query_as(
             "select at, fingerprint, canonical_command, status_code, error_code \
              from idempotency_requests where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
              order by at, id limit 500",
@@ -424,18 +436,6 @@ impl<D: Dialect> HistoryStore for SqlStore<D> {
         .bind(key)
         .fetch_all(&self.pool)
         .await?;
-        history.journal = journal
-            .into_iter()
-            .map(
-                |(at, fingerprint, canonical_command, status_code, error_code)| JournalRow {
-                    at,
-                    fingerprint,
-                    canonical_command,
-                    status_code: u16::try_from(status_code).unwrap_or(0),
-                    error_code,
-                },
-            )
-            .collect();
         let replays: ReplaysRow = sqlx::query_as(REPLAYS_OF_KEY)
             .bind(tenant)
             .bind(operation)

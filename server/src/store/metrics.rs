@@ -307,18 +307,18 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
     }
 
     async fn live_gauges(&self, recovery_max_attempts: i32) -> Result<Vec<LiveGauges>, StoreError> {
-        let tenants: Vec<(String,)> = sqlx::query_as("select id from tenants")
+        let tenants: Vec<String> = sqlx::query_scalar("select id from tenants")
             .fetch_all(&self.pool)
             .await?;
-        let unknown: Vec<(String, String, i64, f64, i64)> = sqlx::query_as(D::UNKNOWN_GAUGES)
+        let unknown: Vec<UnknownGaugeRow> = sqlx::query_as(D::UNKNOWN_GAUGES)
             .bind(recovery_max_attempts)
             .fetch_all(&self.pool)
             .await?;
-        let in_progress: Vec<(String, String, f64, i64)> = sqlx::query_as(D::IN_PROGRESS_GAUGES)
+        let in_progress: Vec<InProgressGaugeRow> = sqlx::query_as(D::IN_PROGRESS_GAUGES)
             .fetch_all(&self.pool)
             .await?;
         let mut gauges: BTreeMap<(String, Operation), LiveGauges> = BTreeMap::new();
-        for (tenant_id,) in tenants {
+        for tenant_id in tenants {
             for operation in Operation::VARIANTS {
                 gauges.insert(
                     (tenant_id.clone(), *operation),
@@ -337,19 +337,39 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         let key = |tenant_id: String, operation: &str| {
             Ok::<_, StoreError>((tenant_id, StoreError::parse_stored("operation", operation)?))
         };
-        for (tenant_id, operation, count, age, exhausted) in unknown {
-            if let Some(gauge) = gauges.get_mut(&key(tenant_id, &operation)?) {
-                gauge.unknown_count = count;
-                gauge.unknown_oldest_age_seconds = age.max(0.0);
-                gauge.recovery_exhausted_count = exhausted;
+        for row in unknown {
+            if let Some(gauge) = gauges.get_mut(&key(row.tenant_id, &row.operation_name)?) {
+                gauge.unknown_count = row.unknown;
+                gauge.unknown_oldest_age_seconds = row.oldest_seconds.max(0.0);
+                gauge.recovery_exhausted_count = row.exhausted;
             }
         }
-        for (tenant_id, operation, age, stale) in in_progress {
-            if let Some(gauge) = gauges.get_mut(&key(tenant_id, &operation)?) {
-                gauge.in_progress_age_max_seconds = age.max(0.0);
-                gauge.stale_in_progress_count = stale;
+        for row in in_progress {
+            if let Some(gauge) = gauges.get_mut(&key(row.tenant_id, &row.operation_name)?) {
+                gauge.in_progress_age_max_seconds = row.oldest_seconds.max(0.0);
+                gauge.stale_in_progress_count = row.stale;
             }
         }
         Ok(gauges.into_values().collect())
     }
+}
+
+/// A row of [`MetricsStatements::UNKNOWN_GAUGES`]: one tenant's and operation's unknown outcomes.
+#[derive(sqlx::FromRow)]
+struct UnknownGaugeRow {
+    tenant_id: String,
+    operation_name: String,
+    unknown: i64,
+    oldest_seconds: f64,
+    exhausted: i64,
+}
+
+/// A row of [`MetricsStatements::IN_PROGRESS_GAUGES`]: one tenant's and operation's records in
+/// progress.
+#[derive(sqlx::FromRow)]
+struct InProgressGaugeRow {
+    tenant_id: String,
+    operation_name: String,
+    oldest_seconds: f64,
+    stale: i64,
 }

@@ -118,7 +118,7 @@ pub trait OperatorStatements {
     const SAVE_SESSION: &'static str;
     /// `$1` id hash: data and expiry of an unexpired session.
     const LOAD_SESSION: &'static str;
-    /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit: [`AuditRow`]s, newest first.
+    /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit: `audit_log` rows, newest first.
     const AUDIT_PAGE: &'static str;
     /// `$1` limit: expired sessions, by their physical row id.
     const DELETE_EXPIRED_SESSIONS: &'static str;
@@ -129,46 +129,65 @@ pub trait OperatorStatements {
     const ENABLED_ADMINS_LOCKED: &'static str;
 }
 
-/// Id, time, actor, action, target, reason, result, details.
-pub(super) type AuditRow = (
-    String,
-    DateTime<Utc>,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-    Option<String>,
-);
+/// A row of `audit_log`.
+#[derive(sqlx::FromRow)]
+struct AuditRow {
+    id: String,
+    at: DateTime<Utc>,
+    actor: String,
+    action: String,
+    target: Option<String>,
+    reason: Option<String>,
+    result: String,
+    details: Option<String>,
+}
 
-fn logged_audit_of((id, at, actor, action, target, reason, result, details): AuditRow) -> LoggedAudit {
+fn logged_audit_of(row: AuditRow) -> LoggedAudit {
     LoggedAudit {
-        id,
-        at,
+        id: row.id,
+        at: row.at,
         entry: AuditEntry {
-            actor,
-            action,
-            target,
-            reason,
-            result,
-            details,
+            actor: row.actor,
+            action: row.action,
+            target: row.target,
+            reason: row.reason,
+            result: row.result,
+            details: row.details,
         },
     }
 }
 
-/// Id, username, password hash, role, disabled (0 or 1).
-type OperatorRow = (String, String, String, String, i32);
+/// An operator's row, with `disabled` 0 or 1 ([`SELECT_OPERATOR`]).
+#[derive(sqlx::FromRow)]
+struct OperatorRow {
+    id: String,
+    username: String,
+    password_hash: String,
+    role: String,
+    disabled: i32,
+}
 
-fn operator_of(
-    (id, username, password_hash, role, disabled): OperatorRow,
-) -> Result<StoredOperator, StoreError> {
+/// `operators` as [`OperatorRow`]s; a `where` follows.
+const SELECT_OPERATOR: &str = "select id, username, password_hash, role, \
+     case when disabled_at is null then 0 else 1 end as disabled from operators";
+
+fn operator_of(row: OperatorRow) -> Result<StoredOperator, StoreError> {
     Ok(StoredOperator {
-        id,
-        username,
-        password_hash,
-        role: StoreError::parse_stored("operator role", &role)?,
-        disabled: disabled != 0,
+        id: row.id,
+        username: row.username,
+        password_hash: row.password_hash,
+        role: StoreError::parse_stored("operator role", &row.role)?,
+        disabled: row.disabled != 0,
     })
+}
+
+/// A row of the operators' list.
+#[derive(sqlx::FromRow)]
+struct OperatorListingRow {
+    username: String,
+    role: String,
+    disabled: i32,
+    created_at: DateTime<Utc>,
 }
 
 /// Writes an audit entry inside `tx`, so that it commits or rolls back with the action it
@@ -195,12 +214,9 @@ pub(super) async fn insert_audit<D: Dialect>(
 }
 
 impl<D: Dialect> SqlStore<D> {
-    async fn operator_where(
-        &self,
-        statement: &'static str,
-        value: &str,
-    ) -> Result<Option<StoredOperator>, StoreError> {
-        let row: Option<OperatorRow> = sqlx::query_as(statement)
+    /// The operator whose `column` is `value`.
+    async fn operator_where(&self, column: &str, value: &str) -> Result<Option<StoredOperator>, StoreError> {
+        let row: Option<OperatorRow> = sqlx::query_as(&format!("{SELECT_OPERATOR} where {column} = $1"))
             .bind(value)
             .fetch_optional(&self.pool)
             .await?;
@@ -248,10 +264,10 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
             change,
             OperatorChange::Disable | OperatorChange::Role(OperatorRole::Viewer | OperatorRole::Operator)
         ) {
-            let admins: Vec<(String,)> = sqlx::query_as(D::ENABLED_ADMINS_LOCKED)
+            let admins: Vec<String> = sqlx::query_scalar(D::ENABLED_ADMINS_LOCKED)
                 .fetch_all(&mut *tx)
                 .await?;
-            if admins.iter().all(|(admin,)| admin == username) && !admins.is_empty() {
+            if admins.iter().all(|admin| admin == username) && !admins.is_empty() {
                 return Err(StoreError::LastAdmin);
             }
         }
@@ -264,37 +280,27 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn operator_by_username(&self, username: &str) -> Result<Option<StoredOperator>, StoreError> {
-        self.operator_where(
-            "select id, username, password_hash, role, case when disabled_at is null then 0 else 1 end \
-             from operators where username = $1",
-            username,
-        )
-        .await
+        self.operator_where("username", username).await
     }
 
     async fn operator_by_id(&self, id: &str) -> Result<Option<StoredOperator>, StoreError> {
-        self.operator_where(
-            "select id, username, password_hash, role, case when disabled_at is null then 0 else 1 end \
-             from operators where id = $1",
-            id,
-        )
-        .await
+        self.operator_where("id", id).await
     }
 
     async fn list_operators(&self) -> Result<Vec<OperatorListing>, StoreError> {
-        let rows: Vec<(String, String, i32, DateTime<Utc>)> = sqlx::query_as(
-            "select username, role, case when disabled_at is null then 0 else 1 end, created_at \
+        let rows: Vec<OperatorListingRow> = sqlx::query_as(
+            "select username, role, case when disabled_at is null then 0 else 1 end as disabled, created_at \
              from operators order by username",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(username, role, disabled, created_at)| {
+            .map(|row| {
                 Ok(OperatorListing {
-                    role: StoreError::parse_stored("operator role", &role)?,
-                    username,
-                    disabled: disabled != 0,
-                    created_at,
+                    role: StoreError::parse_stored("operator role", &row.role)?,
+                    username: row.username,
+                    disabled: row.disabled != 0,
+                    created_at: row.created_at,
                 })
             })
             .collect()
@@ -334,10 +340,11 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn load_session(&self, id_hash: &str) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
-        Ok(sqlx::query_as(D::LOAD_SESSION)
+        let session: Option<SessionRow> = sqlx::query_as(D::LOAD_SESSION)
             .bind(id_hash)
             .fetch_optional(&self.pool)
-            .await?)
+            .await?;
+        Ok(session.map(|session| (session.data, session.expires_at)))
     }
 
     async fn delete_session(&self, id_hash: &str) -> Result<(), StoreError> {
@@ -393,4 +400,11 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
         .await?;
         Ok(rows.into_iter().map(logged_audit_of).collect())
     }
+}
+
+/// A row of [`OperatorStatements::LOAD_SESSION`].
+#[derive(sqlx::FromRow)]
+struct SessionRow {
+    data: String,
+    expires_at: DateTime<Utc>,
 }

@@ -134,22 +134,53 @@ pub trait PaymentStatements {
 const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
      status, created_at from payments where tenant_id = $1 and id = $2";
 
-type PaymentRow = (String, String, i64, String, String, String, DateTime<Utc>);
+/// A row of [`SELECT_PAYMENT`].
+#[derive(sqlx::FromRow)]
+struct PaymentRow {
+    id: String,
+    account_id: String,
+    amount_minor: i64,
+    currency: String,
+    merchant_reference: String,
+    status: String,
+    created_at: DateTime<Utc>,
+}
 
-fn payment_of(
-    (id, account_id, amount_minor, currency, merchant_reference, status, created_at): PaymentRow,
-) -> Result<PaymentView, StoreError> {
+fn payment_of(row: PaymentRow) -> Result<PaymentView, StoreError> {
     let currency =
-        Currency::parse(&currency).map_err(|_| StoreError::corrupt("payment currency", &currency))?;
+        Currency::parse(&row.currency).map_err(|_| StoreError::corrupt("payment currency", &row.currency))?;
     Ok(PaymentView {
-        id,
-        account_id,
-        amount: Amount::from_minor_units(amount_minor, currency)
+        id: row.id,
+        account_id: row.account_id,
+        amount: Amount::from_minor_units(row.amount_minor, currency)
             .map_err(|error| StoreError::Corrupt(error.to_string()))?,
-        merchant_reference,
-        status: StoreError::parse_stored("payment status", &status)?,
-        created_at,
+        merchant_reference: row.merchant_reference,
+        status: StoreError::parse_stored("payment status", &row.status)?,
+        created_at: row.created_at,
     })
+}
+
+/// A row of [`PaymentStatements::TAKE_STALE_UNKEYED_PAYMENTS`]: a payment and its tenant.
+#[derive(sqlx::FromRow)]
+struct TenantPaymentRow {
+    tenant_id: String,
+    #[sqlx(flatten)]
+    payment: PaymentRow,
+}
+
+/// A row of [`PaymentStatements::ACCOUNT_FOR_UPDATE`].
+#[derive(sqlx::FromRow)]
+struct AccountRow {
+    currency: String,
+    balance_minor: i64,
+}
+
+/// The account a payment's amount is held on, and the amount.
+#[derive(sqlx::FromRow)]
+struct HoldRow {
+    tenant_id: String,
+    account_id: String,
+    amount_minor: i64,
 }
 
 /// Where the local part of create_payment got to, inside its transaction.
@@ -170,12 +201,16 @@ pub(super) async fn create_payment_in<D: Dialect + PaymentStatements>(
     payment: &NewPayment,
     idempotency_key: Option<&str>,
 ) -> Result<LocalStep, StoreError> {
-    let account: Option<(String, i64)> = sqlx::query_as(D::ACCOUNT_FOR_UPDATE)
+    let account: Option<AccountRow> = sqlx::query_as(D::ACCOUNT_FOR_UPDATE)
         .bind(payment.tenant_id.as_str())
         .bind(payment.account_id.as_str())
         .fetch_optional(&mut **tx)
         .await?;
-    let Some((account_currency, balance)) = account else {
+    let Some(AccountRow {
+        currency: account_currency,
+        balance_minor: balance,
+    }) = account
+    else {
         return Ok(LocalStep::Refused(Refusal::AccountNotFound));
     };
     let currency = payment.amount.currency();
@@ -302,15 +337,15 @@ pub(super) async fn release_hold_in<D: Dialect + PaymentStatements>(
     tx: &mut Transaction<'_, D>,
     payment_id: &str,
 ) -> Result<(), StoreError> {
-    let (tenant_id, account_id, amount): (String, String, i64) =
+    let hold: HoldRow =
         sqlx::query_as("select tenant_id, account_id, amount_minor from payments where id = $1")
             .bind(payment_id)
             .fetch_one(&mut **tx)
             .await?;
     sqlx::query(D::RELEASE_HOLD)
-        .bind(amount)
-        .bind(tenant_id)
-        .bind(account_id)
+        .bind(hold.amount_minor)
+        .bind(hold.tenant_id)
+        .bind(hold.account_id)
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -396,21 +431,14 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         limit: i64,
     ) -> Result<Vec<(TenantId, PaymentView)>, StoreError> {
         let mut tx = self.begin().await?;
-        let rows: Vec<(String, String, String, i64, String, String, String, DateTime<Utc>)> =
-            sqlx::query_as(D::TAKE_STALE_UNKEYED_PAYMENTS)
-                .bind(stale_after.as_secs_f64())
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
+        let rows: Vec<TenantPaymentRow> = sqlx::query_as(D::TAKE_STALE_UNKEYED_PAYMENTS)
+            .bind(stale_after.as_secs_f64())
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         rows.into_iter()
-            .map(
-                |(tenant_id, id, account_id, amount, currency, reference, status, created_at)| {
-                    let payment =
-                        payment_of((id, account_id, amount, currency, reference, status, created_at))?;
-                    Ok((TenantId::from_stored(tenant_id), payment))
-                },
-            )
+            .map(|row| Ok((TenantId::from_stored(row.tenant_id), payment_of(row.payment)?)))
             .collect()
     }
 

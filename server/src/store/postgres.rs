@@ -124,9 +124,9 @@ macro_rules! settle_record {
 }
 
 impl RecordStatements for Postgres {
-    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
+    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer) as fingerprint_version, \
          r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, r.created_at, now(), r.response_status_code, s.headers, \
+         r.response_schema_version, r.next_recovery_at, r.created_at, now() as database_now, r.response_status_code, s.headers, \
          s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
          r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
          r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
@@ -251,8 +251,8 @@ impl TenantStatements for Postgres {
 }
 
 impl EventStatements for Postgres {
-    const OUTBOX_BACKLOG: &'static str = "select count(*), coalesce(cast(extract(epoch from now() - min(created_at)) as double \
-         precision), 0) from outbox_events where published_at is null and dead_at is null";
+    const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce(cast(extract(epoch from now() - \
+         min(created_at)) as double precision), 0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
     const CONSUMER_LAG: &'static str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i \
          where i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at \
          >= now() - make_interval(secs => $3) and e.published_at is not null";
@@ -279,19 +279,20 @@ impl EventStatements for Postgres {
 }
 
 impl ConsoleStatements for Postgres {
-    const OUTCOME_SERIES: &'static str = "select cast(floor(extract(epoch from bucket_start) / $1::bigint) * $1::bigint as bigint), \
-         outcome, cast(sum(count) as bigint) from outcome_buckets where bucket_start >= \
+    const OUTCOME_SERIES: &'static str = "select cast(floor(extract(epoch from bucket_start) / $1::bigint) * $1::bigint as bigint) \
+         as bucket, outcome, cast(sum(count) as bigint) as total from outcome_buckets where bucket_start >= \
          to_timestamp($2::bigint) and bucket_start < to_timestamp($3::bigint) and ($4::text = '' or \
          tenant_id = $4) and ($5::text = '' or operation_name = $5) group by 1, outcome order by 1";
-    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS'), (select \
-         count(*) from idempotency_records where status = 'IN_PROGRESS' and locked_until <= now()), \
-         (select coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) \
-         from idempotency_records where status = 'IN_PROGRESS' and locked_until <= now()), (select \
-         count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), (select \
+    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') \
+         as in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
+         locked_until <= now()) as stale_in_progress, (select coalesce(cast(extract(epoch from now() - \
+         min(created_at)) as double precision), 0) from idempotency_records where status = \
+         'IN_PROGRESS' and locked_until <= now()) as oldest_stale_in_progress_secs, (select count(*) \
+         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as unknown, (select \
          coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), (select count(*) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= \
-         $1)";
+         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, \
+         (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and \
+         recovery_attempts >= $1) as needs_operator";
     const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
          r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
          r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
@@ -394,10 +395,10 @@ fn journal_csv(rows: &[JournalRow<'_>]) -> String {
 
 impl MetricsStatements for Postgres {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, cast(extract(epoch from now() - min(created_at)) as \
-         double precision), count(case when locked_until <= now() then 1 end) from \
+         double precision) as oldest_seconds, count(case when locked_until <= now() then 1 end) as stale from \
          idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
-    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), cast(extract(epoch from now() - \
-         min(created_at)) as double precision), count(case when recovery_attempts >= $1 then 1 end) \
+    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*) as unknown, cast(extract(epoch from now() - \
+         min(created_at)) as double precision) as oldest_seconds, count(case when recovery_attempts >= $1 then 1 end) as exhausted \
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          select bucket_start, tenant_id, operation_name, outcome, count from jsonb_to_recordset(cast($1 as jsonb)) \
@@ -506,9 +507,9 @@ impl RetentionStatements for Postgres {
     const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where ctid = any(array(select ctid from \
          idempotency_replays where minute <= now() - make_interval(secs => $1) order by minute limit $2))";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
-         'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()), (select count(*) from \
+         'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()) as to_purge, (select count(*) from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \
-         => $1))";
+         => $1)) as to_delete";
 }
 
 impl SealingStatements for Postgres {

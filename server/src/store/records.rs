@@ -175,6 +175,14 @@ pub trait RecordStatements {
     const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str>;
 }
 
+/// A row of [`RecordStatements::CLAIM_RECORD`].
+#[derive(sqlx::FromRow)]
+struct ClaimedRecord {
+    lease_version: i64,
+    expires_at: DateTime<Utc>,
+    claimed_as: String,
+}
+
 /// A row of [`RecordStatements::CLAIM_PAYMENT_AT_ONCE`].
 #[derive(sqlx::FromRow)]
 struct ClaimedAtOnce {
@@ -223,61 +231,47 @@ impl From<AtOnceRefusal> for StoreError {
     }
 }
 
-/// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, then its response's.
-type LookUpRow = (
-    String,
-    String,
-    i32,
-    String,
-    i64,
-    Option<DateTime<Utc>>,
-    DateTime<Utc>,
-    Option<String>,
-    Option<String>,
-    Option<DateTime<Utc>>,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    Option<i32>,
-    Option<String>,
-    Option<Vec<u8>>,
-);
+/// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, the database's time,
+/// then its response's columns (absent when it has none).
+#[derive(sqlx::FromRow)]
+struct LookUpRow {
+    status: String,
+    progress_step: String,
+    fingerprint_version: i32,
+    request_fingerprint: String,
+    lease_version: i64,
+    locked_until: Option<DateTime<Utc>>,
+    expires_at: DateTime<Utc>,
+    resource_id: Option<String>,
+    response_schema_version: Option<String>,
+    next_recovery_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    database_now: DateTime<Utc>,
+    response_status_code: Option<i32>,
+    headers: Option<String>,
+    body: Option<Vec<u8>>,
+}
 
-fn found_of(
-    (
-        status,
-        step,
-        version,
-        fingerprint,
-        lease_version,
-        locked_until,
-        expires_at,
-        resource_id,
-        response_schema_version,
-        next_recovery_at,
-        first_request_at,
-        now,
-        response_status,
-        response_headers,
-        response_body,
-    ): LookUpRow,
-) -> Result<FoundRecord, StoreError> {
+fn found_of(row: LookUpRow) -> Result<FoundRecord, StoreError> {
+    let version = row.fingerprint_version;
     let record = StoredRecord {
-        status: StoreError::parse_stored("record status", &status)?,
-        progress_step: StoreError::parse_stored("progress step", &step)?,
+        status: StoreError::parse_stored("record status", &row.status)?,
+        progress_step: StoreError::parse_stored("progress step", &row.progress_step)?,
         fingerprint_version: u16::try_from(version)
             .map_err(|_| StoreError::corrupt("fingerprint version", version))?,
-        request_fingerprint: fingerprint,
-        lease_version,
-        locked_until,
-        expires_at,
-        resource_id,
-        response_schema_version,
-        next_recovery_at,
-        first_request_at,
+        request_fingerprint: row.request_fingerprint,
+        lease_version: row.lease_version,
+        locked_until: row.locked_until,
+        expires_at: row.expires_at,
+        resource_id: row.resource_id,
+        response_schema_version: row.response_schema_version,
+        next_recovery_at: row.next_recovery_at,
+        first_request_at: row.created_at,
     };
-    let response = match (response_headers, response_body) {
+    let response = match (row.headers, row.body) {
         (Some(headers), Some(body)) => {
-            let status = response_status
+            let status = row
+                .response_status_code
                 .and_then(|status| u16::try_from(status).ok())
                 .ok_or_else(|| StoreError::Corrupt("response without a status".into()))?;
             Some(StoredResponse::from_stored(status, &headers, body).map_err(StoreError::Corrupt)?)
@@ -285,7 +279,10 @@ fn found_of(
         _ => None,
     };
     Ok(FoundRecord {
-        at: RecordAt { record, now },
+        at: RecordAt {
+            record,
+            now: row.database_now,
+        },
         response,
     })
 }
@@ -322,11 +319,16 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
     resource_id: &str,
 ) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
     let scope = &claim.scope;
-    let inserted: Option<(i64, DateTime<Utc>, String)> =
+    let inserted: Option<ClaimedRecord> =
         bind_claim(sqlx::query_as(D::CLAIM_RECORD), claim, resource_type, resource_id)
             .fetch_optional(&mut **tx)
             .await?;
-    let Some((lease_version, expires_at, claimed_as)) = inserted else {
+    let Some(ClaimedRecord {
+        lease_version,
+        expires_at,
+        claimed_as,
+    }) = inserted
+    else {
         return Ok(None);
     };
     crash_point(CrashPoint::InsideLocalTransaction);
@@ -669,7 +671,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         lease: Duration,
     ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError> {
         let mut tx = self.begin().await?;
-        let taken: Option<(i64, DateTime<Utc>)> = sqlx::query_as(D::TAKE_OVER)
+        let taken: Option<TakenOver> = sqlx::query_as(D::TAKE_OVER)
             .bind(owner)
             .bind(lease.as_secs_f64())
             .bind(scope.tenant_id.as_str())
@@ -679,7 +681,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(taken)
+        Ok(taken.map(|taken| (taken.lease_version, taken.expires_at)))
     }
 
     async fn release_key(
@@ -735,19 +737,19 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
     }
 
     async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(D::RECOVERY_CANDIDATES)
+        let rows: Vec<ScopeRow> = sqlx::query_as(D::RECOVERY_CANDIDATES)
             .bind(max_attempts)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows
             .into_iter()
-            .filter_map(|(tenant_id, operation, key)| {
+            .filter_map(|row| {
                 // Only operations this binary knows can be recovered by it.
                 Some(Scope {
-                    tenant_id: TenantId::from_stored(tenant_id),
-                    operation: operation.parse::<Operation>().ok()?,
-                    key: IdempotencyKey::parse(key.as_bytes()).ok()?,
+                    tenant_id: TenantId::from_stored(row.tenant_id),
+                    operation: row.operation_name.parse::<Operation>().ok()?,
+                    key: IdempotencyKey::parse(row.idempotency_key.as_bytes()).ok()?,
                 })
             })
             .collect())
@@ -766,4 +768,19 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
         .await?;
         Ok(())
     }
+}
+
+/// A row of [`RecordStatements::TAKE_OVER`]: the new lease.
+#[derive(sqlx::FromRow)]
+struct TakenOver {
+    lease_version: i64,
+    expires_at: DateTime<Utc>,
+}
+
+/// A row of [`RecordStatements::RECOVERY_CANDIDATES`]: a record's scope.
+#[derive(sqlx::FromRow)]
+struct ScopeRow {
+    tenant_id: String,
+    operation_name: String,
+    idempotency_key: String,
 }

@@ -92,38 +92,38 @@ pub trait RefundStatements {
 /// A released payment has no charge of its own; the one a refund of it gives back is the
 /// charge the provider made late.
 const SELECT_REFUND: &str = "select r.id, r.payment_id, r.amount_minor, r.currency, r.reason, r.reference, \
-     r.status, r.created_at, coalesce(p.provider_charge_id, p.late_charge_id) from refunds r \
+     r.status, r.created_at, coalesce(p.provider_charge_id, p.late_charge_id) as charge_id from refunds r \
      join payments p on p.id = r.payment_id where r.tenant_id = $1 and r.id = $2";
 
-type RefundRow = (
-    String,
-    String,
-    i64,
-    String,
-    String,
-    String,
-    String,
-    DateTime<Utc>,
-    Option<String>,
-);
+/// A row of [`SELECT_REFUND`].
+#[derive(sqlx::FromRow)]
+struct RefundRow {
+    id: String,
+    payment_id: String,
+    amount_minor: i64,
+    currency: String,
+    reason: String,
+    reference: String,
+    status: String,
+    created_at: DateTime<Utc>,
+    charge_id: Option<String>,
+}
 
-fn refund_of(
-    (id, payment_id, amount_minor, currency, reason, reference, status, created_at, charge_id): RefundRow,
-) -> Result<StoredRefund, StoreError> {
+fn refund_of(row: RefundRow) -> Result<StoredRefund, StoreError> {
     let currency =
-        Currency::parse(&currency).map_err(|_| StoreError::corrupt("refund currency", &currency))?;
+        Currency::parse(&row.currency).map_err(|_| StoreError::corrupt("refund currency", &row.currency))?;
     Ok(StoredRefund {
         view: RefundView {
-            id,
-            payment_id,
-            amount: Amount::from_minor_units(amount_minor, currency)
+            id: row.id,
+            payment_id: row.payment_id,
+            amount: Amount::from_minor_units(row.amount_minor, currency)
                 .map_err(|error| StoreError::Corrupt(error.to_string()))?,
-            reason: StoreError::parse_stored("refund reason", &reason)?,
-            reference,
-            status: StoreError::parse_stored("refund status", &status)?,
-            created_at,
+            reason: StoreError::parse_stored("refund reason", &row.reason)?,
+            reference: row.reference,
+            status: StoreError::parse_stored("refund status", &row.status)?,
+            created_at: row.created_at,
         },
-        provider_charge_id: charge_id,
+        provider_charge_id: row.charge_id,
     })
 }
 
@@ -134,9 +134,30 @@ enum RefundStep {
     Refused(Refusal),
 }
 
-/// A row of [`RefundStatements::PAYMENT_FOR_REFUND`]: status, released at, late charge,
-/// amount, amount refunded.
-type PaymentForRefund = (String, Option<DateTime<Utc>>, Option<String>, i64, i64);
+/// A row of [`RefundStatements::PAYMENT_FOR_REFUND`].
+#[derive(sqlx::FromRow)]
+struct PaymentForRefund {
+    status: String,
+    released_at: Option<DateTime<Utc>>,
+    late_charge_id: Option<String>,
+    amount_minor: i64,
+    refunded_minor: i64,
+}
+
+/// A row of [`RefundStatements::SETTLE_REFUND`]: what the refund took from its payment.
+#[derive(sqlx::FromRow)]
+struct SettledRefund {
+    payment_id: String,
+    amount_minor: i64,
+}
+
+/// The payment a refund is asked for, as the refund needs it.
+#[derive(sqlx::FromRow)]
+struct RefundablePaymentRow {
+    id: String,
+    currency: String,
+    provider_charge_id: Option<String>,
+}
 
 /// The refund's local part inside `tx`, after its key was claimed.
 async fn create_refund_in<D: Dialect + RefundStatements>(
@@ -150,7 +171,14 @@ async fn create_refund_in<D: Dialect + RefundStatements>(
         .bind(command.payment_id.as_str())
         .fetch_optional(&mut **tx)
         .await?;
-    let Some((status, released_at, late_charge_id, amount_minor, refunded_minor)) = payment else {
+    let Some(PaymentForRefund {
+        status,
+        released_at,
+        late_charge_id,
+        amount_minor,
+        refunded_minor,
+    }) = payment
+    else {
         return Ok(RefundStep::Refused(Refusal::PaymentNotFound));
     };
     if let Some(refund_id) = refund_with_reference(tx, refund).await? {
@@ -226,19 +254,19 @@ impl<D: Dialect + RecordStatements + PaymentStatements + RefundStatements> Refun
         tenant_id: &TenantId,
         payment_id: &str,
     ) -> Result<Option<RefundablePayment>, StoreError> {
-        let row: Option<(String, String, Option<String>)> = sqlx::query_as(
+        let row: Option<RefundablePaymentRow> = sqlx::query_as(
             "select id, currency, provider_charge_id from payments where tenant_id = $1 and id = $2",
         )
         .bind(tenant_id.as_str())
         .bind(payment_id)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|(id, currency, provider_charge_id)| {
+        row.map(|row| {
             Ok(RefundablePayment {
-                id: PaymentId::from_stored(id),
-                currency: Currency::parse(&currency)
-                    .map_err(|_| StoreError::corrupt("payment currency", &currency))?,
-                provider_charge_id,
+                id: PaymentId::from_stored(row.id),
+                currency: Currency::parse(&row.currency)
+                    .map_err(|_| StoreError::corrupt("payment currency", &row.currency))?,
+                provider_charge_id: row.provider_charge_id,
             })
         })
         .transpose()
@@ -323,13 +351,17 @@ impl<D: Dialect + RecordStatements + PaymentStatements + RefundStatements> Refun
             tx.rollback().await?;
             return Ok(false);
         }
-        let refund: Option<(String, i64)> = sqlx::query_as(D::SETTLE_REFUND)
+        let refund: Option<SettledRefund> = sqlx::query_as(D::SETTLE_REFUND)
             .bind(completion.status.as_str())
             .bind(completion.provider_refund_id.as_str())
             .bind(completion.refund_id.as_str())
             .fetch_optional(&mut *tx)
             .await?;
-        let Some((payment_id, amount_minor)) = refund else {
+        let Some(SettledRefund {
+            payment_id,
+            amount_minor,
+        }) = refund
+        else {
             return Err(StoreError::Corrupt(format!(
                 "refund {} is no longer PROCESSING",
                 completion.refund_id

@@ -16,8 +16,8 @@ pub struct BatchOutcome {
     pub held: Duration,
 }
 
-/// Work the cleanup has not done yet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Work the cleanup has not done yet (the row of [`RetentionStatements::BACKLOG`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct RetentionBacklog {
     /// Settled records past their window whose body is still stored.
     pub to_purge: i64,
@@ -144,10 +144,9 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
     }
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError> {
-        let (to_purge, to_delete): (i64, i64) = sqlx::query_as(D::BACKLOG)
+        Ok(sqlx::query_as(D::BACKLOG)
             .bind(retention.as_secs_f64())
             .fetch_one(&self.pool)
-            .await?;
-        Ok(RetentionBacklog { to_purge, to_delete })
+            .await?)
     }
 }

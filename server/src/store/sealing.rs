@@ -7,8 +7,8 @@ use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-/// A sealing key some instance used against this database.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A sealing key some instance used against this database (a row of `response_key_checks`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ResponseKeyCheck {
     pub key_id: String,
     /// A known plaintext sealed with the key; see `sealing::KEY_CHECK_PLAINTEXT`.
@@ -51,21 +51,21 @@ pub trait SealingStatements {
     const LIVE_INSTANCES: &'static str;
 }
 
+/// A row of [`SealingStatements::LIVE_INSTANCES`] (key ids comma-separated).
+#[derive(sqlx::FromRow)]
+struct LiveInstanceRow {
+    instance_id: String,
+    key_ids: String,
+}
+
 #[async_trait::async_trait]
 impl<D: Dialect + SealingStatements> SealingKeyStore for SqlStore<D> {
     async fn response_key_checks(&self) -> Result<Vec<ResponseKeyCheck>, StoreError> {
-        let rows: Vec<(String, Vec<u8>, DateTime<Utc>)> =
+        Ok(
             sqlx::query_as("select key_id, probe, last_sealed_at from response_key_checks order by key_id")
                 .fetch_all(&self.pool)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(key_id, probe, last_sealed_at)| ResponseKeyCheck {
-                key_id,
-                probe,
-                last_sealed_at,
-            })
-            .collect())
+                .await?,
+        )
     }
 
     async fn note_sealing_key(&self, key_id: &str, probe: &[u8]) -> Result<(), StoreError> {
@@ -86,15 +86,15 @@ impl<D: Dialect + SealingStatements> SealingKeyStore for SqlStore<D> {
 
     async fn live_instances(&self, within: Duration) -> Result<Vec<LiveInstance>, StoreError> {
         let millis = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
-        let rows: Vec<(String, String)> = sqlx::query_as(D::LIVE_INSTANCES)
+        let rows: Vec<LiveInstanceRow> = sqlx::query_as(D::LIVE_INSTANCES)
             .bind(millis)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(instance_id, key_ids)| LiveInstance {
-                instance_id,
-                key_ids: key_ids.split(',').map(str::to_owned).collect(),
+            .map(|row| LiveInstance {
+                instance_id: row.instance_id,
+                key_ids: row.key_ids.split(',').map(str::to_owned).collect(),
             })
             .collect())
     }

@@ -93,9 +93,9 @@ impl Dialect for Sqlite {
 }
 
 impl RecordStatements for Sqlite {
-    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer), \
+    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer) as fingerprint_version, \
          r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, r.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), r.response_status_code, s.headers, \
+         r.response_schema_version, r.next_recovery_at, r.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') as database_now, r.response_status_code, s.headers, \
          s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
          r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
          r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
@@ -220,8 +220,8 @@ impl TenantStatements for Sqlite {
 }
 
 impl EventStatements for Sqlite {
-    const OUTBOX_BACKLOG: &'static str = "select count(*), coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) \
-         from outbox_events where published_at is null and dead_at is null";
+    const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce((julianday('now') - \
+         julianday(min(created_at))) * 86400.0, 0.0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
     const CONSUMER_LAG: &'static str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i \
          where i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at \
          >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $3 || ' seconds') and e.published_at is \
@@ -246,20 +246,22 @@ impl EventStatements for Sqlite {
 }
 
 impl ConsoleStatements for Sqlite {
-    const OUTCOME_SERIES: &'static str = "select (cast(strftime('%s', bucket_start) as integer) / $1) * $1, outcome, sum(count) from \
+    const OUTCOME_SERIES: &'static str = "select (cast(strftime('%s', bucket_start) as integer) / $1) * $1 as bucket, outcome, \
+         sum(count) as total from \
          outcome_buckets where bucket_start >= strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and \
          bucket_start < strftime('%Y-%m-%dT%H:%M:%fZ', $3, 'unixepoch') and ($4 = '' or tenant_id = \
          $4) and ($5 = '' or operation_name = $5) group by 1, outcome order by 1";
-    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS'), (select \
-         count(*) from idempotency_records where status = 'IN_PROGRESS' and locked_until <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), (select coalesce((julianday('now') - \
-         julianday(min(created_at))) * 86400.0, 0.0) from idempotency_records where status = \
-         'IN_PROGRESS' and locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), (select count(*) \
-         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), (select \
+    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') \
+         as in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
+         locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) as stale_in_progress, (select \
          coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'), (select count(*) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= \
-         $1)";
+         idempotency_records where status = 'IN_PROGRESS' and locked_until <= \
+         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) as oldest_stale_in_progress_secs, (select count(*) \
+         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as unknown, (select \
+         coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) from \
+         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, \
+         (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and \
+         recovery_attempts >= $1) as needs_operator";
     const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
          r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
          r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
@@ -317,10 +319,10 @@ const ADD_JOURNAL_ENTRIES: &str = "insert into idempotency_requests (id, tenant_
 
 impl MetricsStatements for Sqlite {
     const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
-         86400.0, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) \
+         86400.0 as oldest_seconds, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) as stale \
          from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
-    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*), (julianday('now') - \
-         julianday(min(created_at))) * 86400.0, count(case when recovery_attempts >= $1 then 1 end) \
+    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*) as unknown, (julianday('now') - \
+         julianday(min(created_at))) * 86400.0 as oldest_seconds, count(case when recovery_attempts >= $1 then 1 end) as exhausted \
          from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     // `where true`: an upsert's `select` needs a `where` before `on conflict` in SQLite.
     const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
@@ -426,8 +428,8 @@ impl RetentionStatements for Sqlite {
          order by minute limit $2)";
     const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
          'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now')), (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \
-         <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds'))";
+         'now')) as to_purge, (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \
+         <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds')) as to_delete";
 }
 
 impl SealingStatements for Sqlite {

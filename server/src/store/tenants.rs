@@ -116,17 +116,17 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
     }
 
     async fn list_tenants(&self) -> Result<Vec<TenantSummary>, StoreError> {
-        let rows: Vec<(String, String, bool, DateTime<Utc>)> =
+        let rows: Vec<TenantRow> =
             sqlx::query_as("select id, name, require_idempotency_key, created_at from tenants order by name")
                 .fetch_all(&self.pool)
                 .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, name, require_idempotency_key, created_at)| TenantSummary {
-                id: TenantId::from_stored(id),
-                name,
-                require_idempotency_key,
-                created_at,
+            .map(|row| TenantSummary {
+                id: TenantId::from_stored(row.id),
+                name: row.name,
+                require_idempotency_key: row.require_idempotency_key,
+                created_at: row.created_at,
             })
             .collect())
     }
@@ -158,15 +158,7 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError> {
-        type Row = (
-            String,
-            String,
-            Option<String>,
-            DateTime<Utc>,
-            Option<DateTime<Utc>>,
-            Option<DateTime<Utc>>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(
             "select id, tenant_id, created_by, created_at, last_used_at, revoked_at from api_keys \
              order by created_at desc, id",
         )
@@ -174,36 +166,32 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
         .await?;
         Ok(rows
             .into_iter()
-            .map(
-                |(id, tenant_id, created_by, created_at, last_used_at, revoked_at)| ApiKeySummary {
-                    id: ApiKeyId::from_stored(id),
-                    tenant_id: TenantId::from_stored(tenant_id),
-                    created_by,
-                    created_at,
-                    last_used_at,
-                    revoked_at,
-                },
-            )
+            .map(|row| ApiKeySummary {
+                id: ApiKeyId::from_stored(row.id),
+                tenant_id: TenantId::from_stored(row.tenant_id),
+                created_by: row.created_by,
+                created_at: row.created_at,
+                last_used_at: row.last_used_at,
+                revoked_at: row.revoked_at,
+            })
             .collect())
     }
 
     async fn authenticate_api_key(&self, hash: &ApiKeyHash) -> Result<Option<Principal>, StoreError> {
-        let row: Option<(String, String, bool, String)> = sqlx::query_as(
-            "select k.id, k.tenant_id, t.require_idempotency_key, t.pinned_api_version \
+        let row: Option<PrincipalRow> = sqlx::query_as(
+            "select k.id as api_key_id, k.tenant_id, t.require_idempotency_key, t.pinned_api_version \
              from api_keys k join tenants t on t.id = k.tenant_id \
              where k.key_hash = $1 and k.revoked_at is null",
         )
         .bind(hash.as_str())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(
-            |(api_key_id, tenant_id, require_idempotency_key, pinned_api_version)| Principal {
-                tenant_id: TenantId::from_stored(tenant_id),
-                api_key_id: ApiKeyId::from_stored(api_key_id),
-                require_idempotency_key,
-                pinned_api_version,
-            },
-        ))
+        Ok(row.map(|row| Principal {
+            tenant_id: TenantId::from_stored(row.tenant_id),
+            api_key_id: ApiKeyId::from_stored(row.api_key_id),
+            require_idempotency_key: row.require_idempotency_key,
+            pinned_api_version: row.pinned_api_version,
+        }))
     }
 
     async fn revoke_api_key(&self, id: &ApiKeyId, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -226,4 +214,33 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
         .await?;
         Ok(())
     }
+}
+
+/// A row of `tenants`.
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    id: String,
+    name: String,
+    require_idempotency_key: bool,
+    created_at: DateTime<Utc>,
+}
+
+/// A row of `api_keys`, without its hash.
+#[derive(sqlx::FromRow)]
+struct ApiKeyRow {
+    id: String,
+    tenant_id: String,
+    created_by: Option<String>,
+    created_at: DateTime<Utc>,
+    last_used_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A live API key with its tenant's settings.
+#[derive(sqlx::FromRow)]
+struct PrincipalRow {
+    api_key_id: String,
+    tenant_id: String,
+    require_idempotency_key: bool,
+    pinned_api_version: String,
 }

@@ -195,3 +195,70 @@ fn every_import_between_the_servers_modules_points_down() {
     }
     assert!(violations.is_empty(), "{violations:#?}");
 }
+
+/// Where in `text` a row is read by position: `try_get(<index>)`, a tuple row
+/// (`query_as::<_, (…)>`, or a binding typed as a tuple, an optional tuple or a list of tuples
+/// before `query_as`), or a tuple type alias. Rows are read by name, into `FromRow` structs
+/// beside their statements, so that no column order two SQL strings share can be swapped.
+fn positional_rows(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        let at = |what: &str| format!("line {}: {what}: {}", number + 1, code);
+        if let Some(index) = code.find("try_get(")
+            && code[index + "try_get(".len()..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            found.push(at("a column read by index"));
+        }
+        if code.contains("query_as::<_, (") {
+            found.push(at("a tuple row"));
+        }
+        let typed_tuple = ["<(", ": ("].iter().any(|opening| {
+            code.split_once('=')
+                .is_some_and(|(binding, value)| binding.contains(opening) && value.contains("query_as"))
+        });
+        if typed_tuple {
+            found.push(at("a tuple row"));
+        }
+        if code.starts_with("type ") && code.contains("= (") || code.contains("type Row = (") {
+            found.push(at("a tuple row alias"));
+        }
+    }
+    found
+}
+
+#[test]
+fn rows_are_read_by_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in sources(&root) {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        found.extend(
+            positional_rows(&text)
+                .into_iter()
+                .map(|place| format!("{}: {place}", file.display())),
+        );
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    // The check finds what it forbids.
+    for positional in [
+        "let status: String = row.try_get(0)?;",
+        "let row: Option<(String, i64)> = sqlx::query_as(STATEMENT)",
+        "let rows: Vec<(String, String)> = sqlx::query_as(D::LIVE_INSTANCES)",
+        "let (a, b): (i64, i64) = sqlx::query_as(D::BACKLOG)",
+        "type LookUpRow = (String, i64);",
+        "let rows = sqlx::query_as::<_, (String,)>(\"select id from tenants\")",
+    ] {
+        assert_eq!(positional_rows(positional).len(), 1, "{positional}");
+    }
+    for by_name in [
+        "let row: Option<LookUpRow> = sqlx::query_as(D::LOOK_UP_RECORD)",
+        "let id: Option<String> = sqlx::query_scalar(\"select id from tenants\")",
+        "tenant_name: row.try_get(\"tenant_name\")?,",
+    ] {
+        assert!(positional_rows(by_name).is_empty(), "{by_name}");
+    }
+}

@@ -234,8 +234,12 @@ fn positional_rows(text: &str) -> Vec<String> {
 fn rows_are_read_by_name() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut found = Vec::new();
+    // Files that run SQL; a tuple elsewhere (a map's key) is no row.
     for file in sources(&root) {
         let text = std::fs::read_to_string(&file).expect("read source");
+        if !text.contains("sqlx::") {
+            continue;
+        }
         found.extend(
             positional_rows(&text)
                 .into_iter()

@@ -57,7 +57,7 @@ impl PaymentsEngine {
     /// key and settle it (the settlement applies only while it is still PROCESSING).
     pub async fn recover_unkeyed(&self, tenant_id: &TenantId, payment: &PaymentView) -> Answer {
         match self
-            .execute(
+            .execute_payment(
                 Owner::Unkeyed,
                 tenant_id,
                 payment,

@@ -1,14 +1,16 @@
 //! The engine: the idempotency layer and its two keyed operations, create_payment and
 //! create_refund, end to end, and everything that settles a record later.
 //!
-//! - `request.rs`: the idempotency layer's request path, one for every keyed operation
+//! - `keyed.rs`: the idempotency layer's request path, one for every keyed operation
 //!   (`KeyedOperation`): one read, then the insert-first claim, or the answer [`decide`]
-//!   gives a request that finds its key's record; a takeover when the record's owner died;
-//!   create_payment's own part.
-//! - `refunds.rs`: create_refund's own part: its claim, its provider call and completion.
-//! - `owner.rs`: what the holder of a record's lease does: ask the provider with no
-//!   transaction open, then complete, every write fenced by the lease version; a taker
-//!   resumes from the last durable step and asks before it sends.
+//!   gives a request that finds its key's record (compared in the record's fingerprint
+//!   version); a takeover when the record's owner died.
+//! - `payments.rs` and `refunds.rs`, one shape: an operation's own part: its request, its
+//!   fingerprint, its claim, its provider call and completion, and its resumption after a
+//!   takeover (create_payment's also the tenant without keys).
+//! - `owner.rs`: what every holder of a record's lease shares: who owns (`Owner`), what its
+//!   work came to (`Owned`), the unknown outcome, and the takeover that resumes an operation
+//!   from its last durable step, asking before it sends.
 //! - `operator.rs`: what only operators do: reconcile against the provider's evidence, apply
 //!   an override two admins vouched for, release a key the provider never charged.
 //! - `background.rs`: the passes the workers run: recovery, settlement, the release watch.
@@ -17,7 +19,7 @@
 //!   ends, so that a replay needs no database.
 //! - `sealing.rs`: stored response bodies sealed at rest.
 //!
-//! Whatever a keyed request writes runs on a task of its own (`request.rs`), so a caller that
+//! Whatever a keyed request writes runs on a task of its own (`keyed.rs`), so a caller that
 //! disconnects cannot cancel it halfway (no half-done operation, no connection returned to the
 //! pool inside a transaction); an answer the look-up gives writes nothing and is given at once.
 //!
@@ -26,16 +28,17 @@
 mod answer;
 pub mod background;
 pub mod final_answers;
+mod keyed;
 mod operator;
 mod owner;
+mod payments;
 mod refunds;
-mod request;
 pub mod sealing;
 
 pub use answer::{Answer, Reply, outcome_unknown_code};
 pub use operator::{ReconcileRefusal, Reconciled};
+pub use payments::CreatePaymentRequest;
 pub use refunds::CreateRefundRequest;
-pub use request::CreatePaymentRequest;
 
 use crate::metrics::OutcomeCounter;
 use crate::metrics::journal::RequestJournal;

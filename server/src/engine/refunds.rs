@@ -2,12 +2,12 @@
 //! path is part of it), its claim (the refund's local transaction), and what its owner does:
 //! refund at the provider with the refund's provider key (asking first when resuming), then
 //! complete, fenced by the lease. Claims, decisions, replays, takeovers and recovery are the
-//! layer's (`request.rs`, `owner.rs`), the same as create_payment's.
+//! layer's (`keyed.rs`, `owner.rs`), the same as create_payment's.
 
 use super::PaymentsEngine;
 use super::answer::{Answer, bound_error, json_response};
+use super::keyed::KeyedOperation;
 use super::owner::{Charging, Owned, Owner};
-use super::request::KeyedOperation;
 use crate::crash::{CrashPoint, crash_point};
 use crate::provider::{ChargeStatus, ProviderRefund};
 use crate::store::StoreError;

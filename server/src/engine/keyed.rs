@@ -4,7 +4,7 @@
 //! race. A request that finds its key's record gets what [`decide`] says, and takes the
 //! record over when its owner is gone. An operation brings only its own part
 //! ([`KeyedOperation`]): its fingerprint, its claim's local transaction, and what its new
-//! owner does; create_payment's is here, create_refund's in `refunds.rs`.
+//! owner does: create_payment's in `payments.rs`, create_refund's in `refunds.rs`.
 //!
 //! Whatever writes (the claim and what its owner does, a takeover, a note of an expired
 //! retry) runs [`to_the_end`], on a task of its own: a caller that goes away (a client hanging
@@ -12,7 +12,7 @@
 //! needs no task.
 
 use super::PaymentsEngine;
-use super::answer::{Answer, bound_error};
+use super::answer::Answer;
 use super::owner::{Charging, Owned, Owner};
 use super::sealing::SealingError;
 use crate::store::StoreError;
@@ -20,39 +20,20 @@ use crate::store::metrics::JournalEntry;
 use crate::store::records::FoundRecord;
 use chrono::{DateTime, TimeDelta, Utc};
 use domain::api_error::ApiError;
-use domain::claim::{ClaimOutcome, NewClaim, StoredResponse, UnkeyedOutcome};
-use domain::command::CreatePayment;
+use domain::claim::{ClaimOutcome, NewClaim, StoredResponse};
 use domain::decision::{Decision, decide};
 use domain::expiry::AfterExpiry;
-use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion, UnknownFingerprintVersion};
-use domain::key::IdempotencyKey;
+use domain::fingerprint::{Fingerprint, FingerprintVersion, UnknownFingerprintVersion};
 use domain::outcome::Outcome;
-use domain::payment::{NewPayment, PaymentId};
 use domain::record::{ClaimedAs, ProgressStep};
-use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
+use domain::representation::ApiVersion;
 use domain::scope::{Operation, Scope};
-use domain::tenant::{ApiKeyId, Principal};
-use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use domain::tenant::ApiKeyId;
+use std::sync::Arc;
 
 /// How many times one request reads its record again after being fenced out before it tells
 /// the client to come back: each round means another owner made progress meanwhile.
 const MAX_ROUNDS: usize = 3;
-
-/// A parsed, authenticated create_payment request.
-#[derive(Debug, Clone)]
-pub struct CreatePaymentRequest {
-    pub principal: Principal,
-    /// `None` only for tenants that do not require keys.
-    pub key: Option<IdempotencyKey>,
-    /// The version the answer is produced in: the request's, or the tenant's default.
-    pub api_version: ApiVersion,
-    /// Whether the client named the version. Only a named version is part of the
-    /// fingerprint: a retry that relies on the default stays the same request when a deploy
-    /// changes the default, and is replayed in the version its answer was produced in.
-    pub api_version_requested: bool,
-    pub command: CreatePayment,
-}
 
 /// What a record says to a request: an answer now, an answer once the record notes it, or
 /// "its owner is gone: take it over".
@@ -79,74 +60,7 @@ pub(super) trait KeyedOperation: Send + Sync + 'static {
     async fn execute(&self, engine: &PaymentsEngine, owner: Owner<'_>, created_at: DateTime<Utc>) -> Owned;
 }
 
-/// create_payment with a key: its payment, made by the claim.
-struct KeyedPayment {
-    request: CreatePaymentRequest,
-    /// Made at the claim: a request its key's record answers needs no payment (nor an id
-    /// drawn from the OS).
-    payment: OnceLock<NewPayment>,
-}
-
-impl KeyedPayment {
-    fn payment(&self) -> &NewPayment {
-        self.payment.get_or_init(|| new_payment(&self.request))
-    }
-}
-
-#[async_trait::async_trait]
-impl KeyedOperation for KeyedPayment {
-    fn fingerprint(&self, version: FingerprintVersion) -> Fingerprint {
-        fingerprint(&self.request, version)
-    }
-
-    async fn claim(&self, engine: &PaymentsEngine, claim: &NewClaim) -> Result<ClaimOutcome, StoreError> {
-        let insufficient_funds = engine.sealed(&claim.scope, &bound_error(&ApiError::InsufficientFunds));
-        engine
-            .records
-            .claim_create_payment(claim, self.payment(), &insufficient_funds)
-            .await
-    }
-
-    async fn execute(&self, engine: &PaymentsEngine, owner: Owner<'_>, created_at: DateTime<Utc>) -> Owned {
-        let payment = self.payment();
-        let view = PaymentView::of_new(payment, PaymentStatus::Processing, created_at);
-        engine
-            .execute(
-                owner,
-                &payment.tenant_id,
-                &view,
-                self.request.api_version,
-                Charging::Send,
-            )
-            .await
-    }
-}
-
 impl PaymentsEngine {
-    pub async fn create_payment(self: &Arc<Self>, request: CreatePaymentRequest) -> Answer {
-        let Some(key) = request.key.clone() else {
-            let engine = Arc::clone(self);
-            return to_the_end(async move {
-                engine
-                    .create_payment_without_key(&request, &new_payment(&request))
-                    .await
-            })
-            .await
-            .unwrap_or_else(|failed| failed);
-        };
-        let scope = Scope {
-            tenant_id: request.principal.tenant_id.clone(),
-            operation: CreatePayment::OPERATION,
-            key,
-        };
-        let (created_by, api_version) = (request.principal.api_key_id.clone(), request.api_version);
-        let operation = KeyedPayment {
-            request,
-            payment: OnceLock::new(),
-        };
-        self.keyed(operation, scope, created_by, api_version).await
-    }
-
     /// A keyed request of `operation` (made with the API key `created_by`), through the
     /// idempotency layer: the answer its key's record gives, or the claim, journalled.
     pub(super) async fn keyed(
@@ -351,41 +265,6 @@ impl PaymentsEngine {
         self.settings.of(operation).expiry.after_expiry
     }
 
-    /// A tenant that does not require keys: no record, the same local transaction (the
-    /// business key still stops a second payment), the same provider call and completion.
-    async fn create_payment_without_key(
-        &self,
-        request: &CreatePaymentRequest,
-        payment: &NewPayment,
-    ) -> Answer {
-        match self.payments.create_payment_without_key(payment).await {
-            Ok(UnkeyedOutcome::Created { payment_created_at }) => {
-                self.count(
-                    &payment.tenant_id,
-                    CreatePayment::OPERATION,
-                    Outcome::NewExecution,
-                );
-                let view = PaymentView::of_new(payment, PaymentStatus::Processing, payment_created_at);
-                match self
-                    .execute(
-                        Owner::Unkeyed,
-                        &payment.tenant_id,
-                        &view,
-                        request.api_version,
-                        Charging::Send,
-                    )
-                    .await
-                {
-                    Owned::Answered(answer) => answer,
-                    Owned::FencedOut => Answer::error(ApiError::Internal, None),
-                }
-            }
-            Ok(UnkeyedOutcome::InsufficientFunds) => Answer::error(ApiError::InsufficientFunds, None),
-            Ok(UnkeyedOutcome::Refused(refusal)) => Answer::error(refusal.api_error(), None),
-            Err(error) => Answer::error(error.as_api_error("create payment without key"), None),
-        }
-    }
-
     /// An owner's answer; when it was fenced out, what the record says now.
     pub(super) async fn answered(
         &self,
@@ -563,7 +442,9 @@ impl PaymentsEngine {
 /// Runs `work` on a task of its own, so that it runs to its end even when its caller goes
 /// away (no half-done operation, no connection returned to the pool inside a transaction);
 /// the answer when the task failed is a 500.
-async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Result<T, Answer> {
+pub(super) async fn to_the_end<T: Send + 'static>(
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<T, Answer> {
     tokio::spawn(work).await.map_err(|error| {
         tracing::error!(%error, "a keyed operation's task failed");
         Answer::error(ApiError::Internal, None)
@@ -610,30 +491,4 @@ fn made_by_a_newer_deploy(scope: &Scope, unknown: UnknownFingerprintVersion) -> 
         "a record made by a newer deploy; answered 503 for the client to retry"
     );
     Answer::error(ApiError::Unavailable, None)
-}
-
-/// The payment a create_payment request makes, under a new id.
-fn new_payment(request: &CreatePaymentRequest) -> NewPayment {
-    NewPayment::from_command(
-        PaymentId::generate(),
-        request.principal.tenant_id.clone(),
-        &request.command,
-    )
-}
-
-/// A create_payment's fingerprint in `version`.
-fn fingerprint(request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
-    Fingerprint::compute_in(
-        version,
-        &FingerprintInput {
-            operation: CreatePayment::OPERATION,
-            path_params: BTreeMap::new(),
-            api_version: if request.api_version_requested {
-                request.api_version.as_str()
-            } else {
-                ""
-            },
-            command: &request.command,
-        },
-    )
 }

@@ -95,6 +95,7 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
         EngineParts {
             records: store.clone(),
             payments: store.clone(),
+            keyed_payments: store.clone(),
             refunds: store.clone(),
             provider,
             outcomes: Arc::new(OutcomeCounter::default()),

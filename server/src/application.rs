@@ -185,6 +185,7 @@ impl Application {
             EngineParts {
                 records: store.clone(),
                 payments: store.clone(),
+                keyed_payments: store.clone(),
                 refunds: store.clone(),
                 provider,
                 outcomes: outcomes.clone(),

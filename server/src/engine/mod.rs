@@ -43,7 +43,7 @@ pub use refunds::CreateRefundRequest;
 use crate::metrics::OutcomeCounter;
 use crate::metrics::journal::RequestJournal;
 use crate::provider::client::ProviderClient;
-use crate::store::{PaymentStore, RecordStore, RefundStore};
+use crate::store::{KeyedPaymentStore, PaymentStore, RecordStore, RefundStore};
 use domain::claim::StoredResponse;
 use domain::expiry::ExpiryPolicy;
 use domain::fingerprint::FingerprintVersion;
@@ -115,6 +115,7 @@ impl EngineSettings {
 pub struct PaymentsEngine {
     records: Arc<dyn RecordStore>,
     payments: Arc<dyn PaymentStore>,
+    keyed_payments: Arc<dyn KeyedPaymentStore>,
     refunds: Arc<dyn RefundStore>,
     provider: ProviderClient,
     outcomes: Arc<OutcomeCounter>,
@@ -128,6 +129,7 @@ pub struct PaymentsEngine {
 pub struct EngineParts {
     pub records: Arc<dyn RecordStore>,
     pub payments: Arc<dyn PaymentStore>,
+    pub keyed_payments: Arc<dyn KeyedPaymentStore>,
     pub refunds: Arc<dyn RefundStore>,
     pub provider: ProviderClient,
     pub outcomes: Arc<OutcomeCounter>,
@@ -140,6 +142,7 @@ impl PaymentsEngine {
         PaymentsEngine {
             records: parts.records,
             payments: parts.payments,
+            keyed_payments: parts.keyed_payments,
             refunds: parts.refunds,
             provider: parts.provider,
             outcomes: parts.outcomes,

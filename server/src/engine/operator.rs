@@ -233,7 +233,11 @@ impl PaymentsEngine {
             payment_id,
             audit: audit.clone(),
         };
-        match self.records.release_key(scope, previewed_version, &release).await {
+        match self
+            .keyed_payments
+            .release_key(scope, previewed_version, &release)
+            .await
+        {
             Ok(true) => {
                 tracing::warn!(tenant_id = %scope.tenant_id, payment_id = %release.payment_id, "key released by an operator");
                 Ok(Reconciled::KeyReleased)

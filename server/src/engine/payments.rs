@@ -66,7 +66,7 @@ impl KeyedOperation for KeyedPayment {
     async fn claim(&self, engine: &PaymentsEngine, claim: &NewClaim) -> Result<ClaimOutcome, StoreError> {
         let insufficient_funds = engine.sealed(&claim.scope, &bound_error(&ApiError::InsufficientFunds));
         engine
-            .records
+            .keyed_payments
             .claim_create_payment(claim, self.payment(), &insufficient_funds)
             .await
     }
@@ -206,7 +206,7 @@ impl PaymentsEngine {
             ..completion
         };
         match self
-            .records
+            .keyed_payments
             .complete_create_payment(scope, lease_version, &completion)
             .await
         {

@@ -6,7 +6,8 @@
 //!
 //! | trait | used by |
 //! |---|---|
-//! | [`RecordStore`] | the engine: claims, owners' fenced writes, takeovers, releases |
+//! | [`RecordStore`] | the engine, whatever the operation: look-ups, owners' fenced writes, takeovers |
+//! | [`KeyedPaymentStore`] | the engine: create_payment's claim and completion, a key's release |
 //! | [`PaymentStore`] | the engine and the API: payments, their settlement, accounts |
 //! | [`RefundStore`] | the engine and the API: refunds, claimed and completed with their records |
 //! | [`TenantStore`] | the command line and the API's authentication |
@@ -51,6 +52,7 @@ pub use history::HistoryStore;
 pub use metrics::MetricsStore;
 pub use operators::OperatorStore;
 pub use payments::PaymentStore;
+pub use payments::keyed::KeyedPaymentStore;
 pub use records::RecordStore;
 pub use refunds::RefundStore;
 pub use retention::RetentionStore;
@@ -74,6 +76,7 @@ pub trait Store:
     RecordStore
     + RefundStore
     + PaymentStore
+    + KeyedPaymentStore
     + TenantStore
     + EventStore
     + ConsoleStore
@@ -106,6 +109,7 @@ where
     D: Dialect
         + records::RecordStatements
         + payments::PaymentStatements
+        + payments::keyed::KeyedPaymentStatements
         + refunds::RefundStatements
         + tenants::TenantStatements
         + events::EventStatements

@@ -12,6 +12,7 @@ use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
+use super::payments::keyed::KeyedPaymentStatements;
 use super::records::RecordStatements;
 use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
@@ -136,6 +137,30 @@ impl RecordStatements for Postgres {
          completed_at = now(), updated_at = now() where tenant_id = $2 and operation_name = $3 and \
          idempotency_key = $4";
     const SETTLE_RECORD: &'static str = settle_record!();
+    const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
+         'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
+         recovery_attempts + 1, next_recovery_at = now() + make_interval(secs => 1 << \
+         least(recovery_attempts, 8)), unknown_cause = coalesce($5, unknown_cause), last_error = \
+         $6, last_error_at = now() where tenant_id = $1 and operation_name = $2 and \
+         idempotency_key = $3 and lease_version = $4 and status = 'IN_PROGRESS'";
+    const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
+         locked_until = now() + make_interval(secs => $2), status = 'IN_PROGRESS', progress_step = \
+         'PROVIDER_REQUEST_SENT', updated_at = now() where tenant_id = $3 and operation_name = $4 \
+         and idempotency_key = $5 and lease_version = $6 and (status = 'UNKNOWN_REQUIRES_RECOVERY' \
+         or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()))) returning \
+         lease_version, expires_at";
+    const RECOVERY_CANDIDATES: &'static str = "select tenant_id, operation_name, idempotency_key from idempotency_records where (status = \
+         'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 and (next_recovery_at is null or \
+         next_recovery_at <= now())) or (status = 'IN_PROGRESS' and locked_until <= now()) order by \
+         updated_at limit $2";
+    const RELEASE_RECORD: &'static str = "update idempotency_records set status = 'FAILED_RETRYABLE', lease_version = lease_version \
+         + 1, locked_until = null, next_recovery_at = null, completed_at = now(), updated_at = \
+         now() where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
+         lease_version = $4 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' \
+         and (locked_until is null or locked_until <= now()))) returning resource_id";
+}
+
+impl KeyedPaymentStatements for Postgres {
     const CLAIM_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
         "with claimed as (",
         claim_record!(),
@@ -180,27 +205,6 @@ impl RecordStatements for Postgres {
             when exists (select 1 from settled) and not exists (select 1 from payment) \
                 then idem_refuse('idem:payment_not_processing') end as refused"
     ));
-    const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
-         'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
-         recovery_attempts + 1, next_recovery_at = now() + make_interval(secs => 1 << \
-         least(recovery_attempts, 8)), unknown_cause = coalesce($5, unknown_cause), last_error = \
-         $6, last_error_at = now() where tenant_id = $1 and operation_name = $2 and \
-         idempotency_key = $3 and lease_version = $4 and status = 'IN_PROGRESS'";
-    const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
-         locked_until = now() + make_interval(secs => $2), status = 'IN_PROGRESS', progress_step = \
-         'PROVIDER_REQUEST_SENT', updated_at = now() where tenant_id = $3 and operation_name = $4 \
-         and idempotency_key = $5 and lease_version = $6 and (status = 'UNKNOWN_REQUIRES_RECOVERY' \
-         or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()))) returning \
-         lease_version, expires_at";
-    const RECOVERY_CANDIDATES: &'static str = "select tenant_id, operation_name, idempotency_key from idempotency_records where (status = \
-         'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 and (next_recovery_at is null or \
-         next_recovery_at <= now())) or (status = 'IN_PROGRESS' and locked_until <= now()) order by \
-         updated_at limit $2";
-    const RELEASE_RECORD: &'static str = "update idempotency_records set status = 'FAILED_RETRYABLE', lease_version = lease_version \
-         + 1, locked_until = null, next_recovery_at = null, completed_at = now(), updated_at = \
-         now() where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
-         lease_version = $4 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' \
-         and (locked_until is null or locked_until <= now()))) returning resource_id";
 }
 
 impl PaymentStatements for Postgres {

@@ -1,22 +1,16 @@
-//! Idempotency records, for the engine: the insert-first claim of a scoped key (with the
-//! payment's local transaction), the owner's fenced writes (completion, unknown outcome), the
-//! takeover of a dead owner's record, an operator's release of a key, and the reads a retry
-//! and the recovery worker decide from.
+//! Idempotency records, for the engine, whatever the operation: the insert-first claim of a
+//! scoped key (inside the transaction in which each operation's store makes its resource:
+//! `payments/keyed.rs`, `refunds.rs`), the owner's fenced settling and the unknown outcome,
+//! the takeover of a dead owner's record, and the reads a retry and the recovery worker
+//! decide from. Nothing here knows an operation.
 
 use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
-use super::operators::insert_audit;
-use super::payments::{
-    LocalStep, PaymentStatements, create_payment_in, no_longer_processing, payment_outcome, refusal,
-    release_hold_in, settle_payment_in,
-};
 use crate::crash::{CrashPoint, crash_point};
 use chrono::{DateTime, Utc};
-use domain::api_error::ApiError;
-use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
+use domain::claim::{ClaimOutcome, NewClaim, StoredResponse};
 use domain::expiry::AfterExpiry;
 use domain::key::IdempotencyKey;
-use domain::payment::{NewPayment, new_event_id};
 use domain::record::{ClaimedAs, RecordAt, StoredRecord};
 use domain::recovery::{ProviderFailure, UnknownCause};
 use domain::scope::{Operation, Scope};
@@ -50,29 +44,6 @@ pub trait RecordStore: Send + Sync {
         Ok(self.look_up(scope).await?.and_then(|found| found.response))
     }
 
-    /// The local transaction of a new create_payment: insert-first claim of the scoped key,
-    /// account check, amount held, payment row and its PaymentCreated event, all committed
-    /// together (or nothing, when the claim finds an existing record or the command cannot be
-    /// executed). `insufficient_funds` is the answer the key is bound to when the balance is
-    /// too low.
-    async fn claim_create_payment(
-        &self,
-        claim: &NewClaim,
-        payment: &NewPayment,
-        insufficient_funds: &StoredResponse,
-    ) -> Result<ClaimOutcome, StoreError>;
-
-    /// The completion transaction: payment status and charge id, the hold released when
-    /// declined, the outcome's event, and the record settled (COMPLETED for an authorisation,
-    /// FAILED_REPLAYABLE for a decline) with its response. Conditional on `lease_version`:
-    /// `Ok(false)` means another owner took over and nothing was written.
-    async fn complete_create_payment(
-        &self,
-        scope: &Scope,
-        lease_version: i64,
-        completion: &PaymentCompletion,
-    ) -> Result<bool, StoreError>;
-
     /// Marks a claimed record UNKNOWN_REQUIRES_RECOVERY (the provider's answer was lost),
     /// counting the attempt and backing off the next one (1 s, 2 s, 4 s … 256 s), and notes
     /// why (`failure`: its cause when a send failed, its words and time always).
@@ -94,18 +65,6 @@ pub trait RecordStore: Send + Sync {
         owner: &str,
         lease: Duration,
     ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError>;
-
-    /// An operator's release of a key whose payment the provider never charged: the record
-    /// (still needing an operator, still at `previewed_version`) becomes FAILED_RETRYABLE with
-    /// a higher lease version, its payment DECLINED and released (hold returned, merchant
-    /// reference freed), with a PaymentDeclined event and the audit entry, in one
-    /// transaction. `false` (nothing written) when the record changed since the preview.
-    async fn release_key(
-        &self,
-        scope: &Scope,
-        previewed_version: i64,
-        release: &KeyRelease,
-    ) -> Result<bool, StoreError>;
 
     /// Records the recovery worker should try to resolve: unknown outcomes whose backoff has
     /// passed and that have not used up `max_attempts`, and in-progress records whose lease
@@ -152,27 +111,8 @@ pub trait RecordStatements {
     const RECOVERY_CANDIDATES: &'static str;
     /// `$1`..`$3` scope, `$4` the previewed lease version: a record that still needs an
     /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
-    /// returns its payment id.
+    /// returns its resource id.
     const RELEASE_RECORD: &'static str;
-    /// create_payment's claim as one statement that is its own transaction (no BEGIN or
-    /// COMMIT: one round trip), where the dialect writes several tables in one (PostgreSQL's
-    /// data-modifying `with`): the claim ([`Self::CLAIM_RECORD`]'s `$1`..`$14`, `$8` the
-    /// payment id), a renewed record's old response deleted, the hold, the payment and its
-    /// PaymentCreated event, each only if the one before it happened. `$15` amount, `$16`
-    /// account, `$17` currency, `$18` merchant reference, `$19` channel, `$20` event id, `$21`
-    /// event payload. Returns the claim's lease version, expiry and how it was claimed, with
-    /// the payment's creation time ([`ClaimedAtOnce`]). No row: the key's record exists. When
-    /// no hold can be taken (the account refuses, or lacks the funds) it raises
-    /// `idem:not_held` and writes nothing. `None`: the dialect takes the claim's steps one by
-    /// one.
-    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str>;
-    /// create_payment's completion as one statement likewise: [`Self::SETTLE_RECORD`]'s
-    /// `$1`..`$7`, then the response (`$8` headers, `$9` body), the payment's outcome (`$10`
-    /// status, `$11` payment id; `$3` the charge id), its hold given back when `$12` (a
-    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records it
-    /// settled ([`Settled`]): 0 for an owner fenced out. A record settled whose payment is no
-    /// longer PROCESSING raises `idem:payment_not_processing` and writes nothing.
-    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str>;
 }
 
 /// A row of [`RecordStatements::CLAIM_RECORD`].
@@ -181,54 +121,6 @@ struct ClaimedRecord {
     lease_version: i64,
     expires_at: DateTime<Utc>,
     claimed_as: String,
-}
-
-/// A row of [`RecordStatements::CLAIM_PAYMENT_AT_ONCE`].
-#[derive(sqlx::FromRow)]
-struct ClaimedAtOnce {
-    lease_version: i64,
-    expires_at: DateTime<Utc>,
-    claimed_as: String,
-    created_at: DateTime<Utc>,
-}
-
-/// A row of [`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`].
-#[derive(sqlx::FromRow)]
-struct Settled {
-    records: i64,
-}
-
-/// Why a statement that is its own transaction refused its whole work (it raised
-/// `idem:<reason>`, so it wrote nothing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AtOnceRefusal {
-    /// The claim could take no hold: the steps one by one name the refusal.
-    NotHeld,
-    /// The completion settled a record whose payment is no longer PROCESSING.
-    PaymentNotProcessing,
-}
-
-impl AtOnceRefusal {
-    fn of(error: &sqlx::Error) -> Option<AtOnceRefusal> {
-        let sqlx::Error::Database(error) = error else {
-            return None;
-        };
-        // PL/pgSQL's `raise exception` (`idem_refuse`, migration 0025).
-        if error.code().as_deref() != Some("P0001") {
-            return None;
-        }
-        match error.message() {
-            "idem:not_held" => Some(AtOnceRefusal::NotHeld),
-            "idem:payment_not_processing" => Some(AtOnceRefusal::PaymentNotProcessing),
-            _ => None,
-        }
-    }
-}
-
-impl From<AtOnceRefusal> for StoreError {
-    fn from(refusal: AtOnceRefusal) -> Self {
-        StoreError::Corrupt(format!("a statement refused its work: {refusal:?}"))
-    }
 }
 
 /// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, the database's time,
@@ -348,7 +240,7 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
 }
 
 /// [`RecordStatements::CLAIM_RECORD`]'s parameters, `$1`..`$14`.
-fn bind_claim<'q, D: Dialect, O>(
+pub(super) fn bind_claim<'q, D: Dialect, O>(
     query: QueryAs<'q, D, O, <D as Database>::Arguments<'q>>,
     claim: &'q NewClaim,
     resource_type: &'q str,
@@ -417,7 +309,7 @@ pub(super) async fn settle_record_in<D: Dialect + RecordStatements>(
     Ok(true)
 }
 
-impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
+impl<D: Dialect + RecordStatements> SqlStore<D> {
     /// The claim found the key's record: `tx` is rolled back and the record read.
     pub(super) async fn existing(
         &self,
@@ -429,110 +321,13 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
     }
 
     /// The key's record, which a claim found.
-    async fn existing_record(&self, scope: &Scope) -> Result<ClaimOutcome, StoreError> {
+    pub(super) async fn existing_record(&self, scope: &Scope) -> Result<ClaimOutcome, StoreError> {
         match self.look_up(scope).await? {
             Some(found) => Ok(ClaimOutcome::Existing(found.at)),
             // Gone between the insert and the read (deleted by cleanup): the caller may
             // simply try again.
             None => Err(StoreError::Corrupt("claimed record vanished".into())),
         }
-    }
-
-    /// create_payment's claim as one statement that is its own transaction
-    /// ([`RecordStatements::CLAIM_PAYMENT_AT_ONCE`]), for the common case: the key is free and
-    /// the account takes the hold. `None` when it is not that case and nothing was written:
-    /// the claim's steps one by one then decide and name the refusal.
-    async fn claim_payment_at_once(
-        &self,
-        statement: &'static str,
-        claim: &NewClaim,
-        payment: &NewPayment,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        let event_id = new_event_id();
-        let event = payment.created_event(&event_id);
-        // A crash here or while the statement runs leaves nothing, as inside a transaction:
-        // the statement is one.
-        crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed: Result<Option<ClaimedAtOnce>, sqlx::Error> =
-            bind_claim(sqlx::query_as(statement), claim, "payment", payment.id.as_str())
-                .bind(payment.amount.minor_units())
-                .bind(payment.account_id.as_str())
-                .bind(payment.amount.currency().code())
-                .bind(payment.merchant_reference.as_str())
-                .bind(payment.channel.as_str())
-                .bind(event_id.as_str())
-                .bind(event.as_str())
-                .fetch_optional(&self.writer)
-                .await;
-        let claimed = match claimed {
-            Ok(claimed) => claimed,
-            Err(error) => match AtOnceRefusal::of(&error) {
-                Some(AtOnceRefusal::NotHeld) => return Ok(None),
-                Some(refusal) => return Err(refusal.into()),
-                None => match StoreError::from(error) {
-                    // The merchant reference is taken by another payment.
-                    StoreError::AlreadyExists => return Ok(None),
-                    error => return Err(error),
-                },
-            },
-        };
-        let Some(claimed) = claimed else {
-            return self.existing_record(&claim.scope).await.map(Some);
-        };
-        Ok(Some(ClaimOutcome::Claimed {
-            lease_version: claimed.lease_version,
-            expires_at: claimed.expires_at,
-            created_at: claimed.created_at,
-            claimed_as: StoreError::parse_stored("claimed_as", &claimed.claimed_as)?,
-        }))
-    }
-
-    /// create_payment's completion as one statement
-    /// ([`RecordStatements::COMPLETE_PAYMENT_AT_ONCE`]): its own transaction, or with an
-    /// operator's audit entry beside it in one.
-    async fn complete_payment_at_once(
-        &self,
-        statement: &'static str,
-        scope: &Scope,
-        lease_version: i64,
-        record_status: &str,
-        completion: &PaymentCompletion,
-    ) -> Result<bool, StoreError> {
-        let (payment_status, event_type) = payment_outcome(completion.verdict);
-        let query = sqlx::query_as(statement)
-            .bind(record_status)
-            .bind(i32::from(completion.response.status))
-            .bind(completion.provider_charge_id.as_str())
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .bind(lease_version)
-            .bind(completion.response.headers_json())
-            .bind(completion.response.body.as_slice())
-            .bind(payment_status)
-            .bind(completion.payment_id.as_str())
-            .bind(completion.verdict == ProviderVerdict::Declined)
-            .bind(completion.event_id.as_str())
-            .bind(event_type)
-            .bind(completion.event_payload.as_str());
-        let refused = |error: sqlx::Error| match AtOnceRefusal::of(&error) {
-            Some(AtOnceRefusal::PaymentNotProcessing) => no_longer_processing(&completion.payment_id),
-            Some(refusal) => refusal.into(),
-            None => StoreError::from(error),
-        };
-        let Some(audit) = &completion.audit else {
-            let settled: Settled = query.fetch_one(&self.writer).await.map_err(refused)?;
-            return Ok(settled.records > 0);
-        };
-        let mut tx = self.begin().await?;
-        let settled: Settled = query.fetch_one(&mut *tx).await.map_err(refused)?;
-        if settled.records == 0 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        insert_audit(&mut tx, audit).await?;
-        tx.commit().await?;
-        Ok(true)
     }
 
     /// A refused command wrote nothing; a renewal of an expired record is still noted as an
@@ -550,7 +345,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements> SqlStore<D> {
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore<D> {
+impl<D: Dialect + RecordStatements> RecordStore for SqlStore<D> {
     async fn look_up(&self, scope: &Scope) -> Result<Option<FoundRecord>, StoreError> {
         let row: Option<LookUpRow> = sqlx::query_as(D::LOOK_UP_RECORD)
             .bind(scope.tenant_id.as_str())
@@ -559,88 +354,6 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             .fetch_optional(&self.pool)
             .await?;
         row.map(found_of).transpose()
-    }
-
-    async fn claim_create_payment(
-        &self,
-        claim: &NewClaim,
-        payment: &NewPayment,
-        insufficient_funds: &StoredResponse,
-    ) -> Result<ClaimOutcome, StoreError> {
-        if let Some(statement) = D::CLAIM_PAYMENT_AT_ONCE
-            && let Some(outcome) = self.claim_payment_at_once(statement, claim, payment).await?
-        {
-            return Ok(outcome);
-        }
-        let scope = &claim.scope;
-        let mut tx = self.begin().await?;
-        let Some((lease_version, expires_at, claimed_as)) =
-            claim_record_in(&mut tx, claim, "payment", payment.id.as_str()).await?
-        else {
-            return self.existing(tx, scope).await;
-        };
-        let created_at = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
-            LocalStep::Created(created_at) => created_at,
-            LocalStep::InsufficientFunds => {
-                bind_error_in(&mut tx, scope, insufficient_funds).await?;
-                tx.commit().await?;
-                return Ok(ClaimOutcome::Bound {
-                    error: ApiError::InsufficientFunds,
-                    expires_at,
-                    claimed_as,
-                });
-            }
-            refused => {
-                tx.rollback().await?;
-                self.note_refused_renewal(scope, claimed_as).await?;
-                let refusal = refusal(&self.pool, refused, payment).await?;
-                return Ok(ClaimOutcome::Refused { refusal, claimed_as });
-            }
-        };
-        tx.commit().await?;
-        Ok(ClaimOutcome::Claimed {
-            lease_version,
-            expires_at,
-            created_at,
-            claimed_as,
-        })
-    }
-
-    async fn complete_create_payment(
-        &self,
-        scope: &Scope,
-        lease_version: i64,
-        completion: &PaymentCompletion,
-    ) -> Result<bool, StoreError> {
-        let record_status = match completion.verdict {
-            ProviderVerdict::Authorized => "COMPLETED",
-            ProviderVerdict::Declined => "FAILED_REPLAYABLE",
-        };
-        if let Some(statement) = D::COMPLETE_PAYMENT_AT_ONCE {
-            return self
-                .complete_payment_at_once(statement, scope, lease_version, record_status, completion)
-                .await;
-        }
-        let mut tx = self.begin().await?;
-        let settled = settle_record_in(
-            &mut tx,
-            scope,
-            lease_version,
-            record_status,
-            &completion.response,
-            &completion.provider_charge_id,
-        )
-        .await?;
-        if !settled {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        settle_payment_in(&mut tx, completion).await?;
-        if let Some(audit) = &completion.audit {
-            insert_audit(&mut tx, audit).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
     }
 
     async fn mark_outcome_unknown(
@@ -682,58 +395,6 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RecordStore for SqlStore
             .await?;
         tx.commit().await?;
         Ok(taken.map(|taken| (taken.lease_version, taken.expires_at)))
-    }
-
-    async fn release_key(
-        &self,
-        scope: &Scope,
-        previewed_version: i64,
-        release: &KeyRelease,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
-        let released: Option<Option<String>> = sqlx::query_scalar(D::RELEASE_RECORD)
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .bind(previewed_version)
-            .fetch_optional(&mut *tx)
-            .await?;
-        match released {
-            None => {
-                tx.rollback().await?;
-                return Ok(false);
-            }
-            Some(payment_id) if payment_id.as_deref() != Some(release.payment_id.as_str()) => {
-                return Err(StoreError::Corrupt(format!(
-                    "record's payment {payment_id:?} is not {}",
-                    release.payment_id
-                )));
-            }
-            Some(_) => {}
-        }
-        let declined = sqlx::query(D::RELEASE_PAYMENT)
-            .bind(release.payment_id.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if declined == 0 {
-            return Err(StoreError::Corrupt(format!(
-                "payment {} is no longer PROCESSING",
-                release.payment_id
-            )));
-        }
-        release_hold_in(&mut tx, release.payment_id.as_str()).await?;
-        super::payments::insert_event_in(
-            &mut tx,
-            &release.event_id,
-            release.payment_id.as_str(),
-            "PaymentDeclined",
-            &release.event_payload,
-        )
-        .await?;
-        insert_audit(&mut tx, &release.audit).await?;
-        tx.commit().await?;
-        Ok(true)
     }
 
     async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError> {

@@ -18,6 +18,7 @@ use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements, insert_as_json};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
+use super::payments::keyed::KeyedPaymentStatements;
 use super::records::RecordStatements;
 use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
@@ -165,6 +166,9 @@ impl RecordStatements for Sqlite {
          $4 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and (locked_until \
          is null or locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))) returning resource_id";
     // One writer at a time and no round trips: the steps one by one cost SQLite nothing more.
+}
+
+impl KeyedPaymentStatements for Sqlite {
     const CLAIM_PAYMENT_AT_ONCE: Option<&'static str> = None;
     const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str> = None;
 }

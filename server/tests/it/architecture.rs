@@ -266,3 +266,30 @@ fn rows_are_read_by_name() {
         assert!(positional_rows(by_name).is_empty(), "{by_name}");
     }
 }
+
+/// The generic keyed layer knows no operation: the store's records and the engine's request
+/// path name neither payments nor refunds; each operation's part sits in files of its own
+/// (`store/payments/keyed.rs`, `store/refunds.rs`; `engine/payments.rs`, `engine/refunds.rs`).
+#[test]
+fn the_generic_keyed_layer_imports_no_operation() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for generic in ["store/records.rs", "engine/keyed.rs"] {
+        let text = std::fs::read_to_string(root.join(generic)).expect("read source");
+        let code: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect();
+        assert!(code.len() > 100, "{generic} is read");
+        for operation in [
+            "payments",
+            "refunds",
+            "CreatePayment",
+            "CreateRefund",
+            "NewPayment",
+            "NewRefund",
+        ] {
+            let naming: Vec<&&str> = code.iter().filter(|line| line.contains(operation)).collect();
+            assert!(naming.is_empty(), "{generic} names {operation}: {naming:#?}");
+        }
+    }
+}

@@ -3,6 +3,8 @@
 //! passes over payments (settlement, the watch over released payments, payments whose answer
 //! was lost without a key), and an account's settings.
 
+pub mod keyed;
+
 use super::dialect::{Dialect, RowsAffected, SqlStore};
 use super::error::StoreError;
 use super::operators::insert_audit;

@@ -219,20 +219,30 @@ pub trait BulkStatements {
     const CLAIM_JOB: &'static str;
     /// `$1` job, `$2` lease seconds.
     const RENEW_JOB: &'static str;
-    /// `$1` job, `$2` position, `$3` evidence kind, `$4` its detail, `$5` proposed action, `$6`
-    /// the record's version previewed.
-    const NOTE_PREVIEW: &'static str;
-    /// `$1` job, `$2` name, `$3` reason, `$4` applied by: previewed -> running.
-    const APPLY_JOB: &'static str;
-    /// `$1` job, `$2` position, `$3` ok, `$4` message, `$5` record status.
-    const FINISH_ITEM: &'static str;
-    /// `$1` job: running -> finished.
-    const FINISH_JOB: &'static str;
     /// `$1` job, `$2` the message: every kept item not done is reported not applied.
     const ABORT_ITEMS: &'static str;
-    /// `$1` job: -> aborted, from a state an abort applies to.
-    const ABORT_JOB: &'static str;
 }
+
+/// `$1` job, `$2` position, `$3` evidence kind, `$4` its detail, `$5` proposed action, `$6`
+/// the record's version previewed.
+const NOTE_PREVIEW: &str = "update bulk_job_items set evidence = $3, evidence_detail = $4, action = $5, record_version = \
+     $6, previewed_at = {now} where job_id = $1 and position = $2";
+
+/// `$1` job: running -> finished.
+const FINISH_JOB: &str = "update bulk_jobs set state = 'finished', finished_at = {now}, runner_until = null where id = \
+     $1 and state = 'running'";
+
+/// `$1` job, `$2` position, `$3` ok, `$4` message, `$5` record status.
+const FINISH_ITEM: &str = "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = {now} where \
+     job_id = $1 and position = $2";
+
+/// `$1` job, `$2` name, `$3` reason, `$4` applied by: previewed -> running.
+const APPLY_JOB: &str = "update bulk_jobs set state = 'running', name = $2, reason = $3, applied_by = $4, applied_at \
+     = {now}, runner_until = null where id = $1 and state = 'previewed'";
+
+/// `$1` job: -> aborted, from a state an abort applies to.
+const ABORT_JOB: &str = "update bulk_jobs set state = 'aborted', finished_at = {now} where id = $1 and state in \
+     ('previewing', 'previewed', 'running', 'paused')";
 
 /// The columns of a job with its counts, for [`job_of`].
 const JOB_COLUMNS: &str = "j.id, j.name, j.state, j.selection, j.requested_by, j.reason, j.applied_by, \
@@ -384,7 +394,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         lease: Duration,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query(D::NOTE_PREVIEW)
+        sqlx::query(D::sql(NOTE_PREVIEW))
             .bind(job_id)
             .bind(position)
             .bind(preview.evidence.kind().as_str())
@@ -416,7 +426,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
 
     async fn apply_bulk_job(&self, job_id: &str, approval: &JobApproval) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let started = sqlx::query(D::APPLY_JOB)
+        let started = sqlx::query(D::sql(APPLY_JOB))
             .bind(job_id)
             .bind(approval.name.as_str())
             .bind(approval.reason.as_str())
@@ -470,7 +480,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         lease: Duration,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query(D::FINISH_ITEM)
+        sqlx::query(D::sql(FINISH_ITEM))
             .bind(job_id)
             .bind(position)
             .bind(result.ok)
@@ -488,7 +498,8 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     }
 
     async fn finish_bulk_job(&self, job_id: &str) -> Result<(), StoreError> {
-        self.write_one(sqlx::query(D::FINISH_JOB).bind(job_id)).await?;
+        self.write_one(sqlx::query(D::sql(FINISH_JOB)).bind(job_id))
+            .await?;
         Ok(())
     }
 
@@ -502,7 +513,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             BulkControl::Resume => sqlx::query(
                 "update bulk_jobs set state = 'running', runner_until = null where id = $1 and state = 'paused'",
             ),
-            BulkControl::Abort => sqlx::query(D::ABORT_JOB),
+            BulkControl::Abort => sqlx::query(D::sql(ABORT_JOB)),
         }
         .bind(job_id)
         .execute(&mut *tx)

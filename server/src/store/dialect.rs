@@ -47,6 +47,12 @@ pub trait Dialect:
 {
     const DIALECT: DialectName;
 
+    /// `template`, a statement written once for both dialects (`store/sql.rs`), in this
+    /// dialect's spelling.
+    fn sql(template: &'static str) -> &'static str {
+        super::sql::expanded(Self::DIALECT, template)
+    }
+
     /// This dialect's migrations, embedded in the binary.
     fn migrator() -> &'static Migrator;
 

@@ -115,8 +115,6 @@ pub trait EventStore: Send + Sync {
 pub trait EventStatements {
     /// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
     const OUTBOX_BACKLOG: &'static str;
-    /// `$1` consumer, `$2` event type, `$3` window seconds.
-    const CONSUMER_LAG: &'static str;
     /// `$1` event id, `$2` dead at (RFC 3339 text).
     const REDRIVE_EVENT: &'static str;
     /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
@@ -128,6 +126,11 @@ pub trait EventStatements {
     /// `$1` the dedupe keys, a JSON array of strings.
     const MARK_RECEIPTS_SENT: &'static str;
 }
+
+/// `$1` consumer, `$2` event type, `$3` window seconds.
+const CONSUMER_LAG: &str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i where \
+     i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at >= \
+     {now-$3} and e.published_at is not null";
 
 /// Runs `apply` for each message of a batch that `consumer` has not processed, after writing
 /// its inbox row, all in one transaction: a duplicate delivery (in this batch or before) finds
@@ -209,7 +212,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         event_type: &str,
         window: Duration,
     ) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(D::CONSUMER_LAG)
+        Ok(sqlx::query_scalar(D::sql(CONSUMER_LAG))
             .bind(consumer)
             .bind(event_type)
             .bind(window.as_secs_f64())

@@ -38,6 +38,7 @@ pub mod records;
 pub mod refunds;
 pub mod retention;
 pub mod sealing;
+mod sql;
 mod sqlite;
 mod target;
 pub mod tenants;
@@ -111,7 +112,6 @@ where
         + payments::PaymentStatements
         + payments::keyed::KeyedPaymentStatements
         + refunds::RefundStatements
-        + tenants::TenantStatements
         + events::EventStatements
         + console::ConsoleStatements
         + metrics::MetricsStatements

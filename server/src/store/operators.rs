@@ -116,8 +116,6 @@ pub trait OperatorStatements {
     const CREATE_SESSION: &'static str;
     /// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): upsert.
     const SAVE_SESSION: &'static str;
-    /// `$1` id hash: data and expiry of an unexpired session.
-    const LOAD_SESSION: &'static str;
     /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit: `audit_log` rows, newest first.
     const AUDIT_PAGE: &'static str;
     /// `$1` limit: expired sessions, by their physical row id.
@@ -128,6 +126,10 @@ pub trait OperatorStatements {
     /// admins who disable or demote each other at once are taken one after the other.
     const ENABLED_ADMINS_LOCKED: &'static str;
 }
+
+/// `$1` id hash: data and expiry of an unexpired session.
+const LOAD_SESSION: &str =
+    "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > {now}";
 
 /// A row of `audit_log`.
 #[derive(sqlx::FromRow)]
@@ -340,7 +342,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn load_session(&self, id_hash: &str) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
-        let session: Option<SessionRow> = sqlx::query_as(D::LOAD_SESSION)
+        let session: Option<SessionRow> = sqlx::query_as(D::sql(LOAD_SESSION))
             .bind(id_hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -402,7 +404,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 }
 
-/// A row of [`OperatorStatements::LOAD_SESSION`].
+/// A row of [`LOAD_SESSION`].
 #[derive(sqlx::FromRow)]
 struct SessionRow {
     data: String,

@@ -18,7 +18,6 @@ use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
-use super::tenants::TenantStatements;
 use sqlx::Connection;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -125,12 +124,6 @@ macro_rules! settle_record {
 }
 
 impl RecordStatements for Postgres {
-    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer) as fingerprint_version, \
-         r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, r.created_at, now() as database_now, r.response_status_code, s.headers, \
-         s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
-         r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
-         r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
     const CLAIM_RECORD: &'static str = claim_record!();
     const BIND_STORED_ERROR: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
          response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
@@ -143,21 +136,6 @@ impl RecordStatements for Postgres {
          least(recovery_attempts, 8)), unknown_cause = coalesce($5, unknown_cause), last_error = \
          $6, last_error_at = now() where tenant_id = $1 and operation_name = $2 and \
          idempotency_key = $3 and lease_version = $4 and status = 'IN_PROGRESS'";
-    const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
-         locked_until = now() + make_interval(secs => $2), status = 'IN_PROGRESS', progress_step = \
-         'PROVIDER_REQUEST_SENT', updated_at = now() where tenant_id = $3 and operation_name = $4 \
-         and idempotency_key = $5 and lease_version = $6 and (status = 'UNKNOWN_REQUIRES_RECOVERY' \
-         or (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= now()))) returning \
-         lease_version, expires_at";
-    const RECOVERY_CANDIDATES: &'static str = "select tenant_id, operation_name, idempotency_key from idempotency_records where (status = \
-         'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 and (next_recovery_at is null or \
-         next_recovery_at <= now())) or (status = 'IN_PROGRESS' and locked_until <= now()) order by \
-         updated_at limit $2";
-    const RELEASE_RECORD: &'static str = "update idempotency_records set status = 'FAILED_RETRYABLE', lease_version = lease_version \
-         + 1, locked_until = null, next_recovery_at = null, completed_at = now(), updated_at = \
-         now() where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
-         lease_version = $4 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' \
-         and (locked_until is null or locked_until <= now()))) returning resource_id";
 }
 
 impl KeyedPaymentStatements for Postgres {
@@ -210,12 +188,6 @@ impl KeyedPaymentStatements for Postgres {
 impl PaymentStatements for Postgres {
     const ACCOUNT_FOR_UPDATE: &'static str =
         "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 for update";
-    const HOLD_AMOUNT: &'static str = "update accounts set balance_minor = balance_minor - $1, updated_at = now() where tenant_id \
-         = $2 and id = $3";
-    const RELEASE_HOLD: &'static str = "update accounts set balance_minor = balance_minor + $1, updated_at = now() where tenant_id \
-         = $2 and id = $3";
-    const SET_PAYMENT_OUTCOME: &'static str = "update payments set status = $1, provider_charge_id = $2, updated_at = now() where id = $3 \
-         and status = 'PROCESSING'";
     const RELEASE_PAYMENT: &'static str = "update payments set status = 'DECLINED', released_at = now(), updated_at = now() where id \
          = $1 and status = 'PROCESSING'";
     const TAKE_STALE_UNKEYED_PAYMENTS: &'static str = "update payments set updated_at = now() where id in ( select id from payments where status \
@@ -226,16 +198,11 @@ impl PaymentStatements for Postgres {
     const TAKE_PAYMENTS_TO_SETTLE: &'static str = "update payments set updated_at = now() where id in ( select id from payments where status \
          = 'PENDING' and updated_at <= now() - make_interval(secs => $1) order by updated_at limit \
          $2 for update skip locked) returning id";
-    const SETTLE_PAYMENT: &'static str = "update payments set status = 'SETTLED', updated_at = now() where id = $1 and status = \
-         'PENDING'";
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str = "update payments set release_checked_at = now() where id in ( select id from payments where \
          released_at is not null and late_charge_id is null and released_at > now() - \
          make_interval(secs => $1) and (release_checked_at is null or release_checked_at <= now() - \
          make_interval(secs => $2)) order by release_checked_at nulls first limit $3 for update \
          skip locked) returning id";
-    const RESOLVE_LATE_CHARGE: &'static str = "update payments set late_charge_resolved_at = now(), late_charge_resolved_by = $2, \
-         late_charge_resolution = $3 where id = $1 and tenant_id = $4 and idempotency_key = $5 and \
-         released_at is not null and late_charge_id is not null and late_charge_resolved_at is null";
     const SET_DEFAULT_CURRENCY: &'static str = "update accounts set default_currency = $1, updated_at = now() where tenant_id = $2 and id \
          = $3 and (default_currency is null or default_currency <> $1)";
 }
@@ -245,21 +212,11 @@ impl RefundStatements for Postgres {
     // previous one counted.
     const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
          = $1 and id = $2 for update";
-    const SETTLE_REFUND: &'static str = "update refunds set status = $1, provider_refund_id = $2, updated_at = now() where id = $3 \
-         and status = 'PROCESSING' returning payment_id, amount_minor";
-}
-
-impl TenantStatements for Postgres {
-    const REVOKE_API_KEY: &'static str =
-        "update api_keys set revoked_at = now() where id = $1 and revoked_at is null";
 }
 
 impl EventStatements for Postgres {
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce(cast(extract(epoch from now() - \
          min(created_at)) as double precision), 0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
-    const CONSUMER_LAG: &'static str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i \
-         where i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at \
-         >= now() - make_interval(secs => $3) and e.published_at is not null";
     const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
          claimed_until = null where id = $1 and dead_at = $2::timestamptz";
     // Rows another publisher holds are skipped, never waited for.
@@ -448,8 +405,6 @@ impl OperatorStatements for Postgres {
          on conflict (id_hash) do nothing";
     const SAVE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
          on conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
-    const LOAD_SESSION: &'static str =
-        "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > now()";
     const AUDIT_PAGE: &'static str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, \
          id) < ($1::timestamptz, $2) order by at desc, id desc limit $3";
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where ctid = any(array( select ctid from operator_sessions \
@@ -476,18 +431,8 @@ impl BulkStatements for Postgres {
          skip locked) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
     const RENEW_JOB: &'static str =
         "update bulk_jobs set runner_until = now() + make_interval(secs => $2) where id = $1";
-    const NOTE_PREVIEW: &'static str = "update bulk_job_items set evidence = $3, evidence_detail = $4, action = $5, record_version = $6, previewed_at = \
-         now() where job_id = $1 and position = $2";
-    const APPLY_JOB: &'static str = "update bulk_jobs set state = 'running', name = $2, reason = $3, applied_by = $4, applied_at \
-         = now(), runner_until = null where id = $1 and state = 'previewed'";
-    const FINISH_ITEM: &'static str = "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = now() where \
-         job_id = $1 and position = $2";
-    const FINISH_JOB: &'static str = "update bulk_jobs set state = 'finished', finished_at = now(), runner_until = null where id \
-         = $1 and state = 'running'";
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = false, message = $2, done_at = now() where job_id = $1 and \
          included and done_at is null";
-    const ABORT_JOB: &'static str = "update bulk_jobs set state = 'aborted', finished_at = now() where id = $1 and state in \
-         ('previewing', 'previewed', 'running', 'paused')";
 }
 
 impl RetentionStatements for Postgres {
@@ -517,10 +462,6 @@ impl RetentionStatements for Postgres {
 }
 
 impl SealingStatements for Postgres {
-    const NOTE_SEALING_KEY: &'static str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
-         update set last_sealed_at = now()";
-    const INSTANCE_HEARTBEAT: &'static str = "insert into sealing_instances (instance_id, key_ids) values ($1, $2) on conflict \
-         (instance_id) do update set key_ids = excluded.key_ids, heartbeat_at = now()";
     const LIVE_INSTANCES: &'static str = "select instance_id, key_ids from sealing_instances where heartbeat_at > now() - $1 * \
          interval '1 millisecond' order by instance_id";
 }

@@ -79,9 +79,6 @@ pub trait RecordStore: Send + Sync {
 /// Record statements that differ by dialect (the database's clock and interval arithmetic).
 /// Placeholders are `$1`, `$2`, … in order of first use, which both dialects bind positionally.
 pub trait RecordStatements {
-    /// `$1`..`$3` scope: the columns [`StoredRecord`] holds, the database's clock, and the
-    /// stored response (status, headers, body; null without one), in one statement.
-    const LOOK_UP_RECORD: &'static str;
     /// The claim, one statement: `insert … on conflict (scope) do update … where … returning`.
     /// `$1`..`$6` scope and fingerprint (version, hex, canonical), `$7` payment id, `$8`
     /// response schema version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12`
@@ -102,18 +99,42 @@ pub trait RecordStatements {
     /// look-up: the cause stays), `$6` the failure in words: IN_PROGRESS at that version ->
     /// unknown outcome, attempt counted, next look backed off, the failure and its time noted.
     const MARK_UNKNOWN: &'static str;
-    /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
-    /// takes an expired lease (or an unknown outcome), bumping its version; returns the new
-    /// version and the expiry.
-    const TAKE_OVER: &'static str;
-    /// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
-    /// in-progress records whose owner's lease ran out.
-    const RECOVERY_CANDIDATES: &'static str;
-    /// `$1`..`$3` scope, `$4` the previewed lease version: a record that still needs an
-    /// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
-    /// returns its resource id.
-    const RELEASE_RECORD: &'static str;
 }
+
+/// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
+/// takes an expired lease (or an unknown outcome), bumping its version; returns the new
+/// version and the expiry.
+const TAKE_OVER: &str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
+     locked_until = {now+$2}, status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
+     updated_at = {now} where tenant_id = $3 and operation_name = $4 and idempotency_key = $5 and \
+     lease_version = $6 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and \
+     (locked_until is null or locked_until <= {now}))) returning lease_version, expires_at";
+
+/// `$1`..`$3` scope, `$4` the previewed lease version: a record that still needs an
+/// operator becomes FAILED_RETRYABLE (lease version bumped, so no owner can write);
+/// returns its resource id.
+pub(super) const RELEASE_RECORD: &str = "update idempotency_records set status = 'FAILED_RETRYABLE', lease_version = lease_version + \
+     1, locked_until = null, next_recovery_at = null, completed_at = {now}, updated_at = {now} \
+     where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = $4 \
+     and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and (locked_until is \
+     null or locked_until <= {now}))) returning resource_id";
+
+/// `$1` attempt limit, `$2` batch size: unknown outcomes due for another look, and
+/// in-progress records whose owner's lease ran out.
+const RECOVERY_CANDIDATES: &str = "select tenant_id, operation_name, idempotency_key from idempotency_records where (status = \
+     'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 and (next_recovery_at is null or \
+     next_recovery_at <= {now})) or (status = 'IN_PROGRESS' and locked_until <= {now}) order by \
+     updated_at limit $2";
+
+/// `$1`..`$3` scope: the columns [`StoredRecord`] holds, the database's clock, and the
+/// stored response (status, headers, body; null without one), in one statement.
+const LOOK_UP_RECORD: &str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer) as \
+     fingerprint_version, r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, \
+     r.resource_id, r.response_schema_version, r.next_recovery_at, r.created_at, {now} as \
+     database_now, r.response_status_code, s.headers, s.body from idempotency_records r left join \
+     idempotency_responses s on s.tenant_id = r.tenant_id and s.operation_name = r.operation_name \
+     and s.idempotency_key = r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 \
+     and r.idempotency_key = $3";
 
 /// A row of [`RecordStatements::CLAIM_RECORD`].
 #[derive(sqlx::FromRow)]
@@ -123,7 +144,7 @@ struct ClaimedRecord {
     claimed_as: String,
 }
 
-/// A row of [`RecordStatements::LOOK_UP_RECORD`]: the record's columns, the database's time,
+/// A row of [`LOOK_UP_RECORD`]: the record's columns, the database's time,
 /// then its response's columns (absent when it has none).
 #[derive(sqlx::FromRow)]
 struct LookUpRow {
@@ -347,7 +368,7 @@ impl<D: Dialect + RecordStatements> SqlStore<D> {
 #[async_trait::async_trait]
 impl<D: Dialect + RecordStatements> RecordStore for SqlStore<D> {
     async fn look_up(&self, scope: &Scope) -> Result<Option<FoundRecord>, StoreError> {
-        let row: Option<LookUpRow> = sqlx::query_as(D::LOOK_UP_RECORD)
+        let row: Option<LookUpRow> = sqlx::query_as(D::sql(LOOK_UP_RECORD))
             .bind(scope.tenant_id.as_str())
             .bind(scope.operation.as_str())
             .bind(scope.key.as_str())
@@ -384,7 +405,7 @@ impl<D: Dialect + RecordStatements> RecordStore for SqlStore<D> {
         lease: Duration,
     ) -> Result<Option<(i64, DateTime<Utc>)>, StoreError> {
         let mut tx = self.begin().await?;
-        let taken: Option<TakenOver> = sqlx::query_as(D::TAKE_OVER)
+        let taken: Option<TakenOver> = sqlx::query_as(D::sql(TAKE_OVER))
             .bind(owner)
             .bind(lease.as_secs_f64())
             .bind(scope.tenant_id.as_str())
@@ -398,7 +419,7 @@ impl<D: Dialect + RecordStatements> RecordStore for SqlStore<D> {
     }
 
     async fn recovery_candidates(&self, max_attempts: i32, limit: i64) -> Result<Vec<Scope>, StoreError> {
-        let rows: Vec<ScopeRow> = sqlx::query_as(D::RECOVERY_CANDIDATES)
+        let rows: Vec<ScopeRow> = sqlx::query_as(D::sql(RECOVERY_CANDIDATES))
             .bind(max_attempts)
             .bind(limit)
             .fetch_all(&self.pool)
@@ -431,14 +452,14 @@ impl<D: Dialect + RecordStatements> RecordStore for SqlStore<D> {
     }
 }
 
-/// A row of [`RecordStatements::TAKE_OVER`]: the new lease.
+/// A row of [`TAKE_OVER`]: the new lease.
 #[derive(sqlx::FromRow)]
 struct TakenOver {
     lease_version: i64,
     expires_at: DateTime<Utc>,
 }
 
-/// A row of [`RecordStatements::RECOVERY_CANDIDATES`]: a record's scope.
+/// A row of [`RECOVERY_CANDIDATES`]: a record's scope.
 #[derive(sqlx::FromRow)]
 struct ScopeRow {
     tenant_id: String,

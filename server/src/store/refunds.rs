@@ -84,10 +84,12 @@ pub trait RefundStatements {
     /// amount refunded or being refunded, locked for the transaction where the dialect has row locks (SQLite:
     /// the claim's insert already holds its one write lock).
     const PAYMENT_FOR_REFUND: &'static str;
-    /// `$1` status, `$2` provider refund id, `$3` refund: PROCESSING -> the outcome; returns
-    /// the refund's payment and amount.
-    const SETTLE_REFUND: &'static str;
 }
+
+/// `$1` status, `$2` provider refund id, `$3` refund: PROCESSING -> the outcome; returns
+/// the refund's payment and amount.
+const SETTLE_REFUND: &str = "update refunds set status = $1, provider_refund_id = $2, updated_at = {now} where id = $3 \
+     and status = 'PROCESSING' returning payment_id, amount_minor";
 
 /// A released payment has no charge of its own; the one a refund of it gives back is the
 /// charge the provider made late.
@@ -144,7 +146,7 @@ struct PaymentForRefund {
     refunded_minor: i64,
 }
 
-/// A row of [`RefundStatements::SETTLE_REFUND`]: what the refund took from its payment.
+/// A row of [`SETTLE_REFUND`]: what the refund took from its payment.
 #[derive(sqlx::FromRow)]
 struct SettledRefund {
     payment_id: String,
@@ -351,7 +353,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + RefundStatements> Refun
             tx.rollback().await?;
             return Ok(false);
         }
-        let refund: Option<SettledRefund> = sqlx::query_as(D::SETTLE_REFUND)
+        let refund: Option<SettledRefund> = sqlx::query_as(D::sql(SETTLE_REFUND))
             .bind(completion.status.as_str())
             .bind(completion.provider_refund_id.as_str())
             .bind(completion.refund_id.as_str())

@@ -43,13 +43,17 @@ pub trait SealingKeyStore: Send + Sync {
 
 /// Sealing key statements that differ by dialect.
 pub trait SealingStatements {
-    /// `$1` key id, `$2` probe.
-    const NOTE_SEALING_KEY: &'static str;
-    /// `$1` instance id, `$2` key ids (comma-separated).
-    const INSTANCE_HEARTBEAT: &'static str;
     /// `$1` milliseconds: instance id and key ids of the instances heard from since.
     const LIVE_INSTANCES: &'static str;
 }
+
+/// `$1` key id, `$2` probe.
+const NOTE_SEALING_KEY: &str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
+     update set last_sealed_at = {now}";
+
+/// `$1` instance id, `$2` key ids (comma-separated).
+const INSTANCE_HEARTBEAT: &str = "insert into sealing_instances (instance_id, key_ids) values ($1, $2) on conflict \
+     (instance_id) do update set key_ids = excluded.key_ids, heartbeat_at = {now}";
 
 /// A row of [`SealingStatements::LIVE_INSTANCES`] (key ids comma-separated).
 #[derive(sqlx::FromRow)]
@@ -69,14 +73,14 @@ impl<D: Dialect + SealingStatements> SealingKeyStore for SqlStore<D> {
     }
 
     async fn note_sealing_key(&self, key_id: &str, probe: &[u8]) -> Result<(), StoreError> {
-        self.write_one(sqlx::query(D::NOTE_SEALING_KEY).bind(key_id).bind(probe))
+        self.write_one(sqlx::query(D::sql(NOTE_SEALING_KEY)).bind(key_id).bind(probe))
             .await?;
         Ok(())
     }
 
     async fn instance_heartbeat(&self, instance_id: &str, key_ids: &[String]) -> Result<(), StoreError> {
         self.write_one(
-            sqlx::query(D::INSTANCE_HEARTBEAT)
+            sqlx::query(D::sql(INSTANCE_HEARTBEAT))
                 .bind(instance_id)
                 .bind(key_ids.join(",")),
         )

@@ -24,7 +24,6 @@ use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
-use super::tenants::TenantStatements;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqlitePool, Transaction};
@@ -94,12 +93,6 @@ impl Dialect for Sqlite {
 }
 
 impl RecordStatements for Sqlite {
-    const LOOK_UP_RECORD: &'static str = "select r.status, r.progress_step, cast(r.fingerprint_version as integer) as fingerprint_version, \
-         r.request_fingerprint, r.lease_version, r.locked_until, r.expires_at, r.resource_id, \
-         r.response_schema_version, r.next_recovery_at, r.created_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') as database_now, r.response_status_code, s.headers, \
-         s.body from idempotency_records r left join idempotency_responses s on s.tenant_id = \
-         r.tenant_id and s.operation_name = r.operation_name and s.idempotency_key = \
-         r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3";
     const CLAIM_RECORD: &'static str = "\
         insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
             request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
@@ -148,23 +141,6 @@ impl RecordStatements for Sqlite {
          || ' seconds'), unknown_cause = coalesce($5, unknown_cause), last_error = $6, \
          last_error_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and \
          lease_version = $4 and status = 'IN_PROGRESS'";
-    const TAKE_OVER: &'static str = "update idempotency_records set lease_version = lease_version + 1, lease_owner = $1, \
-         locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $2 || ' seconds'), status = \
-         'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $3 and operation_name = $4 and \
-         idempotency_key = $5 and lease_version = $6 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or \
-         (status = 'IN_PROGRESS' and (locked_until is null or locked_until <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))) returning lease_version, expires_at";
-    const RECOVERY_CANDIDATES: &'static str = "select tenant_id, operation_name, idempotency_key from idempotency_records where (status = \
-         'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts < $1 and (next_recovery_at is null or \
-         next_recovery_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))) or (status = 'IN_PROGRESS' and \
-         locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) order by updated_at limit $2";
-    const RELEASE_RECORD: &'static str = "update idempotency_records set status = 'FAILED_RETRYABLE', lease_version = lease_version \
-         + 1, locked_until = null, next_recovery_at = null, completed_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-         where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 and lease_version = \
-         $4 and (status = 'UNKNOWN_REQUIRES_RECOVERY' or (status = 'IN_PROGRESS' and (locked_until \
-         is null or locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))) returning resource_id";
     // One writer at a time and no round trips: the steps one by one cost SQLite nothing more.
 }
 
@@ -177,12 +153,6 @@ impl PaymentStatements for Sqlite {
     // The claim's insert already holds SQLite's one write lock for this transaction.
     const ACCOUNT_FOR_UPDATE: &'static str =
         "select currency, balance_minor from accounts where tenant_id = $1 and id = $2";
-    const HOLD_AMOUNT: &'static str = "update accounts set balance_minor = balance_minor - $1, updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $2 and id = $3";
-    const RELEASE_HOLD: &'static str = "update accounts set balance_minor = balance_minor + $1, updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $2 and id = $3";
-    const SET_PAYMENT_OUTCOME: &'static str = "update payments set status = $1, provider_charge_id = $2, updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $3 and status = 'PROCESSING'";
     const RELEASE_PAYMENT: &'static str = "update payments set status = 'DECLINED', released_at = strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 and status = \
          'PROCESSING'";
@@ -194,17 +164,11 @@ impl PaymentStatements for Sqlite {
     const TAKE_PAYMENTS_TO_SETTLE: &'static str = "update payments set updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in (select \
          id from payments where status = 'PENDING' and updated_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now', '-' || $1 || ' seconds') order by updated_at limit $2) returning id";
-    const SETTLE_PAYMENT: &'static str = "update payments set status = 'SETTLED', updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-         where id = $1 and status = 'PENDING'";
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str = "update payments set release_checked_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
          (select id from payments where released_at is not null and late_charge_id is null and \
          released_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') and \
          (release_checked_at is null or release_checked_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', \
          '-' || $2 || ' seconds')) order by release_checked_at limit $3) returning id";
-    const RESOLVE_LATE_CHARGE: &'static str = "update payments set late_charge_resolved_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), \
-         late_charge_resolved_by = $2, late_charge_resolution = $3 where id = $1 and tenant_id = $4 \
-         and idempotency_key = $5 and released_at is not null and late_charge_id is not null and \
-         late_charge_resolved_at is null";
     const SET_DEFAULT_CURRENCY: &'static str = "update accounts set default_currency = $1, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', \
          'now') where tenant_id = $2 and id = $3 and (default_currency is null or default_currency \
          <> $1)";
@@ -213,23 +177,11 @@ impl PaymentStatements for Sqlite {
 impl RefundStatements for Sqlite {
     const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
          = $1 and id = $2";
-    const SETTLE_REFUND: &'static str = "update refunds set status = $1, provider_refund_id = $2, updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $3 and status = 'PROCESSING' returning \
-         payment_id, amount_minor";
-}
-
-impl TenantStatements for Sqlite {
-    const REVOKE_API_KEY: &'static str = "update api_keys set revoked_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 and \
-         revoked_at is null";
 }
 
 impl EventStatements for Sqlite {
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce((julianday('now') - \
          julianday(min(created_at))) * 86400.0, 0.0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
-    const CONSUMER_LAG: &'static str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i \
-         where i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at \
-         >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $3 || ' seconds') and e.published_at is \
-         not null";
     const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
          claimed_until = null where id = $1 and dead_at = strftime('%Y-%m-%dT%H:%M:%fZ', $2)";
     const CLAIM_EVENTS: &'static str = "update outbox_events set claimed_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $1 || ' \
@@ -366,8 +318,6 @@ impl OperatorStatements for Sqlite {
          (id_hash) do nothing";
     const SAVE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3) on conflict \
          (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
-    const LOAD_SESSION: &'static str = "select data, expires_at from operator_sessions where id_hash = $1 and expires_at > \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
     const AUDIT_PAGE: &'static str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, \
          id) < ($1, $2) order by at desc, id desc limit $3";
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where rowid in (select rowid from operator_sessions where \
@@ -397,18 +347,8 @@ impl BulkStatements for Sqlite {
          created_at limit 1) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
     const RENEW_JOB: &'static str = "update bulk_jobs set runner_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $2 || ' \
          seconds') where id = $1";
-    const NOTE_PREVIEW: &'static str = "update bulk_job_items set evidence = $3, evidence_detail = $4, action = $5, record_version = $6, previewed_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where job_id = $1 and position = $2";
-    const APPLY_JOB: &'static str = "update bulk_jobs set state = 'running', name = $2, reason = $3, applied_by = $4, applied_at \
-         = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), runner_until = null where id = $1 and state = 'previewed'";
-    const FINISH_ITEM: &'static str = "update bulk_job_items set ok = $3, message = $4, record_status = $5, done_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where job_id = $1 and position = $2";
-    const FINISH_JOB: &'static str = "update bulk_jobs set state = 'finished', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), \
-         runner_until = null where id = $1 and state = 'running'";
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = 0, message = $2, done_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where \
          job_id = $1 and included and done_at is null";
-    const ABORT_JOB: &'static str = "update bulk_jobs set state = 'aborted', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 \
-         and state in ('previewing', 'previewed', 'running', 'paused')";
 }
 
 impl RetentionStatements for Sqlite {
@@ -437,11 +377,6 @@ impl RetentionStatements for Sqlite {
 }
 
 impl SealingStatements for Sqlite {
-    const NOTE_SEALING_KEY: &'static str = "insert into response_key_checks (key_id, probe) values ($1, $2) on conflict (key_id) do \
-         update set last_sealed_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
-    const INSTANCE_HEARTBEAT: &'static str = "insert into sealing_instances (instance_id, key_ids) values ($1, $2) on conflict \
-         (instance_id) do update set key_ids = excluded.key_ids, heartbeat_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
     const LIVE_INSTANCES: &'static str = "select instance_id, key_ids from sealing_instances where heartbeat_at > \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('-%.3f seconds', $1 / 1000.0)) order by \
          instance_id";

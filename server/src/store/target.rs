@@ -5,7 +5,7 @@ use super::error::StoreError;
 use std::path::{Path, PathBuf};
 
 /// The dialect a target speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DialectName {
     Postgres,
     Sqlite,

@@ -77,14 +77,11 @@ pub trait TenantStore: Send + Sync {
     async fn create_account(&self, account: &NewAccount) -> Result<(), StoreError>;
 }
 
-/// Tenant statements that differ by dialect.
-pub trait TenantStatements {
-    /// `$1` api key id: revoked now, unless it already was.
-    const REVOKE_API_KEY: &'static str;
-}
+/// `$1` api key id: revoked now, unless it already was.
+const REVOKE_API_KEY: &str = "update api_keys set revoked_at = {now} where id = $1 and revoked_at is null";
 
 #[async_trait::async_trait]
-impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
+impl<D: Dialect> TenantStore for SqlStore<D> {
     async fn create_tenant(
         &self,
         id: &TenantId,
@@ -196,7 +193,7 @@ impl<D: Dialect + TenantStatements> TenantStore for SqlStore<D> {
 
     async fn revoke_api_key(&self, id: &ApiKeyId, audit: &AuditEntry) -> Result<bool, StoreError> {
         Ok(self
-            .write_audited(sqlx::query(D::REVOKE_API_KEY).bind(id.as_str()), audit)
+            .write_audited(sqlx::query(D::sql(REVOKE_API_KEY)).bind(id.as_str()), audit)
             .await?
             == 1)
     }

@@ -12,7 +12,9 @@ use crate::crash::{CrashPoint, crash_point};
 use crate::store::dialect::{Dialect, RowsAffected, SqlStore};
 use crate::store::error::StoreError;
 use crate::store::operators::insert_audit;
-use crate::store::records::{RecordStatements, bind_claim, bind_error_in, claim_record_in, settle_record_in};
+use crate::store::records::{
+    RELEASE_RECORD, RecordStatements, bind_claim, bind_error_in, claim_record_in, settle_record_in,
+};
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
@@ -320,7 +322,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         release: &KeyRelease,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let released: Option<Option<String>> = sqlx::query_scalar(D::RELEASE_RECORD)
+        let released: Option<Option<String>> = sqlx::query_scalar(D::sql(RELEASE_RECORD))
             .bind(scope.tenant_id.as_str())
             .bind(scope.operation.as_str())
             .bind(scope.key.as_str())

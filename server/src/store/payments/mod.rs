@@ -106,12 +106,6 @@ pub trait PaymentStatements {
     /// transaction where the dialect has row locks (SQLite: the claim's insert already holds
     /// its one write lock).
     const ACCOUNT_FOR_UPDATE: &'static str;
-    /// `$1` amount, `$2` tenant, `$3` account.
-    const HOLD_AMOUNT: &'static str;
-    /// `$1` amount, `$2` tenant, `$3` account.
-    const RELEASE_HOLD: &'static str;
-    /// `$1` payment status, `$2` charge id, `$3` payment id: PROCESSING -> the outcome.
-    const SET_PAYMENT_OUTCOME: &'static str;
     /// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
     const RELEASE_PAYMENT: &'static str;
     /// `$1` stale seconds, `$2` batch size: payments made without a key that are still
@@ -120,17 +114,34 @@ pub trait PaymentStatements {
     const TAKE_STALE_UNKEYED_PAYMENTS: &'static str;
     /// `$1` recheck seconds, `$2` limit: takes PENDING payments, returns their ids.
     const TAKE_PAYMENTS_TO_SETTLE: &'static str;
-    /// `$1` payment id: PENDING -> SETTLED.
-    const SETTLE_PAYMENT: &'static str;
     /// `$1` watch seconds, `$2` recheck seconds, `$3` limit: released payments to ask the
     /// provider about again, each taken by stamping `release_checked_at`; returns ids.
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str;
-    /// `$1` payment, `$2` operator, `$3` reference, `$4` tenant, `$5` key: an unresolved late
-    /// charge of a payment that key released -> resolved now.
-    const RESOLVE_LATE_CHARGE: &'static str;
     /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
     const SET_DEFAULT_CURRENCY: &'static str;
 }
+
+/// `$1` payment status, `$2` charge id, `$3` payment id: PROCESSING -> the outcome.
+const SET_PAYMENT_OUTCOME: &str = "update payments set status = $1, provider_charge_id = $2, updated_at = {now} where id = $3 \
+     and status = 'PROCESSING'";
+
+/// `$1` payment id: PENDING -> SETTLED.
+const SETTLE_PAYMENT: &str = "update payments set status = 'SETTLED', updated_at = {now} where id = $1 and status = \
+     'PENDING'";
+
+/// `$1` payment, `$2` operator, `$3` reference, `$4` tenant, `$5` key: an unresolved late
+/// charge of a payment that key released -> resolved now.
+const RESOLVE_LATE_CHARGE: &str = "update payments set late_charge_resolved_at = {now}, late_charge_resolved_by = $2, \
+     late_charge_resolution = $3 where id = $1 and tenant_id = $4 and idempotency_key = $5 and \
+     released_at is not null and late_charge_id is not null and late_charge_resolved_at is null";
+
+/// `$1` amount, `$2` tenant, `$3` account.
+const RELEASE_HOLD: &str = "update accounts set balance_minor = balance_minor + $1, updated_at = {now} where tenant_id = \
+     $2 and id = $3";
+
+/// `$1` amount, `$2` tenant, `$3` account.
+const HOLD_AMOUNT: &str = "update accounts set balance_minor = balance_minor - $1, updated_at = {now} where tenant_id = \
+     $2 and id = $3";
 
 /// The payment columns [`PaymentView`] holds.
 const SELECT_PAYMENT: &str = "select id, account_id, amount_minor, currency, merchant_reference, \
@@ -224,7 +235,7 @@ pub(super) async fn create_payment_in<D: Dialect + PaymentStatements>(
     if balance < payment.amount.minor_units() {
         return Ok(LocalStep::InsufficientFunds);
     }
-    sqlx::query(D::HOLD_AMOUNT)
+    sqlx::query(D::sql(HOLD_AMOUNT))
         .bind(payment.amount.minor_units())
         .bind(payment.tenant_id.as_str())
         .bind(payment.account_id.as_str())
@@ -297,7 +308,7 @@ pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
     completion: &PaymentCompletion,
 ) -> Result<(), StoreError> {
     let (payment_status, event_type) = payment_outcome(completion.verdict);
-    let settled = sqlx::query(D::SET_PAYMENT_OUTCOME)
+    let settled = sqlx::query(D::sql(SET_PAYMENT_OUTCOME))
         .bind(payment_status)
         .bind(completion.provider_charge_id.as_str())
         .bind(completion.payment_id.as_str())
@@ -344,7 +355,7 @@ pub(super) async fn release_hold_in<D: Dialect + PaymentStatements>(
             .bind(payment_id)
             .fetch_one(&mut **tx)
             .await?;
-    sqlx::query(D::RELEASE_HOLD)
+    sqlx::query(D::sql(RELEASE_HOLD))
         .bind(hold.amount_minor)
         .bind(hold.tenant_id)
         .bind(hold.account_id)
@@ -464,7 +475,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         payload: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let settled = sqlx::query(D::SETTLE_PAYMENT)
+        let settled = sqlx::query(D::sql(SETTLE_PAYMENT))
             .bind(payment_id)
             .execute(&mut *tx)
             .await?
@@ -515,7 +526,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         audit: &AuditEntry,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let resolved = sqlx::query(D::RESOLVE_LATE_CHARGE)
+        let resolved = sqlx::query(D::sql(RESOLVE_LATE_CHARGE))
             .bind(payment_id)
             .bind(by)
             .bind(reference)

@@ -89,14 +89,18 @@ pub trait ApprovalStore: Send + Sync {
 pub const OVERRIDE_EXPIRY_ACTOR: &str = "worker:override_expiry";
 
 /// Approval statements that differ by dialect.
-pub trait ApprovalStatements {
-    /// `$1` id, `$2` state, `$3` decided by, `$4` reason, `$5` window (seconds): pending and
-    /// younger than the window -> decided, stamped now.
-    const DECIDE_OVERRIDE: &'static str;
-    /// `$1` window (seconds), `$2` reason: pending and older -> rejected by nobody; returns
-    /// each one's id and record (tenant, operation, key).
-    const EXPIRE_OVERRIDES: &'static str;
-}
+pub trait ApprovalStatements {}
+
+/// `$1` window (seconds), `$2` reason: pending and older -> rejected by nobody; returns
+/// each one's id and record (tenant, operation, key).
+const EXPIRE_OVERRIDES: &str = "update override_requests set state = 'rejected', decision_reason = $2, decided_at = {now} \
+     where state = 'pending' and requested_at <= {now-$1} returning id, tenant_id, \
+     operation_name, idempotency_key";
+
+/// `$1` id, `$2` state, `$3` decided by, `$4` reason, `$5` window (seconds): pending and
+/// younger than the window -> decided, stamped now.
+const DECIDE_OVERRIDE: &str = "update override_requests set state = $2, decided_by = $3, decision_reason = $4, decided_at = \
+     {now} where id = $1 and state = 'pending' and requested_by <> $3 and requested_at > {now-$5}";
 
 /// A row of `override_requests` ([`SELECT_OVERRIDES`]).
 #[derive(sqlx::FromRow)]
@@ -178,7 +182,7 @@ async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
         "expired: no second admin decided within {} h",
         window.as_secs() / 3600
     );
-    let expired: Vec<ExpiredOverride> = sqlx::query_as(D::EXPIRE_OVERRIDES)
+    let expired: Vec<ExpiredOverride> = sqlx::query_as(D::sql(EXPIRE_OVERRIDES))
         .bind(window.as_secs_f64())
         .bind(why.as_str())
         .fetch_all(&mut **tx)
@@ -255,7 +259,7 @@ impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
         window: Duration,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let decided = sqlx::query(D::DECIDE_OVERRIDE)
+        let decided = sqlx::query(D::sql(DECIDE_OVERRIDE))
             .bind(id)
             .bind(decision.as_str())
             .bind(decided_by)

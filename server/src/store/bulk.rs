@@ -214,14 +214,19 @@ pub trait BulkStore: Send + Sync {
 
 /// Bulk statements that differ by dialect.
 pub trait BulkStatements {
-    /// `$1` lease seconds, `$2` the job's id or empty for any: returns id, requested_by (the
-    /// operator who applied it, once applied), reason, state.
-    const CLAIM_JOB: &'static str;
-    /// `$1` job, `$2` lease seconds.
-    const RENEW_JOB: &'static str;
     /// `$1` job, `$2` the message: every kept item not done is reported not applied.
     const ABORT_ITEMS: &'static str;
 }
+
+/// `$1` job, `$2` lease seconds.
+const RENEW_JOB: &str = "update bulk_jobs set runner_until = {now+$2} where id = $1";
+
+/// `$1` lease seconds, `$2` the job's id or empty for any: returns id, requested_by (the
+/// operator who applied it, once applied), reason, state.
+const CLAIM_JOB: &str = "update bulk_jobs set runner_until = {now+$1} where id in (select id from bulk_jobs where \
+     state in ('previewing', 'running') and (runner_until is null or runner_until <= {now}) and \
+     ($2 = '' or id = $2) order by created_at limit 1 {skip_locked}) returning id, \
+     coalesce(applied_by, requested_by) as requested_by, reason, state";
 
 /// `$1` job, `$2` position, `$3` evidence kind, `$4` its detail, `$5` proposed action, `$6`
 /// the record's version previewed.
@@ -349,7 +354,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
         lease: Duration,
     ) -> Result<Option<ClaimedBulkJob>, StoreError> {
         let mut tx = self.begin().await?;
-        let claimed = sqlx::query(D::CLAIM_JOB)
+        let claimed = sqlx::query(D::sql(CLAIM_JOB))
             .bind(lease.as_secs_f64())
             .bind(only.unwrap_or_default())
             .fetch_optional(&mut *tx)
@@ -403,7 +408,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             .bind(version)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(D::RENEW_JOB)
+        sqlx::query(D::sql(RENEW_JOB))
             .bind(job_id)
             .bind(lease.as_secs_f64())
             .execute(&mut *tx)
@@ -488,7 +493,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             .bind(result.status.map(RecordStatus::as_str))
             .execute(&mut *tx)
             .await?;
-        sqlx::query(D::RENEW_JOB)
+        sqlx::query(D::sql(RENEW_JOB))
             .bind(job_id)
             .bind(lease.as_secs_f64())
             .execute(&mut *tx)

@@ -117,8 +117,6 @@ pub trait EventStatements {
     const OUTBOX_BACKLOG: &'static str;
     /// `$1` event id, `$2` dead at (RFC 3339 text).
     const REDRIVE_EVENT: &'static str;
-    /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
-    const CLAIM_EVENTS: &'static str;
     /// `$1` the event ids, a JSON array of strings.
     const MARK_EVENTS_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
@@ -126,6 +124,14 @@ pub trait EventStatements {
     /// `$1` the dedupe keys, a JSON array of strings.
     const MARK_RECEIPTS_SENT: &'static str;
 }
+
+/// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
+/// Rows another publisher holds are skipped, never waited for.
+const CLAIM_EVENTS: &str = "update outbox_events set claimed_until = {now+$1}, attempts = attempts + 1 where id in \
+     (select id from outbox_events where published_at is null and dead_at is null and \
+     (next_attempt_at is null or next_attempt_at <= {now}) and (claimed_until is null or \
+     claimed_until <= {now}) order by created_at limit $2 {skip_locked}) returning id, \
+     event_type, payment_id, payload";
 
 /// `$1` consumer, `$2` event type, `$3` window seconds.
 const CONSUMER_LAG: &str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i where \
@@ -253,7 +259,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
 
     async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError> {
         let mut tx = self.begin().await?;
-        let rows: Vec<ClaimedEvent> = sqlx::query_as(D::CLAIM_EVENTS)
+        let rows: Vec<ClaimedEvent> = sqlx::query_as(D::sql(CLAIM_EVENTS))
             .bind(claim.as_secs_f64())
             .bind(limit)
             .fetch_all(&mut *tx)

@@ -81,12 +81,6 @@ pub trait MetricsStore: Send + Sync {
 
 /// Metrics statements that differ by dialect.
 pub trait MetricsStatements: Dialect {
-    /// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
-    /// oldest, and how many have an expired lease.
-    const IN_PROGRESS_GAUGES: &'static str;
-    /// Per tenant and operation with UNKNOWN_REQUIRES_RECOVERY records: how many, the age in
-    /// seconds (float) of the oldest, and how many made `$1` recovery attempts or more.
-    const UNKNOWN_GAUGES: &'static str;
     /// `$1` a JSON array of outcome counts (`bucket_start` RFC 3339, `tenant_id`,
     /// `operation_name`, `outcome`, `count`): each added to its bucket.
     const ADD_OUTCOME_COUNTS: &'static str;
@@ -106,6 +100,19 @@ pub trait MetricsStatements: Dialect {
         rows: &[JournalRow<'_>],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// Per tenant and operation with UNKNOWN_REQUIRES_RECOVERY records: how many, the age in
+/// seconds (float) of the oldest, and how many made `$1` recovery attempts or more.
+const UNKNOWN_GAUGES: &str = "select tenant_id, operation_name, count(*) as unknown, {seconds_since(min(created_at))} as \
+     oldest_seconds, count(case when recovery_attempts >= $1 then 1 end) as exhausted from \
+     idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, \
+     operation_name";
+
+/// Per tenant and operation with IN_PROGRESS records: the age in seconds (float) of the
+/// oldest, and how many have an expired lease.
+const IN_PROGRESS_GAUGES: &str = "select tenant_id, operation_name, {seconds_since(min(created_at))} as oldest_seconds, \
+     count(case when locked_until <= {now} then 1 end) as stale from idempotency_records where \
+     status = 'IN_PROGRESS' group by tenant_id, operation_name";
 
 /// An outcome count as [`MetricsStatements::ADD_OUTCOME_COUNTS`] reads it.
 #[derive(serde::Serialize)]
@@ -310,11 +317,11 @@ impl<D: Dialect + MetricsStatements> MetricsStore for SqlStore<D> {
         let tenants: Vec<String> = sqlx::query_scalar("select id from tenants")
             .fetch_all(&self.pool)
             .await?;
-        let unknown: Vec<UnknownGaugeRow> = sqlx::query_as(D::UNKNOWN_GAUGES)
+        let unknown: Vec<UnknownGaugeRow> = sqlx::query_as(D::sql(UNKNOWN_GAUGES))
             .bind(recovery_max_attempts)
             .fetch_all(&self.pool)
             .await?;
-        let in_progress: Vec<InProgressGaugeRow> = sqlx::query_as(D::IN_PROGRESS_GAUGES)
+        let in_progress: Vec<InProgressGaugeRow> = sqlx::query_as(D::sql(IN_PROGRESS_GAUGES))
             .fetch_all(&self.pool)
             .await?;
         let mut gauges: BTreeMap<(String, Operation), LiveGauges> = BTreeMap::new();

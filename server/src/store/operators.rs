@@ -120,12 +120,18 @@ pub trait OperatorStatements {
     const AUDIT_PAGE: &'static str;
     /// `$1` limit: expired sessions, by their physical row id.
     const DELETE_EXPIRED_SESSIONS: &'static str;
-    /// `$1` username: disabled now, unless it already was.
-    const DISABLE_OPERATOR: &'static str;
-    /// The usernames of the enabled admins, locked until the transaction ends, so that two
-    /// admins who disable or demote each other at once are taken one after the other.
-    const ENABLED_ADMINS_LOCKED: &'static str;
 }
+
+/// The usernames of the enabled admins, locked until the transaction ends, so that two
+/// admins who disable or demote each other at once are taken one after the other.
+/// On SQLite `{for_update}` is nothing: its single writer already takes these transactions
+/// one at a time.
+const ENABLED_ADMINS_LOCKED: &str =
+    "select username from operators where role = 'admin' and disabled_at is null {for_update}";
+
+/// `$1` username: disabled now, unless it already was.
+const DISABLE_OPERATOR: &str =
+    "update operators set disabled_at = coalesce(disabled_at, {now}) where username = $1";
 
 /// `$1` id hash: data and expiry of an unexpired session.
 const LOAD_SESSION: &str =
@@ -255,7 +261,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
             OperatorChange::Role(role) => {
                 sqlx::query("update operators set role = $1 where username = $2").bind(role.as_str())
             }
-            OperatorChange::Disable => sqlx::query(D::DISABLE_OPERATOR),
+            OperatorChange::Disable => sqlx::query(D::sql(DISABLE_OPERATOR)),
             OperatorChange::Enable(hash) => {
                 sqlx::query("update operators set disabled_at = null, password_hash = $1 where username = $2")
                     .bind(hash.as_str())
@@ -266,7 +272,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
             change,
             OperatorChange::Disable | OperatorChange::Role(OperatorRole::Viewer | OperatorRole::Operator)
         ) {
-            let admins: Vec<String> = sqlx::query_scalar(D::ENABLED_ADMINS_LOCKED)
+            let admins: Vec<String> = sqlx::query_scalar(D::sql(ENABLED_ADMINS_LOCKED))
                 .fetch_all(&mut *tx)
                 .await?;
             if admins.iter().all(|admin| admin == username) && !admins.is_empty() {

@@ -125,10 +125,6 @@ macro_rules! settle_record {
 
 impl RecordStatements for Postgres {
     const CLAIM_RECORD: &'static str = claim_record!();
-    const BIND_STORED_ERROR: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
-         response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
-         completed_at = now(), updated_at = now() where tenant_id = $2 and operation_name = $3 and \
-         idempotency_key = $4";
     const SETTLE_RECORD: &'static str = settle_record!();
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
@@ -186,45 +182,20 @@ impl KeyedPaymentStatements for Postgres {
 }
 
 impl PaymentStatements for Postgres {
-    const ACCOUNT_FOR_UPDATE: &'static str =
-        "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 for update";
-    const RELEASE_PAYMENT: &'static str = "update payments set status = 'DECLINED', released_at = now(), updated_at = now() where id \
-         = $1 and status = 'PROCESSING'";
-    const TAKE_STALE_UNKEYED_PAYMENTS: &'static str = "update payments set updated_at = now() where id in ( select id from payments where status \
-         = 'PROCESSING' and idempotency_key is null and updated_at <= now() - make_interval(secs => \
-         $1) order by updated_at limit $2 for update skip locked) returning tenant_id, id, \
-         account_id, amount_minor, currency, merchant_reference, status, created_at";
-    // Rows another instance takes are skipped, never waited for.
-    const TAKE_PAYMENTS_TO_SETTLE: &'static str = "update payments set updated_at = now() where id in ( select id from payments where status \
-         = 'PENDING' and updated_at <= now() - make_interval(secs => $1) order by updated_at limit \
-         $2 for update skip locked) returning id";
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str = "update payments set release_checked_at = now() where id in ( select id from payments where \
          released_at is not null and late_charge_id is null and released_at > now() - \
          make_interval(secs => $1) and (release_checked_at is null or release_checked_at <= now() - \
          make_interval(secs => $2)) order by release_checked_at nulls first limit $3 for update \
          skip locked) returning id";
-    const SET_DEFAULT_CURRENCY: &'static str = "update accounts set default_currency = $1, updated_at = now() where tenant_id = $2 and id \
-         = $3 and (default_currency is null or default_currency <> $1)";
 }
 
-impl RefundStatements for Postgres {
-    // The row lock serialises refunds of one payment across instances: each sees what the
-    // previous one counted.
-    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
-         = $1 and id = $2 for update";
-}
+impl RefundStatements for Postgres {}
 
 impl EventStatements for Postgres {
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce(cast(extract(epoch from now() - \
          min(created_at)) as double precision), 0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
     const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
          claimed_until = null where id = $1 and dead_at = $2::timestamptz";
-    // Rows another publisher holds are skipped, never waited for.
-    const CLAIM_EVENTS: &'static str = "update outbox_events set claimed_until = now() + make_interval(secs => $1), attempts = \
-         attempts + 1 where id in ( select id from outbox_events where published_at is null and \
-         dead_at is null and (next_attempt_at is null or next_attempt_at <= now()) and \
-         (claimed_until is null or claimed_until <= now()) order by created_at limit $2 for update \
-         skip locked) returning id, event_type, payment_id, payload";
     // A mark probes the primary key once per id, and a second mark keeps the first time. With
     // `published_at is null` in its condition instead, the planner read the partial index of
     // unpublished events, which under load is mostly entries of rows published since the last
@@ -355,12 +326,6 @@ fn journal_csv(rows: &[JournalRow<'_>]) -> String {
 }
 
 impl MetricsStatements for Postgres {
-    const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, cast(extract(epoch from now() - min(created_at)) as \
-         double precision) as oldest_seconds, count(case when locked_until <= now() then 1 end) as stale from \
-         idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
-    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*) as unknown, cast(extract(epoch from now() - \
-         min(created_at)) as double precision) as oldest_seconds, count(case when recovery_attempts >= $1 then 1 end) as exhausted \
-         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          select bucket_start, tenant_id, operation_name, outcome, count from jsonb_to_recordset(cast($1 as jsonb)) \
          as bucket (bucket_start timestamptz, tenant_id text, operation_name text, outcome text, count integer) \
@@ -409,28 +374,11 @@ impl OperatorStatements for Postgres {
          id) < ($1::timestamptz, $2) order by at desc, id desc limit $3";
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where ctid = any(array( select ctid from operator_sessions \
          where expires_at <= now() limit $1))";
-    const DISABLE_OPERATOR: &'static str =
-        "update operators set disabled_at = coalesce(disabled_at, now()) where username = $1";
-    const ENABLED_ADMINS_LOCKED: &'static str =
-        "select username from operators where role = 'admin' and disabled_at is null for update";
 }
 
-impl ApprovalStatements for Postgres {
-    const DECIDE_OVERRIDE: &'static str = "update override_requests set state = $2, decided_by = $3, decision_reason = $4, decided_at \
-         = now() where id = $1 and state = 'pending' and requested_by <> $3 and requested_at > \
-         now() - make_interval(secs => $5)";
-    const EXPIRE_OVERRIDES: &'static str = "update override_requests set state = 'rejected', decision_reason = $2, decided_at = now() \
-         where state = 'pending' and requested_at <= now() - make_interval(secs => $1) returning \
-         id, tenant_id, operation_name, idempotency_key";
-}
+impl ApprovalStatements for Postgres {}
 
 impl BulkStatements for Postgres {
-    const CLAIM_JOB: &'static str = "update bulk_jobs set runner_until = now() + make_interval(secs => $1) where id in ( select \
-         id from bulk_jobs where state in ('previewing', 'running') and (runner_until is null or \
-         runner_until <= now()) and ($2 = '' or id = $2) order by created_at limit 1 for update \
-         skip locked) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
-    const RENEW_JOB: &'static str =
-        "update bulk_jobs set runner_until = now() + make_interval(secs => $2) where id = $1";
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = false, message = $2, done_at = now() where job_id = $1 and \
          included and done_at is null";
 }
@@ -455,10 +403,6 @@ impl RetentionStatements for Postgres {
          idempotency_requests where at <= now() - make_interval(secs => $1) order by at limit $2))";
     const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where ctid = any(array(select ctid from \
          idempotency_replays where minute <= now() - make_interval(secs => $1) order by minute limit $2))";
-    const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
-         'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now()) as to_purge, (select count(*) from \
-         idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \
-         => $1)) as to_delete";
 }
 
 impl SealingStatements for Postgres {

@@ -90,8 +90,6 @@ pub trait RecordStatements {
     /// nothing is returned. Returns the lease version, the expiry and how it was claimed
     /// (`new`, `after_expiry`, `after_release`).
     const CLAIM_RECORD: &'static str;
-    /// `$1` response status, `$2`..`$4` scope: the record is bound to a stored refusal (a 422).
-    const BIND_STORED_ERROR: &'static str;
     /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
     /// lease version: IN_PROGRESS at that version -> settled.
     const SETTLE_RECORD: &'static str;
@@ -100,6 +98,12 @@ pub trait RecordStatements {
     /// unknown outcome, attempt counted, next look backed off, the failure and its time noted.
     const MARK_UNKNOWN: &'static str;
 }
+
+/// `$1` response status, `$2`..`$4` scope: the record is bound to a stored refusal (a 422).
+const BIND_STORED_ERROR: &str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
+     response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
+     completed_at = {now}, updated_at = {now} where tenant_id = $2 and operation_name = $3 and \
+     idempotency_key = $4";
 
 /// `$1` new owner, `$2` lease seconds, `$3`..`$5` scope, `$6` the stale lease version:
 /// takes an expired lease (or an unknown outcome), bumping its version; returns the new
@@ -291,7 +295,7 @@ pub(super) async fn bind_error_in<D: Dialect + RecordStatements>(
     scope: &Scope,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
-    sqlx::query(D::BIND_STORED_ERROR)
+    sqlx::query(D::sql(BIND_STORED_ERROR))
         .bind(i32::from(response.status))
         .bind(scope.tenant_id.as_str())
         .bind(scope.operation.as_str())

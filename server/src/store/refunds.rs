@@ -79,12 +79,15 @@ pub trait RefundStore: Send + Sync {
 }
 
 /// Refund statements that differ by dialect.
-pub trait RefundStatements {
-    /// `$1` tenant, `$2` payment: status, when it was released, its late charge, amount and
-    /// amount refunded or being refunded, locked for the transaction where the dialect has row locks (SQLite:
-    /// the claim's insert already holds its one write lock).
-    const PAYMENT_FOR_REFUND: &'static str;
-}
+pub trait RefundStatements {}
+
+/// `$1` tenant, `$2` payment: status, when it was released, its late charge, amount and
+/// amount refunded or being refunded, locked for the transaction where the dialect has row locks (SQLite:
+/// the claim's insert already holds its one write lock).
+/// The row lock serialises refunds of one payment across instances: each sees what the previous one
+/// counted.
+const PAYMENT_FOR_REFUND: &str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where \
+     tenant_id = $1 and id = $2 {for_update}";
 
 /// `$1` status, `$2` provider refund id, `$3` refund: PROCESSING -> the outcome; returns
 /// the refund's payment and amount.
@@ -168,7 +171,7 @@ async fn create_refund_in<D: Dialect + RefundStatements>(
     idempotency_key: &str,
 ) -> Result<RefundStep, StoreError> {
     let command = &refund.command;
-    let payment: Option<PaymentForRefund> = sqlx::query_as(D::PAYMENT_FOR_REFUND)
+    let payment: Option<PaymentForRefund> = sqlx::query_as(D::sql(PAYMENT_FOR_REFUND))
         .bind(refund.tenant_id.as_str())
         .bind(command.payment_id.as_str())
         .fetch_optional(&mut **tx)

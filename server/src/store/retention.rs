@@ -75,9 +75,13 @@ pub trait RetentionStatements {
     /// `$1` age in seconds, `$2` batch size: the oldest minutes of replay counts older than
     /// that, named by their physical row id.
     const DELETE_REPLAYS: &'static str;
-    /// `$1` retention seconds: (records to purge, tombstones to delete).
-    const BACKLOG: &'static str;
 }
+
+/// `$1` retention seconds: (records to purge, tombstones to delete).
+const BACKLOG: &str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
+     'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= {now}) as to_purge, (select \
+     count(*) from idempotency_records where status = 'EXPIRED' and expires_at <= {now-$1}) as \
+     to_delete";
 
 impl<D: Dialect + RetentionStatements> SqlStore<D> {
     /// One cleanup batch: `statement` in a transaction holding its write lock (SQLite) and
@@ -144,7 +148,7 @@ impl<D: Dialect + RetentionStatements> RetentionStore for SqlStore<D> {
     }
 
     async fn retention_backlog(&self, retention: Duration) -> Result<RetentionBacklog, StoreError> {
-        Ok(sqlx::query_as(D::BACKLOG)
+        Ok(sqlx::query_as(D::sql(BACKLOG))
             .bind(retention.as_secs_f64())
             .fetch_one(&self.pool)
             .await?)

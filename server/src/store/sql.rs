@@ -1,15 +1,21 @@
 //! Statements written once for both dialects. Most of the store's SQL is the same text on
-//! PostgreSQL and SQLite but for how the database's clock is spelled, so a statement names
-//! the clock with a placeholder, and each dialect's spelling is filled in once per process:
+//! PostgreSQL and SQLite but for a few spellings, so a statement names them with placeholders,
+//! and each dialect's spelling is filled in once per process:
 //!
 //! | placeholder | PostgreSQL | SQLite (times are RFC 3339 text) |
 //! |---|---|---|
 //! | `{now}` | `now()` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')` |
 //! | `{now+$N}` | `now() + make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $N \|\| ' seconds')` |
 //! | `{now-$N}` | `now() - make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' \|\| $N \|\| ' seconds')` |
+//! | `{seconds_since(X)}` | `cast(extract(epoch from now() - X) as double precision)` | `(julianday('now') - julianday(X)) * 86400.0` |
+//! | `{for_update}` | `for update` | nothing |
+//! | `{skip_locked}` | `for update skip locked` | nothing |
 //!
-//! `$N` is a placeholder of the statement, in seconds. Statements that differ in more than
-//! this (row locks, upserts from JSON, epoch arithmetic) stay in each dialect's file, with why.
+//! `$N` is a placeholder of the statement, in seconds. The row locks are nothing on SQLite
+//! because its one writer holds the whole database from a transaction's first write (the
+//! claim's insert, `begin immediate`) until it ends, so no other transaction can read rows it
+//! is about to change, and none can take the same rows. Statements that differ in more than
+//! this (upserts from JSON, deletes by row id, epoch buckets) stay in each dialect's file.
 
 use super::target::DialectName;
 use std::collections::HashMap;
@@ -33,18 +39,20 @@ pub fn expanded(dialect: DialectName, template: &'static str) -> &'static str {
     kept.entry(name).or_insert(made)
 }
 
+/// The placeholders, by the text that opens them.
+const PLACEHOLDERS: [&str; 4] = ["{now", "{seconds_since(", "{for_update}", "{skip_locked}"];
+
 /// `template` with each placeholder in `dialect`'s spelling.
 fn expand(dialect: DialectName, template: &str) -> String {
     let mut out = String::with_capacity(template.len() + 64);
     let mut rest = template;
-    while let Some(start) = rest.find("{now") {
+    while let Some(start) = PLACEHOLDERS.iter().filter_map(|opening| rest.find(opening)).min() {
         out.push_str(&rest[..start]);
         let after = &rest[start..];
         let Some(end) = after.find('}') else {
             break;
         };
-        let placeholder = &after[1..end];
-        out.push_str(&spelling(dialect, placeholder));
+        out.push_str(&spelling(dialect, &after[1..end]));
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -52,19 +60,35 @@ fn expand(dialect: DialectName, template: &str) -> String {
 }
 
 fn spelling(dialect: DialectName, placeholder: &str) -> String {
-    let (sign, seconds) = match placeholder.strip_prefix("now") {
-        Some("") | None => (None, ""),
-        Some(shifted) => (shifted.chars().next(), &shifted[1..]),
-    };
-    match (dialect, sign) {
-        (DialectName::Postgres, None) => "now()".to_owned(),
-        (DialectName::Postgres, Some(sign)) => format!("now() {sign} make_interval(secs => {seconds})"),
-        (DialectName::Sqlite, None) => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')".to_owned(),
-        (DialectName::Sqlite, Some('-')) => {
-            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || {seconds} || ' seconds')")
-        }
-        (DialectName::Sqlite, Some(_)) => {
-            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {seconds} || ' seconds')")
+    let postgres = dialect == DialectName::Postgres;
+    if let Some(since) = placeholder
+        .strip_prefix("seconds_since(")
+        .and_then(|rest| rest.strip_suffix(')'))
+    {
+        return if postgres {
+            format!("cast(extract(epoch from now() - {since}) as double precision)")
+        } else {
+            format!("(julianday('now') - julianday({since})) * 86400.0")
+        };
+    }
+    match (placeholder, postgres) {
+        ("for_update", true) => "for update".to_owned(),
+        ("skip_locked", true) => "for update skip locked".to_owned(),
+        ("for_update" | "skip_locked", false) => String::new(),
+        ("now", true) => "now()".to_owned(),
+        ("now", false) => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')".to_owned(),
+        (shifted, postgres) => {
+            let (sign, seconds) = shifted
+                .strip_prefix("now")
+                .and_then(|rest| rest.split_at_checked(1))
+                .unwrap_or_default();
+            match (postgres, sign) {
+                (true, _) => format!("now() {sign} make_interval(secs => {seconds})"),
+                (false, "-") => {
+                    format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || {seconds} || ' seconds')")
+                }
+                (false, _) => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {seconds} || ' seconds')"),
+            }
         }
     }
 }
@@ -87,6 +111,22 @@ mod tests {
             "update t set at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), \
              until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $1 || ' seconds') \
              where seen <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $2 || ' seconds') and x = '{}'"
+        );
+    }
+
+    #[test]
+    fn row_locks_and_ages_are_spelled_for_each_dialect() {
+        let template = "select {seconds_since(min(created_at))} as age from t where id = $1 {for_update}; \
+                        select id from t limit 1 {skip_locked}";
+        assert_eq!(
+            expand(DialectName::Postgres, template),
+            "select cast(extract(epoch from now() - min(created_at)) as double precision) as age \
+             from t where id = $1 for update; select id from t limit 1 for update skip locked"
+        );
+        assert_eq!(
+            expand(DialectName::Sqlite, template),
+            "select (julianday('now') - julianday(min(created_at))) * 86400.0 as age \
+             from t where id = $1 ; select id from t limit 1 "
         );
     }
 

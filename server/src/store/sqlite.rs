@@ -124,11 +124,6 @@ impl RecordStatements for Sqlite {
                 and idempotency_records.status in \
                     ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
         returning lease_version, expires_at, claimed_as";
-    const BIND_STORED_ERROR: &'static str = "update idempotency_records set status = 'FAILED_REPLAYABLE', progress_step = 'COMPLETED', \
-         response_status_code = $1, resource_type = null, resource_id = null, locked_until = null, \
-         completed_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), updated_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where tenant_id = $2 and operation_name = $3 and \
-         idempotency_key = $4";
     const SETTLE_RECORD: &'static str = "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
          response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
@@ -150,46 +145,20 @@ impl KeyedPaymentStatements for Sqlite {
 }
 
 impl PaymentStatements for Sqlite {
-    // The claim's insert already holds SQLite's one write lock for this transaction.
-    const ACCOUNT_FOR_UPDATE: &'static str =
-        "select currency, balance_minor from accounts where tenant_id = $1 and id = $2";
-    const RELEASE_PAYMENT: &'static str = "update payments set status = 'DECLINED', released_at = strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 and status = \
-         'PROCESSING'";
-    const TAKE_STALE_UNKEYED_PAYMENTS: &'static str = "update payments set updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in (select \
-         id from payments where status = 'PROCESSING' and idempotency_key is null and updated_at <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') order by updated_at limit \
-         $2) returning tenant_id, id, account_id, amount_minor, currency, merchant_reference, \
-         status, created_at";
-    const TAKE_PAYMENTS_TO_SETTLE: &'static str = "update payments set updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in (select \
-         id from payments where status = 'PENDING' and updated_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now', '-' || $1 || ' seconds') order by updated_at limit $2) returning id";
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str = "update payments set release_checked_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id in \
          (select id from payments where released_at is not null and late_charge_id is null and \
          released_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') and \
          (release_checked_at is null or release_checked_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', \
          '-' || $2 || ' seconds')) order by release_checked_at limit $3) returning id";
-    const SET_DEFAULT_CURRENCY: &'static str = "update accounts set default_currency = $1, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now') where tenant_id = $2 and id = $3 and (default_currency is null or default_currency \
-         <> $1)";
 }
 
-impl RefundStatements for Sqlite {
-    const PAYMENT_FOR_REFUND: &'static str = "select status, released_at, late_charge_id, amount_minor, refunded_minor from payments where tenant_id \
-         = $1 and id = $2";
-}
+impl RefundStatements for Sqlite {}
 
 impl EventStatements for Sqlite {
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce((julianday('now') - \
          julianday(min(created_at))) * 86400.0, 0.0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
     const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
          claimed_until = null where id = $1 and dead_at = strftime('%Y-%m-%dT%H:%M:%fZ', $2)";
-    const CLAIM_EVENTS: &'static str = "update outbox_events set claimed_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $1 || ' \
-         seconds'), attempts = attempts + 1 where id in (select id from outbox_events where \
-         published_at is null and dead_at is null and (next_attempt_at is null or next_attempt_at \
-         <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) and (claimed_until is null or claimed_until <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) order by created_at limit $2) returning id, \
-         event_type, payment_id, payload";
     // The same statement as PostgreSQL's, whose comment says why it is written so.
     const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), claimed_until = null, last_error = null where id in (select value \
@@ -274,12 +243,6 @@ const ADD_JOURNAL_ENTRIES: &str = "insert into idempotency_requests (id, tenant_
     value ->> 'retry_delay_ms' from json_each($1)";
 
 impl MetricsStatements for Sqlite {
-    const IN_PROGRESS_GAUGES: &'static str = "select tenant_id, operation_name, (julianday('now') - julianday(min(created_at))) * \
-         86400.0 as oldest_seconds, count(case when locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 end) as stale \
-         from idempotency_records where status = 'IN_PROGRESS' group by tenant_id, operation_name";
-    const UNKNOWN_GAUGES: &'static str = "select tenant_id, operation_name, count(*) as unknown, (julianday('now') - \
-         julianday(min(created_at))) * 86400.0 as oldest_seconds, count(case when recovery_attempts >= $1 then 1 end) as exhausted \
-         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' group by tenant_id, operation_name";
     // `where true`: an upsert's `select` needs a `where` before `on conflict` in SQLite.
     const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          select value ->> 'bucket_start', value ->> 'tenant_id', value ->> 'operation_name', value ->> 'outcome', \
@@ -322,31 +285,11 @@ impl OperatorStatements for Sqlite {
          id) < ($1, $2) order by at desc, id desc limit $3";
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where rowid in (select rowid from operator_sessions where \
          expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') limit $1)";
-    const DISABLE_OPERATOR: &'static str = "update operators set disabled_at = coalesce(disabled_at, strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now')) where username = $1";
-    // SQLite's single writer already takes these transactions one at a time.
-    const ENABLED_ADMINS_LOCKED: &'static str =
-        "select username from operators where role = 'admin' and disabled_at is null";
 }
 
-impl ApprovalStatements for Sqlite {
-    const DECIDE_OVERRIDE: &'static str = "update override_requests set state = $2, decided_by = $3, decision_reason = $4, decided_at \
-         = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where id = $1 and state = 'pending' and \
-         requested_by <> $3 and requested_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', -$5 || ' \
-         seconds')";
-    const EXPIRE_OVERRIDES: &'static str = "update override_requests set state = 'rejected', decision_reason = $2, decided_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where state = 'pending' and requested_at <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now', -$1 || ' seconds') returning id, tenant_id, \
-         operation_name, idempotency_key";
-}
+impl ApprovalStatements for Sqlite {}
 
 impl BulkStatements for Sqlite {
-    const CLAIM_JOB: &'static str = "update bulk_jobs set runner_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $1 || ' \
-         seconds') where id in (select id from bulk_jobs where state in ('previewing', 'running') \
-         and (runner_until is null or runner_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) and ($2 = '' or id = $2) order by \
-         created_at limit 1) returning id, coalesce(applied_by, requested_by) as requested_by, reason, state";
-    const RENEW_JOB: &'static str = "update bulk_jobs set runner_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $2 || ' \
-         seconds') where id = $1";
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = 0, message = $2, done_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where \
          job_id = $1 and included and done_at is null";
 }
@@ -370,10 +313,6 @@ impl RetentionStatements for Sqlite {
     const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where rowid in (select rowid from \
          idempotency_replays where minute <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds') \
          order by minute limit $2)";
-    const BACKLOG: &'static str = "select (select count(*) from idempotency_records where status in ('COMPLETED', \
-         'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', \
-         'now')) as to_purge, (select count(*) from idempotency_records where status = 'EXPIRED' and expires_at \
-         <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $1 || ' seconds')) as to_delete";
 }
 
 impl SealingStatements for Sqlite {

@@ -342,7 +342,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
             }
             Some(_) => {}
         }
-        let declined = sqlx::query(D::RELEASE_PAYMENT)
+        let declined = sqlx::query(D::sql(super::RELEASE_PAYMENT))
             .bind(release.payment_id.as_str())
             .execute(&mut *tx)
             .await?

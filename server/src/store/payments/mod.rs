@@ -102,24 +102,40 @@ pub trait PaymentStore: Send + Sync {
 
 /// Payment statements that differ by dialect.
 pub trait PaymentStatements {
-    /// `$1` tenant, `$2` account: the account's currency and balance, locked for the
-    /// transaction where the dialect has row locks (SQLite: the claim's insert already holds
-    /// its one write lock).
-    const ACCOUNT_FOR_UPDATE: &'static str;
-    /// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
-    const RELEASE_PAYMENT: &'static str;
-    /// `$1` stale seconds, `$2` batch size: payments made without a key that are still
-    /// PROCESSING and untouched for that long, each taken (its `updated_at` bumped, which keeps
-    /// other workers off it for as long) and returned as a payment row plus tenant.
-    const TAKE_STALE_UNKEYED_PAYMENTS: &'static str;
-    /// `$1` recheck seconds, `$2` limit: takes PENDING payments, returns their ids.
-    const TAKE_PAYMENTS_TO_SETTLE: &'static str;
     /// `$1` watch seconds, `$2` recheck seconds, `$3` limit: released payments to ask the
     /// provider about again, each taken by stamping `release_checked_at`; returns ids.
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str;
-    /// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
-    const SET_DEFAULT_CURRENCY: &'static str;
 }
+
+/// `$1` stale seconds, `$2` batch size: payments made without a key that are still
+/// PROCESSING and untouched for that long, each taken (its `updated_at` bumped, which keeps
+/// other workers off it for as long) and returned as a payment row plus tenant.
+const TAKE_STALE_UNKEYED_PAYMENTS: &str = "update payments set updated_at = {now} where id in (select id from payments where status = \
+     'PROCESSING' and idempotency_key is null and updated_at <= {now-$1} order by updated_at \
+     limit $2 {skip_locked}) returning tenant_id, id, account_id, amount_minor, currency, \
+     merchant_reference, status, created_at";
+
+/// `$1` recheck seconds, `$2` limit: takes PENDING payments, returns their ids.
+/// Rows another instance takes are skipped, never waited for.
+const TAKE_PAYMENTS_TO_SETTLE: &str = "update payments set updated_at = {now} where id in (select id from payments where status = \
+     'PENDING' and updated_at <= {now-$1} order by updated_at limit $2 {skip_locked}) returning \
+     id";
+
+/// `$1` currency, `$2` tenant, `$3` account: changes only a different value.
+const SET_DEFAULT_CURRENCY: &str = "update accounts set default_currency = $1, updated_at = {now} where tenant_id = $2 and id = \
+     $3 and (default_currency is null or default_currency <> $1)";
+
+/// `$1` payment id: PROCESSING -> DECLINED, released (its merchant reference freed).
+const RELEASE_PAYMENT: &str = "update payments set status = 'DECLINED', released_at = {now}, updated_at = {now} where id = \
+     $1 and status = 'PROCESSING'";
+
+/// `$1` tenant, `$2` account: the account's currency and balance, locked for the
+/// transaction where the dialect has row locks (SQLite: the claim's insert already holds
+/// its one write lock).
+/// On SQLite `{for_update}` is nothing: the claim's insert already holds its one write lock
+/// for this transaction.
+const ACCOUNT_FOR_UPDATE: &str =
+    "select currency, balance_minor from accounts where tenant_id = $1 and id = $2 {for_update}";
 
 /// `$1` payment status, `$2` charge id, `$3` payment id: PROCESSING -> the outcome.
 const SET_PAYMENT_OUTCOME: &str = "update payments set status = $1, provider_charge_id = $2, updated_at = {now} where id = $3 \
@@ -214,7 +230,7 @@ pub(super) async fn create_payment_in<D: Dialect + PaymentStatements>(
     payment: &NewPayment,
     idempotency_key: Option<&str>,
 ) -> Result<LocalStep, StoreError> {
-    let account: Option<AccountRow> = sqlx::query_as(D::ACCOUNT_FOR_UPDATE)
+    let account: Option<AccountRow> = sqlx::query_as(D::sql(ACCOUNT_FOR_UPDATE))
         .bind(payment.tenant_id.as_str())
         .bind(payment.account_id.as_str())
         .fetch_optional(&mut **tx)
@@ -444,7 +460,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         limit: i64,
     ) -> Result<Vec<(TenantId, PaymentView)>, StoreError> {
         let mut tx = self.begin().await?;
-        let rows: Vec<TenantPaymentRow> = sqlx::query_as(D::TAKE_STALE_UNKEYED_PAYMENTS)
+        let rows: Vec<TenantPaymentRow> = sqlx::query_as(D::sql(TAKE_STALE_UNKEYED_PAYMENTS))
             .bind(stale_after.as_secs_f64())
             .bind(limit)
             .fetch_all(&mut *tx)
@@ -461,7 +477,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         limit: i64,
     ) -> Result<Vec<String>, StoreError> {
         self.take_ids(
-            sqlx::query_scalar(D::TAKE_PAYMENTS_TO_SETTLE)
+            sqlx::query_scalar(D::sql(TAKE_PAYMENTS_TO_SETTLE))
                 .bind(recheck_after.as_secs_f64())
                 .bind(limit),
         )
@@ -553,7 +569,7 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         let mut tx = self.begin().await?;
         // The write comes first: it takes the row (or SQLite's) lock, so two equal requests
         // at once cannot both see "changed".
-        let changed = sqlx::query(D::SET_DEFAULT_CURRENCY)
+        let changed = sqlx::query(D::sql(SET_DEFAULT_CURRENCY))
             .bind(currency.code())
             .bind(tenant_id.as_str())
             .bind(account_id.as_str())

@@ -88,9 +88,6 @@ pub trait ApprovalStore: Send + Sync {
 /// Who the audit log says rejected a request nobody decided in time.
 pub const OVERRIDE_EXPIRY_ACTOR: &str = "worker:override_expiry";
 
-/// Approval statements that differ by dialect.
-pub trait ApprovalStatements {}
-
 /// `$1` window (seconds), `$2` reason: pending and older -> rejected by nobody; returns
 /// each one's id and record (tenant, operation, key).
 const EXPIRE_OVERRIDES: &str = "update override_requests set state = 'rejected', decision_reason = $2, decided_at = {now} \
@@ -127,7 +124,7 @@ const SELECT_OVERRIDES: &str = "select id, tenant_id, operation_name, idempotenc
      provider_charge_id, requested_by, reason, requested_at, state, decided_by, decision_reason, decided_at, \
      result from override_requests";
 
-/// A row of [`ApprovalStatements::EXPIRE_OVERRIDES`]: an expired request and its record.
+/// A row of [`EXPIRE_OVERRIDES`]: an expired request and its record.
 #[derive(sqlx::FromRow)]
 struct ExpiredOverride {
     id: String,
@@ -174,7 +171,7 @@ fn override_of(row: OverrideRow) -> Result<OverrideRequest, StoreError> {
 
 /// Rejects the requests pending longer than `window`, with their audit entries, inside `tx`;
 /// returns how many.
-async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
+async fn expire_overrides_in<D: Dialect>(
     tx: &mut Transaction<'_, D>,
     window: Duration,
 ) -> Result<u64, StoreError> {
@@ -201,7 +198,7 @@ async fn expire_overrides_in<D: Dialect + ApprovalStatements>(
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect + ApprovalStatements> ApprovalStore for SqlStore<D> {
+impl<D: Dialect> ApprovalStore for SqlStore<D> {
     async fn request_override(
         &self,
         request: &NewOverrideRequest,

@@ -111,12 +111,10 @@ where
         + records::RecordStatements
         + payments::PaymentStatements
         + payments::keyed::KeyedPaymentStatements
-        + refunds::RefundStatements
         + events::EventStatements
         + console::ConsoleStatements
         + metrics::MetricsStatements
         + operators::OperatorStatements
-        + approvals::ApprovalStatements
         + bulk::BulkStatements
         + retention::RetentionStatements
         + sealing::SealingStatements,

@@ -3,7 +3,6 @@
 //! the text of the statements that differ from SQLite's (`now()`, `make_interval`, row locks
 //! with `for update skip locked`, physical row ids by `ctid`).
 
-use super::approvals::ApprovalStatements;
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
 use super::dialect::Dialect;
@@ -14,7 +13,6 @@ use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::payments::keyed::KeyedPaymentStatements;
 use super::records::RecordStatements;
-use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
@@ -70,6 +68,7 @@ impl Dialect for Postgres {
         MIGRATOR.run(pool).await
     }
 
+    // Two spellings: each database's own catalog.
     const MIGRATIONS_TABLE_EXISTS: &'static str = "select count(*) from pg_catalog.pg_tables where tablename = '_sqlx_migrations' and \
          schemaname = current_schema()";
 }
@@ -124,8 +123,13 @@ macro_rules! settle_record {
 }
 
 impl RecordStatements for Postgres {
+    // Two spellings: the text of a macro that `CLAIM_PAYMENT_AT_ONCE` starts with: `concat!` takes
+    // literals, not a statement expanded at run time.
     const CLAIM_RECORD: &'static str = claim_record!();
+    // Two spellings: likewise the start of `COMPLETE_PAYMENT_AT_ONCE`.
     const SETTLE_RECORD: &'static str = settle_record!();
+    // Two spellings: the backoff is computed from a column (`make_interval` here, a shifted count
+    // of seconds in SQLite's text), not from a parameter.
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = now(), recovery_attempts = \
          recovery_attempts + 1, next_recovery_at = now() + make_interval(secs => 1 << \
@@ -182,6 +186,7 @@ impl KeyedPaymentStatements for Postgres {
 }
 
 impl PaymentStatements for Postgres {
+    // Two spellings: `nulls first`: PostgreSQL sorts nulls last by default, SQLite first.
     const TAKE_RELEASED_PAYMENTS_TO_WATCH: &'static str = "update payments set release_checked_at = now() where id in ( select id from payments where \
          released_at is not null and late_charge_id is null and released_at > now() - \
          make_interval(secs => $1) and (release_checked_at is null or release_checked_at <= now() - \
@@ -189,32 +194,40 @@ impl PaymentStatements for Postgres {
          skip locked) returning id";
 }
 
-impl RefundStatements for Postgres {}
-
 impl EventStatements for Postgres {
+    // Two spellings: `coalesce` of an age: PostgreSQL takes the integer 0 for a double, SQLite
+    // writes 0.0.
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce(cast(extract(epoch from now() - \
          min(created_at)) as double precision), 0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
+    // Two spellings: a time parameter: PostgreSQL casts the text, SQLite writes it as it stores
+    // times.
     const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
          claimed_until = null where id = $1 and dead_at = $2::timestamptz";
     // A mark probes the primary key once per id, and a second mark keeps the first time. With
     // `published_at is null` in its condition instead, the planner read the partial index of
     // unpublished events, which under load is mostly entries of rows published since the last
     // vacuum, and read all of it (docs/performance.md has the plans and the times).
+    // Two spellings: a JSON array parameter: PostgreSQL's jsonb functions, SQLite's `json_each`.
     const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, now()), claimed_until = \
          null, last_error = null where id in (select jsonb_array_elements_text(cast($1 as jsonb)))";
+    // Two spellings: the backoff is computed from a column (`power` here, a shift in SQLite).
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then now() else null end, next_attempt_at = now() + make_interval(secs => \
          least(power(2, attempts), 300)) where id = $3";
     // By the primary key, for the reason given at `MARK_EVENTS_PUBLISHED`.
+    // Two spellings: a JSON array parameter, as `MARK_EVENTS_PUBLISHED`.
     const MARK_RECEIPTS_SENT: &'static str = "update receipts set sent_at = coalesce(sent_at, now()) where dedupe_key in \
          (select jsonb_array_elements_text(cast($1 as jsonb)))";
 }
 
 impl ConsoleStatements for Postgres {
+    // Two spellings: buckets of epoch seconds: `extract(epoch …)` and `to_timestamp` here,
+    // `strftime('%s')` and `'unixepoch'` in SQLite.
     const OUTCOME_SERIES: &'static str = "select cast(floor(extract(epoch from bucket_start) / $1::bigint) * $1::bigint as bigint) \
          as bucket, outcome, cast(sum(count) as bigint) as total from outcome_buckets where bucket_start >= \
          to_timestamp($2::bigint) and bucket_start < to_timestamp($3::bigint) and ($4::text = '' or \
          tenant_id = $4) and ($5::text = '' or operation_name = $5) group by 1, outcome order by 1";
+    // Two spellings: ages with a `coalesce`, as `OUTBOX_BACKLOG`.
     const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') \
          as in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
          locked_until <= now()) as stale_in_progress, (select coalesce(cast(extract(epoch from now() - \
@@ -225,6 +238,8 @@ impl ConsoleStatements for Postgres {
          idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, \
          (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and \
          recovery_attempts >= $1) as needs_operator";
+    // Two spellings: typed parameters: PostgreSQL casts the filters and the cursor's time, SQLite
+    // compares text.
     const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
          r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
          r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
@@ -238,6 +253,7 @@ impl ConsoleStatements for Postgres {
          $6::timestamptz and r.created_at < $7::timestamptz and (r.created_at, r.tenant_id, \
          r.operation_name, r.idempotency_key) < ($8::timestamptz, $9, $10, $11) order by \
          r.created_at desc, r.tenant_id desc, r.operation_name desc, r.idempotency_key desc limit $12";
+    // Two spellings: typed parameters, as `LIST_RECORDS`.
     const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
          r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
          r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \
@@ -267,6 +283,7 @@ impl ConsoleStatements for Postgres {
          select (select count(*) from matching) as total, page.* from (select 1 as one) as one \
          left join page on 1 = 1 order by page.sort_value, page.tenant_id, page.operation_name, \
          page.idempotency_key";
+    // Two spellings: buckets of epoch seconds, as `OUTCOME_SERIES`.
     const RETRY_DELAYS: &'static str = "select operation_name, above_ms, cast(sum(retries) as bigint) as retries, \
          cast(max(longest_ms) as bigint) as longest_ms from retry_delay_buckets where bucket_start >= to_timestamp($1::bigint) \
          and bucket_start < to_timestamp($2::bigint) and ($3::text = '' or tenant_id = $3) and ($4::text = '' or \
@@ -326,13 +343,16 @@ fn journal_csv(rows: &[JournalRow<'_>]) -> String {
 }
 
 impl MetricsStatements for Postgres {
+    // Two spellings: rows from a JSON parameter: `jsonb_to_recordset` here, `json_each` in SQLite.
     const ADD_OUTCOME_COUNTS: &'static str = "insert into outcome_buckets (bucket_start, tenant_id, operation_name, outcome, count) \
          select bucket_start, tenant_id, operation_name, outcome, count from jsonb_to_recordset(cast($1 as jsonb)) \
          as bucket (bucket_start timestamptz, tenant_id text, operation_name text, outcome text, count integer) \
          on conflict (bucket_start, tenant_id, operation_name, outcome) \
          do update set count = outcome_buckets.count + excluded.count";
+    // Two spellings: a JSON array parameter, as `MARK_EVENTS_PUBLISHED`.
     const NOTE_API_KEYS_USED: &'static str = "update api_keys set last_used_at = now() where id in \
          (select jsonb_array_elements_text(cast($1 as jsonb)))";
+    // Two spellings: rows from a JSON parameter, as `ADD_OUTCOME_COUNTS`.
     const ADD_REPLAYS: &'static str = "insert into idempotency_replays (tenant_id, operation_name, idempotency_key, minute, \
          replays, first_at, last_at, longest_delay_ms, status_code) select tenant_id, operation_name, idempotency_key, \
          minute, replays, first_at, last_at, longest_delay_ms, status_code from jsonb_to_recordset(cast($1 as jsonb)) as \
@@ -343,6 +363,7 @@ impl MetricsStatements for Postgres {
          greatest(idempotency_replays.last_at, excluded.last_at), longest_delay_ms = \
          greatest(idempotency_replays.longest_delay_ms, excluded.longest_delay_ms), status_code = case when \
          excluded.last_at >= idempotency_replays.last_at then excluded.status_code else idempotency_replays.status_code end";
+    // Two spellings: rows from a JSON parameter, as `ADD_OUTCOME_COUNTS`.
     const ADD_RETRY_DELAYS: &'static str = "insert into retry_delay_buckets (bucket_start, tenant_id, operation_name, above_ms, \
          retries, longest_ms) select bucket_start, tenant_id, operation_name, above_ms, retries, longest_ms from \
          jsonb_to_recordset(cast($1 as jsonb)) as bucket (bucket_start timestamptz, tenant_id text, operation_name text, \
@@ -366,46 +387,56 @@ impl MetricsStatements for Postgres {
 }
 
 impl OperatorStatements for Postgres {
+    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
     const CREATE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
          on conflict (id_hash) do nothing";
+    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
     const SAVE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
          on conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
+    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
     const AUDIT_PAGE: &'static str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, \
          id) < ($1::timestamptz, $2) order by at desc, id desc limit $3";
+    // Two spellings: a bounded delete: neither database has `delete … limit`, so rows go by their
+    // physical id (`ctid` here, `rowid` in SQLite).
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where ctid = any(array( select ctid from operator_sessions \
          where expires_at <= now() limit $1))";
 }
 
-impl ApprovalStatements for Postgres {}
-
 impl BulkStatements for Postgres {
+    // Two spellings: a boolean literal (SQLite stores 0 and 1).
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = false, message = $2, done_at = now() where job_id = $1 and \
          included and done_at is null";
 }
 
 impl RetentionStatements for Postgres {
     // Row locks are taken by the statements themselves, bounded by the timeouts below.
+    // Two spellings: sQLite takes its write lock at `begin immediate`, before the first read.
     const BEGIN_CLEANUP: &'static str = "begin";
     const BOUND_CLEANUP: &'static [&'static str] = &[
         "select set_config('statement_timeout', $1, true)",
         "select set_config('lock_timeout', $1, true)",
     ];
     // Rows a request holds are skipped, never waited for: cleanup yields to traffic.
+    // Two spellings: a bounded update by physical id, as `DELETE_EXPIRED_SESSIONS`.
     const PURGE_BATCH: &'static str = "update idempotency_records set settled_status = status, status = 'EXPIRED', \
          canonical_command = '', lease_owner = null, locked_until = null, purged_at = now(), \
          updated_at = now() where ctid = any(array(select ctid from idempotency_records where \
          status in ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') and expires_at <= now() \
          order by expires_at limit $1 for update skip locked))";
+    // Two spellings: a bounded delete by physical id, as `DELETE_EXPIRED_SESSIONS`.
     const DELETE_TOMBSTONES: &'static str = "delete from idempotency_records where ctid = any(array( select ctid from \
          idempotency_records where status = 'EXPIRED' and expires_at <= now() - make_interval(secs \
          => $1) order by expires_at limit $2 for update skip locked))";
+    // Two spellings: a bounded delete by physical id, as `DELETE_EXPIRED_SESSIONS`.
     const DELETE_JOURNAL: &'static str = "delete from idempotency_requests where ctid = any(array(select ctid from \
          idempotency_requests where at <= now() - make_interval(secs => $1) order by at limit $2))";
+    // Two spellings: a bounded delete by physical id, as `DELETE_EXPIRED_SESSIONS`.
     const DELETE_REPLAYS: &'static str = "delete from idempotency_replays where ctid = any(array(select ctid from \
          idempotency_replays where minute <= now() - make_interval(secs => $1) order by minute limit $2))";
 }
 
 impl SealingStatements for Postgres {
+    // Two spellings: an age in milliseconds: an interval here, a formatted shift in SQLite.
     const LIVE_INSTANCES: &'static str = "select instance_id, key_ids from sealing_instances where heartbeat_at > now() - $1 * \
          interval '1 millisecond' order by instance_id";
 }

@@ -78,9 +78,6 @@ pub trait RefundStore: Send + Sync {
     ) -> Result<bool, StoreError>;
 }
 
-/// Refund statements that differ by dialect.
-pub trait RefundStatements {}
-
 /// `$1` tenant, `$2` payment: status, when it was released, its late charge, amount and
 /// amount refunded or being refunded, locked for the transaction where the dialect has row locks (SQLite:
 /// the claim's insert already holds its one write lock).
@@ -139,7 +136,7 @@ enum RefundStep {
     Refused(Refusal),
 }
 
-/// A row of [`RefundStatements::PAYMENT_FOR_REFUND`].
+/// A row of [`PAYMENT_FOR_REFUND`].
 #[derive(sqlx::FromRow)]
 struct PaymentForRefund {
     status: String,
@@ -165,7 +162,7 @@ struct RefundablePaymentRow {
 }
 
 /// The refund's local part inside `tx`, after its key was claimed.
-async fn create_refund_in<D: Dialect + RefundStatements>(
+async fn create_refund_in<D: Dialect>(
     tx: &mut Transaction<'static, D>,
     refund: &NewRefund,
     idempotency_key: &str,
@@ -253,7 +250,7 @@ async fn refund_with_reference<D: Dialect>(
 }
 
 #[async_trait::async_trait]
-impl<D: Dialect + RecordStatements + PaymentStatements + RefundStatements> RefundStore for SqlStore<D> {
+impl<D: Dialect + RecordStatements + PaymentStatements> RefundStore for SqlStore<D> {
     async fn refundable_payment(
         &self,
         tenant_id: &TenantId,

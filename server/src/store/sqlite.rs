@@ -9,7 +9,6 @@
 //! 'now')` is "now" in that form, and its third argument (`$n || ' seconds'`) moves it. There
 //! are no row locks: a writing transaction holds the database's one write lock.
 
-use super::approvals::ApprovalStatements;
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
 use super::dialect::{Dialect, SqlStore};
@@ -20,7 +19,6 @@ use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::payments::keyed::KeyedPaymentStatements;
 use super::records::RecordStatements;
-use super::refunds::RefundStatements;
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
@@ -77,6 +75,8 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
     Ok(SqlStore::with_writer(readers, writer))
 }
 
+// Each statement here differs from PostgreSQL's in more than the spellings `store/sql.rs` fills
+// in; why is written above its PostgreSQL form in `postgres.rs`.
 impl Dialect for Sqlite {
     const DIALECT: DialectName = DialectName::Sqlite;
 
@@ -151,8 +151,6 @@ impl PaymentStatements for Sqlite {
          (release_checked_at is null or release_checked_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', \
          '-' || $2 || ' seconds')) order by release_checked_at limit $3) returning id";
 }
-
-impl RefundStatements for Sqlite {}
 
 impl EventStatements for Sqlite {
     const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce((julianday('now') - \
@@ -286,8 +284,6 @@ impl OperatorStatements for Sqlite {
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where rowid in (select rowid from operator_sessions where \
          expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') limit $1)";
 }
-
-impl ApprovalStatements for Sqlite {}
 
 impl BulkStatements for Sqlite {
     const ABORT_ITEMS: &'static str = "update bulk_job_items set ok = 0, message = $2, done_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where \

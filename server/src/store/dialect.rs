@@ -6,17 +6,17 @@
 //! connection) is stated as supertraits of `Dialect`. Rust implies a trait's supertraits
 //! wherever the trait is a bound, but not its other where-clauses (rust-lang/rust#20671), so
 //! each requirement is phrased as `Imply<T, Is: Bound>` (the `imply-hack` crate), and
-//! `D: Dialect` is then the only bound a body names. What differs in the SQL text (the clock,
-//! interval arithmetic, row locks, physical row ids) is one associated constant per statement,
-//! grouped by concern (`RecordStatements` in `records.rs`, …): a statement used by one body is
-//! declared, documented and used in the same file, and written out in each dialect's file. A
-//! concern's store is implemented for every `D: Dialect` with its statements, so that this
-//! file knows no concern.
+//! `D: Dialect` is then the only bound a body names. A statement that differs only in how
+//! the clock and row locks are spelled is written once beside its use, with placeholders
+//! `Dialect::sql` fills in (`sql.rs`); one that differs in more (JSON parameters, physical
+//! row ids, epoch buckets) is an associated constant, grouped by concern (`RecordStatements`
+//! in `records.rs`, …), declared and documented beside its use and written out in each
+//! dialect's file. A concern's store is implemented for every `D: Dialect` with its
+//! statements, so that this file knows no concern.
 
 use super::error::StoreError;
 use super::target::DialectName;
 use chrono::{DateTime, SecondsFormat, Utc};
-use domain::operator::AuditEntry;
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::query::Query;
@@ -153,24 +153,6 @@ impl<D: Dialect> SqlStore<D> {
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let affected = statement.execute(&mut *tx).await?.rows_affected();
-        tx.commit().await?;
-        Ok(affected)
-    }
-}
-
-impl<D: Dialect> SqlStore<D> {
-    /// [`write_one`](Self::write_one) with its audit entry in the same transaction, written
-    /// only when the statement changed something.
-    pub(super) async fn write_audited<'q>(
-        &self,
-        statement: Query<'q, D, <D as Database>::Arguments<'q>>,
-        audit: &AuditEntry,
-    ) -> Result<u64, StoreError> {
-        let mut tx = self.begin().await?;
-        let affected = statement.execute(&mut *tx).await?.rows_affected();
-        if affected > 0 {
-            super::operators::insert_audit(&mut tx, audit).await?;
-        }
         tx.commit().await?;
         Ok(affected)
     }

@@ -5,7 +5,8 @@ use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::cursor::AuditCursor;
 use domain::operator::{AuditEntry, OperatorRole};
-use sqlx::Transaction;
+use sqlx::query::Query;
+use sqlx::{Database, Transaction};
 
 /// An operator as stored (the password only as its Argon2 hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,6 +230,24 @@ impl<D: Dialect> SqlStore<D> {
             .fetch_optional(&self.pool)
             .await?;
         row.map(operator_of).transpose()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// [`write_one`](Self::write_one) with its audit entry in the same transaction, written
+    /// only when the statement changed something.
+    pub(super) async fn write_audited<'q>(
+        &self,
+        statement: Query<'q, D, <D as Database>::Arguments<'q>>,
+        audit: &AuditEntry,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let affected = statement.execute(&mut *tx).await?.rows_affected();
+        if affected > 0 {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(affected)
     }
 }
 

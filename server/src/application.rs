@@ -3,9 +3,11 @@
 //! workers under their supervisor. `serve` and every in-process test build it the same way.
 
 use crate::auth::source::Sources;
+use crate::bounds::Bounds;
 use crate::cli::ServeArgs;
-use crate::console::StoreConsole;
 use crate::console::refusals::SignInRefusals;
+use crate::console::router::ConsoleSettings;
+use crate::console::{self, StoreConsole};
 use crate::engine::sealing::{ResponseSealer, SealingError};
 use crate::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
 use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
@@ -14,7 +16,7 @@ use crate::events::publisher::{Publisher, PublisherSettings};
 use crate::events::transport::{InProcess, Transport};
 use crate::http::api_keys::VerifiedKeys;
 use crate::http::rate_limit::ApiRateLimit;
-use crate::http::{self, AppState, HttpSettings};
+use crate::http::{self, AppState, SharedPort};
 use crate::metrics::journal::RequestJournal;
 use crate::metrics::prometheus::Exposition;
 use crate::metrics::{self, Buffered, OutcomeCounter};
@@ -219,32 +221,50 @@ impl Application {
         spawn_jobs(&mut workers, &args, &store, &engine, &console, &flushers);
         spawn_heartbeat(&mut workers, &store, &sealer, &instance);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
-        let settings = HttpSettings {
-            site_root: args.site_root.clone(),
-            site_addr: address,
+        let bounds = Bounds {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             body_limit_bytes: args.body_limit_bytes,
-            secure_cookies: args.secure_cookies,
-            sources: Sources {
-                trust_forwarded_for: args.trust_forwarded_for,
+        };
+        let sources = Sources {
+            trust_forwarded_for: args.trust_forwarded_for,
+        };
+        let api = http::api(
+            AppState {
+                store: store.clone(),
+                engine,
+                rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
+                verified_keys,
+                failed_authentications: Arc::default(),
+                sources,
             },
+            &bounds,
+        );
+        let console_settings = ConsoleSettings {
+            site_root: args.site_root.clone(),
+            site_addr: address,
+            secure_cookies: args.secure_cookies,
+            sources,
             session_lifetime: Duration::from_secs(args.session_lifetime_secs),
+            bounds,
         };
-        let state = AppState {
-            store: store.clone(),
-            engine,
-            rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
-            verified_keys,
-            failed_authentications: Arc::default(),
-            sources: settings.sources,
-        };
-        let routers = http::routers(state, StoreConsole::clone(&console), refusals, &settings);
+        let console_router = console::router::router(
+            StoreConsole::clone(&console),
+            store.clone(),
+            refusals,
+            &console_settings,
+        );
+        // The API and the console on one port, each request sent to the one it is meant for, or
+        // each on its own (`--console-listen`); either way behind the same outermost layers.
         let (router, console_router) = match listeners.console {
-            Some(_) => {
-                let (api, console) = routers.apart();
-                (api, Some(console))
+            Some(_) => (http::outermost(api.router), Some(http::outermost(console_router))),
+            None => {
+                let shared = SharedPort {
+                    api: api.router,
+                    console: console_router,
+                    api_paths: api.paths,
+                };
+                (http::outermost(shared.router()), None)
             }
-            None => (routers.shared(), None),
         };
         let recorder = metrics::prometheus::install();
         if let Some(recorder) = &recorder {
@@ -267,7 +287,7 @@ impl Application {
         for operation in Operation::VARIANTS {
             metrics::register_window(*operation, engine_settings.of(*operation).expiry.window);
         }
-        let metrics_router = http::metrics_router(Arc::new(exposition), &settings);
+        let metrics_router = http::metrics_router(Arc::new(exposition), &bounds);
         Ok(Application {
             listeners,
             address,

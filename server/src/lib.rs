@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod application;
 pub mod auth;
+pub mod bounds;
 pub mod cli;
 pub mod console;
 pub mod crash;

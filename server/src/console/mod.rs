@@ -15,6 +15,7 @@ mod late_charges;
 pub mod limits;
 mod reads;
 pub mod refusals;
+pub mod router;
 pub mod sessions;
 mod upkeep;
 mod views;

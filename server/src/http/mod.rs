@@ -10,57 +10,29 @@ mod refunds;
 mod shared_port;
 
 use crate::auth::source::{Source, Sources};
-use crate::console;
-use crate::console::StoreConsole;
-use crate::console::access::AccessState;
-use crate::console::limits::SignInLimits;
-use crate::console::refusals::SignInRefusals;
+use crate::bounds::Bounds;
 use crate::engine::PaymentsEngine;
 use crate::http::error::ErrorResponse;
-use crate::http::shared_port::{ApiPaths, SharedPort};
 use crate::metrics::prometheus::Exposition;
 use crate::store::Store;
-use app::backend::Backend;
 use axum::Router;
 use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::routing::{get, post};
+use axum::routing::get;
 use domain::api_error::ApiError;
-use leptos::prelude::*;
-use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tower_http::compression::CompressionLayer;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::services::ServeDir;
-use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
-use tower_http::timeout::TimeoutLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-/// What the router needs besides the store.
-#[derive(Debug, Clone)]
-pub struct HttpSettings {
-    /// Where the built console lives (`pkg/` inside it).
-    pub site_root: PathBuf,
-    /// The address the console believes it is served on (for Leptos's options).
-    pub site_addr: SocketAddr,
-    pub request_timeout: Duration,
-    pub body_limit_bytes: usize,
-    /// Mark the console's session cookie `Secure` (serve behind TLS).
-    pub secure_cookies: bool,
-    /// How a caller's address is found (the limits count callers by it).
-    pub sources: Sources,
-    /// A console session's absolute lifetime.
-    pub session_lifetime: Duration,
-}
+pub use shared_port::{ApiPaths, SharedPort};
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -89,50 +61,15 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// The payments API and the console, each behind the middleware every request goes through:
-/// served on one port ([`Routers::shared`]) or each on its own (`--console-listen`).
-pub struct Routers {
-    pub api: Router,
-    pub console: Router,
-    api_paths: ApiPaths,
+/// The payments API's router, bounded, and the paths it answers under (for the port it may
+/// share with the console).
+pub struct Api {
+    pub router: Router,
+    pub paths: ApiPaths,
 }
 
-impl Routers {
-    /// Both on one port, the default: each request goes to the one it is meant for.
-    pub fn shared(self) -> Router {
-        outermost(
-            SharedPort {
-                api: self.api,
-                console: self.console,
-                api_paths: self.api_paths,
-            }
-            .router(),
-        )
-    }
-
-    /// The API and the console apart: an API port that serves nothing of the console.
-    pub fn apart(self) -> (Router, Router) {
-        (outermost(self.api), outermost(self.console))
-    }
-}
-
-/// The payments API's router and the console's.
-pub fn routers(
-    state: AppState,
-    console: StoreConsole,
-    refusals: Arc<SignInRefusals>,
-    settings: &HttpSettings,
-) -> Routers {
-    let console_backend = Backend(Arc::new(console.clone()));
-    let access = AccessState {
-        store: state.store.clone(),
-        limits: Arc::new(SignInLimits::default()),
-        refusals,
-        password_checks: console::access::password_checks(),
-        sources: settings.sources,
-        session_lifetime: settings.session_lifetime,
-    };
-
+/// The payments API.
+pub fn api(state: AppState, bounds: &Bounds) -> Api {
     let (api, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
@@ -143,25 +80,21 @@ pub fn routers(
         .routes(routes!(refunds::create_refund))
         .routes(routes!(refunds::get_refund))
         .split_for_parts();
-    let api_paths = ApiPaths::of(&document, &[DOCS_PATH, DOCUMENT_PATH]);
+    let paths = ApiPaths::of(&document, &[DOCS_PATH, DOCUMENT_PATH]);
     let api = api
         .merge(api_docs(document))
         .with_state(state)
         .layer(axum::middleware::from_fn(record_latency));
     // Around the whole router, not around each route: axum writes a 405's `Allow` after the
     // layers of the route that refused the method have run.
-    let api = Router::new().fallback_service(bounded(api, settings)).layer(
-        axum::middleware::map_response_with_state(settings.body_limit_bytes, in_the_contracts_shape),
-    );
-    let console = bounded(
-        console_router(console, console_backend, access, settings),
-        settings,
-    );
-    Routers {
-        api,
-        console,
-        api_paths,
-    }
+    let router =
+        Router::new()
+            .fallback_service(bounds.around(api))
+            .layer(axum::middleware::map_response_with_state(
+                bounds.body_limit_bytes,
+                in_the_contracts_shape,
+            ));
+    Api { router, paths }
 }
 
 /// Where the API's docs page and its OpenAPI document are served.
@@ -170,7 +103,7 @@ const DOCUMENT_PATH: &str = "/openapi.json";
 
 /// What every answer goes through, on whichever port: compression, the request id (made,
 /// echoed) and a span per request.
-fn outermost(router: Router) -> Router {
+pub fn outermost(router: Router) -> Router {
     router
         .layer(CompressionLayer::new())
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -209,104 +142,12 @@ fn api_docs(document: utoipa::openapi::OpenApi) -> Router<AppState> {
 /// The metrics listener's router: `GET /metrics` only. It is served on an address of its own
 /// (`--metrics-listen`), never on the API's: the figures name every tenant, and each scrape
 /// runs database reads.
-pub fn metrics_router(exposition: Arc<Exposition>, settings: &HttpSettings) -> Router {
-    let metrics = Router::new()
-        .route("/metrics", get(metrics_text))
-        .with_state(exposition);
-    bounded(metrics, settings)
-}
-
-/// `router` with the body limit and the request timeout (each part answers their refusals
-/// in its own way).
-fn bounded(router: Router, settings: &HttpSettings) -> Router {
-    router
-        .layer(RequestBodyLimitLayer::new(settings.body_limit_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings.request_timeout,
-        ))
-}
-
-/// The console: server-rendered pages, their server functions, and the built assets. Pages
-/// set their own Content-Security-Policy (with the nonce of their inline scripts); every other
-/// answer gets one that allows nothing, and none may be framed or sniffed.
-fn console_router(
-    store_console: StoreConsole,
-    backend: Backend,
-    access: AccessState,
-    settings: &HttpSettings,
-) -> Router {
-    let options = LeptosOptions::builder()
-        .output_name("idem")
-        .site_root(settings.site_root.to_string_lossy().into_owned())
-        .site_pkg_dir("pkg")
-        .site_addr(settings.site_addr)
-        .build();
-    let routes = console_routes();
-    let provide_backend = move || provide_context(backend.clone());
-
-    // File names under pkg/ are not content-hashed, so browsers must revalidate (cheap: 304
-    // on an unchanged Last-Modified) rather than cache blindly across deploys.
-    let assets = SetResponseHeader::overriding(
-        ServeDir::new(settings.site_root.join("pkg")),
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
-
-    let sign_in = Router::new()
-        .route("/sign-in", post(console::access::sign_in))
-        .route("/sign-out", post(console::access::sign_out))
-        .with_state(access.clone());
-    let downloads = Router::new()
-        .route(
-            "/console/bulk-jobs/{id}/results.csv",
-            get(console::bulk::results_file),
-        )
-        .route("/console/records.csv", get(console::exports::records_file))
-        .with_state(store_console);
-    let session_layer = console::access::session_layer(&access, settings.secure_cookies);
-
-    Router::new()
-        .leptos_routes_with_context(&options, routes, provide_backend.clone(), {
-            let options = options.clone();
-            move || app::shell(options.clone())
-        })
-        .nest_service("/pkg", assets)
-        .fallback(leptos_axum::file_and_error_handler_with_context(
-            provide_backend,
-            app::shell,
-        ))
-        .with_state(options)
-        .merge(sign_in)
-        .merge(downloads)
-        .layer(axum::middleware::from_fn_with_state(
-            access.clone(),
-            console::access::gate,
-        ))
-        .layer(session_layer)
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("same-origin"),
-        ))
-}
-
-/// The console's routes, listed once per process. Listing them runs the app with resource
-/// loading suppressed through a *process-wide* flag (leptos_server's
-/// `IS_SUPPRESSING_RESOURCE_LOAD`, leptos issue #4773): a page whose resource first polls
-/// while any router is being built waits forever (the request timeout then answers 503). So
-/// no router may be built while pages render; `serve` builds one at start, and in-process
-/// tests build many, concurrently, which made a page hang about once in a few hundred renders.
-fn console_routes() -> Vec<AxumRouteListing> {
-    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
-    ROUTES.get_or_init(|| generate_route_list(app::App)).clone()
+pub fn metrics_router(exposition: Arc<Exposition>, bounds: &Bounds) -> Router {
+    bounds.around(
+        Router::new()
+            .route("/metrics", get(metrics_text))
+            .with_state(exposition),
+    )
 }
 
 /// The API's answers from outside its handlers in the contract's JSON shape, like every other

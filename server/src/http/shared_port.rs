@@ -1,5 +1,6 @@
-//! The API and the console on one port (the default): each request goes to the one it is meant
-//! for. An API client that mistypes a path must be told so in the contract's shape, not be
+//! The API and the console on one port (the default; `application.rs` assembles it from the
+//! two routers, of which `http` builds only the API's): each request goes to the one it is
+//! meant for. An API client that mistypes a path must be told so in the contract's shape, not be
 //! redirected to the console's sign-in or refused as a cross-origin browser, which would send
 //! its developers looking at CORS instead of at the path.
 

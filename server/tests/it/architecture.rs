@@ -159,7 +159,7 @@ fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
 
 /// The server's modules, lowest first: each may import only modules of an earlier line.
 const LAYERS: &[&[&str]] = &[
-    &["crash", "files", "auth", "cli", "supervisor"],
+    &["crash", "files", "auth", "cli", "supervisor", "bounds"],
     &["store", "provider", "telemetry"],
     &["metrics", "events", "admin"],
     &["engine"],
@@ -292,4 +292,18 @@ fn the_generic_keyed_layer_imports_no_operation() {
             assert!(naming.is_empty(), "{generic} names {operation}: {naming:#?}");
         }
     }
+}
+
+/// The console is a feature of its own: `console::router` owns its routes, layers and
+/// settings, and `http` builds the API alone; `application` puts the two on their ports.
+#[test]
+fn http_imports_nothing_of_the_console() {
+    let imports = module_imports();
+    let http = imports.get("http").expect("the http module is read");
+    assert!(!http.contains("console"), "http imports {http:?}");
+    assert!(
+        imports["application"].contains("console") && imports["application"].contains("http"),
+        "the application assembles both: {:?}",
+        imports["application"]
+    );
 }

@@ -175,9 +175,6 @@ pub trait ConsoleStatements {
     /// `$1` step seconds, `$2` from epoch, `$3` to epoch, `$4` tenant, `$5` operation (empty:
     /// any).
     const OUTCOME_SERIES: &'static str;
-    /// `$1` attempt limit: in progress, stale in progress, oldest stale age, unknown, oldest
-    /// unknown age, at the limit.
-    const RECORD_GAUGES: &'static str;
     /// `$1` status, `$2` step, `$3` tenant, `$4` operation, `$5` key prefix (empty: any), `$6`
     /// from, `$7` to, `$8`..`$11` cursor (created at, tenant, operation, key), `$12` limit:
     /// [`RecordSummary`] columns.
@@ -195,6 +192,19 @@ pub trait ConsoleStatements {
     /// operation order.
     const RETRY_DELAYS: &'static str;
 }
+
+/// `$1` attempt limit: in progress, stale in progress, oldest stale age, unknown, oldest
+/// unknown age, at the limit.
+const RECORD_GAUGES: &str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') as \
+     in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
+     locked_until <= {now}) as stale_in_progress, (select \
+     coalesce({seconds_since(min(created_at))}, 0.0) from idempotency_records where status = \
+     'IN_PROGRESS' and locked_until <= {now}) as oldest_stale_in_progress_secs, (select count(*) \
+     from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as unknown, (select \
+     coalesce({seconds_since(min(created_at))}, 0.0) from idempotency_records where status = \
+     'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, (select count(*) from \
+     idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and recovery_attempts >= $1) \
+     as needs_operator";
 
 /// How many windows [`ConsoleStore::retry_delays`] compares the retries with.
 pub const COMPARED_WINDOWS: usize = retry_delay::OTHER_WINDOWS.len() + 1;
@@ -332,7 +342,7 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
     }
 
     async fn record_gauges(&self, max_attempts: i32) -> Result<RecordGauges, StoreError> {
-        let gauges: RecordGauges = sqlx::query_as(D::RECORD_GAUGES)
+        let gauges: RecordGauges = sqlx::query_as(D::sql(RECORD_GAUGES))
             .bind(max_attempts)
             .fetch_one(&self.pool)
             .await?;

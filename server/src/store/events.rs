@@ -113,10 +113,6 @@ pub trait EventStore: Send + Sync {
 
 /// Event statements that differ by dialect.
 pub trait EventStatements {
-    /// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
-    const OUTBOX_BACKLOG: &'static str;
-    /// `$1` event id, `$2` dead at (RFC 3339 text).
-    const REDRIVE_EVENT: &'static str;
     /// `$1` the event ids, a JSON array of strings.
     const MARK_EVENTS_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
@@ -124,6 +120,15 @@ pub trait EventStatements {
     /// `$1` the dedupe keys, a JSON array of strings.
     const MARK_RECEIPTS_SENT: &'static str;
 }
+
+/// `$1` event id, `$2` dead at (RFC 3339 text).
+const REDRIVE_EVENT: &str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, claimed_until \
+     = null where id = $1 and dead_at = {time($2)}";
+
+/// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
+const OUTBOX_BACKLOG: &str = "select count(*) as unpublished, coalesce({seconds_since(min(created_at))}, 0.0) as \
+     oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is \
+     null";
 
 /// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
 /// Rows another publisher holds are skipped, never waited for.
@@ -209,7 +214,9 @@ async fn payment_for_events<D: Dialect>(
 #[async_trait::async_trait]
 impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
     async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
-        Ok(sqlx::query_as(D::OUTBOX_BACKLOG).fetch_one(&self.pool).await?)
+        Ok(sqlx::query_as(D::sql(OUTBOX_BACKLOG))
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn consumer_lag(
@@ -243,7 +250,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         audit: &AuditEntry,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let redriven = sqlx::query(D::REDRIVE_EVENT)
+        let redriven = sqlx::query(D::sql(REDRIVE_EVENT))
             .bind(event_id)
             .bind(dead_at)
             .execute(&mut *tx)

@@ -113,15 +113,21 @@ pub trait OperatorStore: Send + Sync {
 
 /// Operator statements that differ by dialect.
 pub trait OperatorStatements {
-    /// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): insert, or nothing on a collision.
-    const CREATE_SESSION: &'static str;
-    /// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): upsert.
-    const SAVE_SESSION: &'static str;
-    /// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit: `audit_log` rows, newest first.
-    const AUDIT_PAGE: &'static str;
     /// `$1` limit: expired sessions, by their physical row id.
     const DELETE_EXPIRED_SESSIONS: &'static str;
 }
+
+/// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): upsert.
+const SAVE_SESSION: &str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, {time($3)}) on \
+     conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
+
+/// `$1` id hash, `$2` data, `$3` expiry (RFC 3339 text): insert, or nothing on a collision.
+const CREATE_SESSION: &str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, {time($3)}) on \
+     conflict (id_hash) do nothing";
+
+/// `$1` cursor time (RFC 3339 text), `$2` cursor id, `$3` limit: `audit_log` rows, newest first.
+const AUDIT_PAGE: &str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, id) \
+     < ({time($1)}, $2) order by at desc, id desc limit $3";
 
 /// The usernames of the enabled admins, locked until the transaction ends, so that two
 /// admins who disable or demote each other at once are taken one after the other.
@@ -341,7 +347,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     ) -> Result<bool, StoreError> {
         let created = self
             .write_one(
-                sqlx::query(D::CREATE_SESSION)
+                sqlx::query(D::sql(CREATE_SESSION))
                     .bind(id_hash)
                     .bind(data)
                     .bind(rfc3339_millis(expires_at)),
@@ -357,7 +363,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
         expires_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.write_one(
-            sqlx::query(D::SAVE_SESSION)
+            sqlx::query(D::sql(SAVE_SESSION))
                 .bind(id_hash)
                 .bind(data)
                 .bind(rfc3339_millis(expires_at)),
@@ -407,7 +413,7 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
             Some(cursor) => (rfc3339_millis(cursor.at), cursor.id.clone()),
             None => ("9999-12-31T23:59:59.999Z".to_owned(), String::new()),
         };
-        let rows: Vec<AuditRow> = sqlx::query_as(D::AUDIT_PAGE)
+        let rows: Vec<AuditRow> = sqlx::query_as(D::sql(AUDIT_PAGE))
             .bind(at)
             .bind(id)
             .bind(limit)

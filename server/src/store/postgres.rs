@@ -195,14 +195,6 @@ impl PaymentStatements for Postgres {
 }
 
 impl EventStatements for Postgres {
-    // Two spellings: `coalesce` of an age: PostgreSQL takes the integer 0 for a double, SQLite
-    // writes 0.0.
-    const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce(cast(extract(epoch from now() - \
-         min(created_at)) as double precision), 0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
-    // Two spellings: a time parameter: PostgreSQL casts the text, SQLite writes it as it stores
-    // times.
-    const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
-         claimed_until = null where id = $1 and dead_at = $2::timestamptz";
     // A mark probes the primary key once per id, and a second mark keeps the first time. With
     // `published_at is null` in its condition instead, the planner read the partial index of
     // unpublished events, which under load is mostly entries of rows published since the last
@@ -227,17 +219,6 @@ impl ConsoleStatements for Postgres {
          as bucket, outcome, cast(sum(count) as bigint) as total from outcome_buckets where bucket_start >= \
          to_timestamp($2::bigint) and bucket_start < to_timestamp($3::bigint) and ($4::text = '' or \
          tenant_id = $4) and ($5::text = '' or operation_name = $5) group by 1, outcome order by 1";
-    // Two spellings: ages with a `coalesce`, as `OUTBOX_BACKLOG`.
-    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') \
-         as in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
-         locked_until <= now()) as stale_in_progress, (select coalesce(cast(extract(epoch from now() - \
-         min(created_at)) as double precision), 0) from idempotency_records where status = \
-         'IN_PROGRESS' and locked_until <= now()) as oldest_stale_in_progress_secs, (select count(*) \
-         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as unknown, (select \
-         coalesce(cast(extract(epoch from now() - min(created_at)) as double precision), 0) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, \
-         (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and \
-         recovery_attempts >= $1) as needs_operator";
     // Two spellings: typed parameters: PostgreSQL casts the filters and the cursor's time, SQLite
     // compares text.
     const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
@@ -387,15 +368,6 @@ impl MetricsStatements for Postgres {
 }
 
 impl OperatorStatements for Postgres {
-    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
-    const CREATE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
-         on conflict (id_hash) do nothing";
-    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
-    const SAVE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3::timestamptz) \
-         on conflict (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
-    // Two spellings: a time parameter, as `REDRIVE_EVENT`.
-    const AUDIT_PAGE: &'static str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, \
-         id) < ($1::timestamptz, $2) order by at desc, id desc limit $3";
     // Two spellings: a bounded delete: neither database has `delete … limit`, so rows go by their
     // physical id (`ctid` here, `rowid` in SQLite).
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where ctid = any(array( select ctid from operator_sessions \

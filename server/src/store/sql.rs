@@ -8,6 +8,7 @@
 //! | `{now+$N}` | `now() + make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $N \|\| ' seconds')` |
 //! | `{now-$N}` | `now() - make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' \|\| $N \|\| ' seconds')` |
 //! | `{seconds_since(X)}` | `cast(extract(epoch from now() - X) as double precision)` | `(julianday('now') - julianday(X)) * 86400.0` |
+//! | `{time($N)}` | `$N::timestamptz` | `strftime('%Y-%m-%dT%H:%M:%fZ', $N)` |
 //! | `{for_update}` | `for update` | nothing |
 //! | `{skip_locked}` | `for update skip locked` | nothing |
 //!
@@ -40,7 +41,13 @@ pub fn expanded(dialect: DialectName, template: &'static str) -> &'static str {
 }
 
 /// The placeholders, by the text that opens them.
-const PLACEHOLDERS: [&str; 4] = ["{now", "{seconds_since(", "{for_update}", "{skip_locked}"];
+const PLACEHOLDERS: [&str; 5] = [
+    "{now",
+    "{seconds_since(",
+    "{time(",
+    "{for_update}",
+    "{skip_locked}",
+];
 
 /// `template` with each placeholder in `dialect`'s spelling.
 fn expand(dialect: DialectName, template: &str) -> String {
@@ -69,6 +76,16 @@ fn spelling(dialect: DialectName, placeholder: &str) -> String {
             format!("cast(extract(epoch from now() - {since}) as double precision)")
         } else {
             format!("(julianday('now') - julianday({since})) * 86400.0")
+        };
+    }
+    if let Some(time) = placeholder
+        .strip_prefix("time(")
+        .and_then(|rest| rest.strip_suffix(')'))
+    {
+        return if postgres {
+            format!("{time}::timestamptz")
+        } else {
+            format!("strftime('%Y-%m-%dT%H:%M:%fZ', {time})")
         };
     }
     match (placeholder, postgres) {
@@ -127,6 +144,19 @@ mod tests {
             expand(DialectName::Sqlite, template),
             "select (julianday('now') - julianday(min(created_at))) * 86400.0 as age \
              from t where id = $1 ; select id from t limit 1 "
+        );
+    }
+
+    #[test]
+    fn a_time_parameter_is_read_as_each_dialect_stores_times() {
+        let template = "delete from s where expires_at < {time($1)}";
+        assert_eq!(
+            expand(DialectName::Postgres, template),
+            "delete from s where expires_at < $1::timestamptz"
+        );
+        assert_eq!(
+            expand(DialectName::Sqlite, template),
+            "delete from s where expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', $1)"
         );
     }
 

@@ -153,10 +153,6 @@ impl PaymentStatements for Sqlite {
 }
 
 impl EventStatements for Sqlite {
-    const OUTBOX_BACKLOG: &'static str = "select count(*) as unpublished, coalesce((julianday('now') - \
-         julianday(min(created_at))) * 86400.0, 0.0) as oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is null";
-    const REDRIVE_EVENT: &'static str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, \
-         claimed_until = null where id = $1 and dead_at = strftime('%Y-%m-%dT%H:%M:%fZ', $2)";
     // The same statement as PostgreSQL's, whose comment says why it is written so.
     const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), claimed_until = null, last_error = null where id in (select value \
@@ -174,17 +170,6 @@ impl ConsoleStatements for Sqlite {
          outcome_buckets where bucket_start >= strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and \
          bucket_start < strftime('%Y-%m-%dT%H:%M:%fZ', $3, 'unixepoch') and ($4 = '' or tenant_id = \
          $4) and ($5 = '' or operation_name = $5) group by 1, outcome order by 1";
-    const RECORD_GAUGES: &'static str = "select (select count(*) from idempotency_records where status = 'IN_PROGRESS') \
-         as in_progress, (select count(*) from idempotency_records where status = 'IN_PROGRESS' and \
-         locked_until <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) as stale_in_progress, (select \
-         coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) from \
-         idempotency_records where status = 'IN_PROGRESS' and locked_until <= \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) as oldest_stale_in_progress_secs, (select count(*) \
-         from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as unknown, (select \
-         coalesce((julianday('now') - julianday(min(created_at))) * 86400.0, 0.0) from \
-         idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY') as oldest_unknown_secs, \
-         (select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' and \
-         recovery_attempts >= $1) as needs_operator";
     const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
          r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
          r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
@@ -275,12 +260,6 @@ impl MetricsStatements for Sqlite {
 }
 
 impl OperatorStatements for Sqlite {
-    const CREATE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3) on conflict \
-         (id_hash) do nothing";
-    const SAVE_SESSION: &'static str = "insert into operator_sessions (id_hash, data, expires_at) values ($1, $2, $3) on conflict \
-         (id_hash) do update set data = excluded.data, expires_at = excluded.expires_at";
-    const AUDIT_PAGE: &'static str = "select id, at, actor, action, target, reason, result, details from audit_log where (at, \
-         id) < ($1, $2) order by at desc, id desc limit $3";
     const DELETE_EXPIRED_SESSIONS: &'static str = "delete from operator_sessions where rowid in (select rowid from operator_sessions where \
          expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') limit $1)";
 }

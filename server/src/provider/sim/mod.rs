@@ -18,6 +18,8 @@
 //! a refund (same key) returns the recorded one, as a real provider does.
 //! Everything else succeeds unless a queued fault says otherwise.
 
+mod control;
+
 use super::{Charge, ChargeRequest, ChargeStatus, ProviderRefund, RefundRequest};
 use crate::supervisor::Worker;
 use axum::extract::{Query, State};
@@ -25,6 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use control::{clear_faults, faults, list_charges, list_refunds, queue_fault, release_late_charges, settle};
 use domain::money::{Amount, Currency};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -600,35 +603,6 @@ fn public_charge(charge: &SimCharge) -> Charge {
     }
 }
 
-/// `POST /_sim/settle`: settles every succeeded charge (or the one with `reference`).
-async fn settle(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
-    #[derive(Deserialize)]
-    struct Settle {
-        #[serde(default)]
-        reference: Option<String>,
-    }
-    let settle: Settle = if body.is_empty() {
-        Settle { reference: None }
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(settle) => settle,
-            Err(problem) => return error(StatusCode::BAD_REQUEST, "invalid_settle", &problem.to_string()),
-        }
-    };
-    let mut settled = 0;
-    for charge in sim.ledger().charges.values_mut() {
-        let chosen = settle
-            .reference
-            .as_deref()
-            .is_none_or(|reference| reference == charge.reference);
-        if chosen && charge.status == ChargeStatus::Succeeded && !charge.settled {
-            charge.settled = true;
-            settled += 1;
-        }
-    }
-    Json(serde_json::json!({ "settled": settled })).into_response()
-}
-
 #[derive(Deserialize)]
 struct FindByKey {
     idempotency_key: String,
@@ -674,58 +648,4 @@ async fn find_refund(State(sim): State<Simulator>, Query(query): Query<FindByKey
         .get(&query.idempotency_key)
         .map(|refund| (refund.reference.clone(), public_refund(refund)));
     look_up(&sim, found)
-}
-
-async fn queue_fault(State(sim): State<Simulator>, body: axum::body::Bytes) -> Response {
-    match serde_json::from_slice::<FaultRequest>(&body) {
-        Ok(fault)
-            if match fault.rate {
-                Some(rate) => fault.count == 0 && rate > 0.0 && rate <= 1.0,
-                None => fault.count > 0,
-            } =>
-        {
-            sim.ledger().faults.push(fault.clone());
-            (StatusCode::CREATED, Json(fault)).into_response()
-        }
-        Ok(_) => error(
-            StatusCode::BAD_REQUEST,
-            "invalid_fault",
-            "give either count (at least 1) or rate (above 0, at most 1).",
-        ),
-        Err(problem) => error(StatusCode::BAD_REQUEST, "invalid_fault", &problem.to_string()),
-    }
-}
-
-/// `GET /_sim/faults`: the faults queued or standing, and how many calls met one so far.
-async fn faults(State(sim): State<Simulator>) -> Json<serde_json::Value> {
-    let ledger = sim.ledger();
-    Json(serde_json::json!({ "queued": ledger.faults, "applied": ledger.faults_applied }))
-}
-
-async fn clear_faults(State(sim): State<Simulator>) -> StatusCode {
-    sim.ledger().faults.clear();
-    StatusCode::NO_CONTENT
-}
-
-/// `POST /_sim/late-charges`: records every late charge held so far (`accept_late` with
-/// `held`); how many.
-async fn release_late_charges(State(sim): State<Simulator>) -> Json<serde_json::Value> {
-    let held = std::mem::take(&mut sim.ledger().held_late);
-    let released = held.len();
-    for late in held {
-        late(&sim);
-    }
-    Json(serde_json::json!({ "released": released }))
-}
-
-async fn list_charges(State(sim): State<Simulator>) -> Json<SimCharges> {
-    Json(SimCharges {
-        charges: sim.ledger().charges.values().cloned().collect(),
-    })
-}
-
-async fn list_refunds(State(sim): State<Simulator>) -> Json<SimRefunds> {
-    Json(SimRefunds {
-        refunds: sim.ledger().refunds.values().cloned().collect(),
-    })
 }

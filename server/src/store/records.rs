@@ -305,10 +305,37 @@ pub(super) async fn bind_error_in<D: Dialect + RecordStatements>(
     insert_response_in(tx, scope, response).await
 }
 
-/// Settles a claimed record (`record_status`: COMPLETED or FAILED_REPLAYABLE) with its
-/// response and the provider's reference, inside `tx`, fenced by `lease_version`: the fence
-/// comes first, so an owner that lost its lease writes nothing at all (`false`).
-pub(super) async fn settle_record_in<D: Dialect + RecordStatements>(
+/// An owner's completion transaction, begun with its record settled (`record_status`:
+/// COMPLETED or FAILED_REPLAYABLE) with its response and the provider's reference, fenced by
+/// `lease_version`, for the operation to write its own outcome in; `None` when the owner lost
+/// its lease: the fence comes first, so nothing at all was written.
+pub(super) async fn begin_settled<D: Dialect + RecordStatements>(
+    store: &SqlStore<D>,
+    scope: &Scope,
+    lease_version: i64,
+    record_status: &str,
+    response: &StoredResponse,
+    provider_reference: &str,
+) -> Result<Option<Transaction<'static, D>>, StoreError> {
+    let mut tx = store.begin().await?;
+    if settle_record_in(
+        &mut tx,
+        scope,
+        lease_version,
+        record_status,
+        response,
+        provider_reference,
+    )
+    .await?
+    {
+        Ok(Some(tx))
+    } else {
+        tx.rollback().await?;
+        Ok(None)
+    }
+}
+
+async fn settle_record_in<D: Dialect + RecordStatements>(
     tx: &mut Transaction<'static, D>,
     scope: &Scope,
     lease_version: i64,

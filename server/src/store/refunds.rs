@@ -7,7 +7,7 @@ use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use super::operators::insert_audit;
 use super::payments::{PaymentStatements, insert_event_in};
-use super::records::{RecordStatements, bind_error_in, claim_record_in, settle_record_in};
+use super::records::{RecordStatements, begin_settled, bind_error_in, claim_record_in};
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, RefundCompletion, Refusal, StoredResponse};
@@ -339,20 +339,18 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RefundStore for SqlStore
             RefundStatus::Succeeded => ("COMPLETED", "RefundSucceeded"),
             _ => ("FAILED_REPLAYABLE", "RefundFailed"),
         };
-        let mut tx = self.begin().await?;
-        let settled = settle_record_in(
-            &mut tx,
+        let Some(mut tx) = begin_settled(
+            self,
             scope,
             lease_version,
             record_status,
             &completion.response,
             &completion.provider_refund_id,
         )
-        .await?;
-        if !settled {
-            tx.rollback().await?;
+        .await?
+        else {
             return Ok(false);
-        }
+        };
         let refund: Option<SettledRefund> = sqlx::query_as(D::sql(SETTLE_REFUND))
             .bind(completion.status.as_str())
             .bind(completion.provider_refund_id.as_str())

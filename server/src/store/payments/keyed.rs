@@ -13,7 +13,7 @@ use crate::store::dialect::{Dialect, RowsAffected, SqlStore};
 use crate::store::error::StoreError;
 use crate::store::operators::insert_audit;
 use crate::store::records::{
-    RELEASE_RECORD, RecordStatements, bind_claim, bind_error_in, claim_record_in, settle_record_in,
+    RELEASE_RECORD, RecordStatements, begin_settled, bind_claim, bind_error_in, claim_record_in,
 };
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
@@ -293,20 +293,18 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
                 .complete_payment_at_once(statement, scope, lease_version, record_status, completion)
                 .await;
         }
-        let mut tx = self.begin().await?;
-        let settled = settle_record_in(
-            &mut tx,
+        let Some(mut tx) = begin_settled(
+            self,
             scope,
             lease_version,
             record_status,
             &completion.response,
             &completion.provider_charge_id,
         )
-        .await?;
-        if !settled {
-            tx.rollback().await?;
+        .await?
+        else {
             return Ok(false);
-        }
+        };
         settle_payment_in(&mut tx, completion).await?;
         if let Some(audit) = &completion.audit {
             insert_audit(&mut tx, audit).await?;

@@ -2,14 +2,11 @@
 //! store and the provider, the HTTP router (payments API and console), and the background
 //! workers under their supervisor. `serve` and every in-process test build it the same way.
 
-use crate::auth::source::Sources;
-use crate::bounds::Bounds;
 use crate::cli::ServeArgs;
 use crate::console::refusals::SignInRefusals;
-use crate::console::router::ConsoleSettings;
 use crate::console::{self, StoreConsole};
 use crate::engine::sealing::{ResponseSealer, SealingError};
-use crate::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
+use crate::engine::{EngineParts, PaymentsEngine};
 use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
 use crate::events::nats::{NatsJetStream, NatsSettings};
 use crate::events::publisher::{Publisher, PublisherSettings};
@@ -27,7 +24,6 @@ use crate::supervisor::{Every, Supervisor};
 use crate::workers::recovery::{Recovery, RecoverySettings};
 use crate::workers::retention::{Cleanup, CleanupSettings};
 use axum::Router;
-use domain::expiry::ExpiryPolicy;
 use domain::scope::Operation;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -35,6 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use strum::VariantArray;
 use tokio::net::TcpListener;
+
+mod settings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -112,15 +110,7 @@ impl Application {
         data_dir: &Path,
         args: ServeArgs,
     ) -> Result<Application, ServeError> {
-        // An owner still waiting for the provider must never look dead to a retry or the worker.
-        for lease_secs in [args.lease_secs, args.refund_lease_secs] {
-            if lease_secs.saturating_mul(1000) <= args.provider_timeout_ms {
-                return Err(ServeError::Config(format!(
-                    "the in-progress lease ({lease_secs} s) must be longer than the provider timeout ({} ms)",
-                    args.provider_timeout_ms
-                )));
-            }
-        }
+        settings::check(&args)?;
         let address = listeners.api.local_addr().map_err(ServeError::Server)?;
         let metrics_address = listeners.metrics.local_addr().map_err(ServeError::Server)?;
         let mut workers = Supervisor::default();
@@ -142,27 +132,7 @@ impl Application {
         .map_err(|error| ServeError::Provider(error.to_string()))?;
         let sealer = Arc::new(sealer(&args, store.dialect(), data_dir)?);
         let retention = Duration::from_secs(args.retention_secs);
-        let engine_settings = EngineSettings {
-            create_payment: OperationSettings {
-                lease: Duration::from_secs(args.lease_secs),
-                expiry: ExpiryPolicy {
-                    window: Duration::from_secs(args.window_secs),
-                    after_expiry: args.after_expiry,
-                    retention,
-                },
-            },
-            create_refund: OperationSettings {
-                lease: Duration::from_secs(args.refund_lease_secs),
-                expiry: ExpiryPolicy {
-                    window: Duration::from_secs(args.refund_window_secs),
-                    after_expiry: args.refund_after_expiry,
-                    retention,
-                },
-            },
-            instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
-            answer_cache_bytes: args.answer_cache_bytes,
-            fingerprint_version: args.fingerprint_version,
-        };
+        let engine_settings = settings::engine(&args, retention);
         let instance = Instance {
             id: engine_settings.instance_id.clone(),
             heartbeat: Duration::from_millis(args.instance_heartbeat_ms.max(10)),
@@ -221,13 +191,7 @@ impl Application {
         spawn_jobs(&mut workers, &args, &store, &engine, &console, &flushers);
         spawn_heartbeat(&mut workers, &store, &sealer, &instance);
         spawn_events(&mut workers, &args, &store, data_dir).await?;
-        let bounds = Bounds {
-            request_timeout: Duration::from_secs(args.request_timeout_secs),
-            body_limit_bytes: args.body_limit_bytes,
-        };
-        let sources = Sources {
-            trust_forwarded_for: args.trust_forwarded_for,
-        };
+        let (bounds, sources) = (settings::bounds(&args), settings::sources(&args));
         let api = http::api(
             AppState {
                 store: store.clone(),
@@ -239,14 +203,7 @@ impl Application {
             },
             &bounds,
         );
-        let console_settings = ConsoleSettings {
-            site_root: args.site_root.clone(),
-            site_addr: address,
-            secure_cookies: args.secure_cookies,
-            sources,
-            session_lifetime: Duration::from_secs(args.session_lifetime_secs),
-            bounds,
-        };
+        let console_settings = settings::console(&args, address);
         let console_router = console::router::router(
             StoreConsole::clone(&console),
             store.clone(),

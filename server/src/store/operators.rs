@@ -172,7 +172,7 @@ fn logged_audit_of(row: AuditRow) -> LoggedAudit {
     }
 }
 
-/// An operator's row, with `disabled` 0 or 1 ([`SELECT_OPERATOR`]).
+/// An operator's row, with `disabled` 0 or 1 (`select_operator!`).
 #[derive(sqlx::FromRow)]
 struct OperatorRow {
     id: String,
@@ -182,9 +182,17 @@ struct OperatorRow {
     disabled: i32,
 }
 
-/// `operators` as [`OperatorRow`]s; a `where` follows.
-const SELECT_OPERATOR: &str = "select id, username, password_hash, role, \
-     case when disabled_at is null then 0 else 1 end as disabled from operators";
+/// `operators` as [`OperatorRow`]s, a macro so that each look-up is one literal (the session
+/// layer reads the operator on every console request: no statement is formatted per call).
+macro_rules! select_operator {
+    ($filter:literal) => {
+        concat!(
+            "select id, username, password_hash, role, \
+             case when disabled_at is null then 0 else 1 end as disabled from operators where ",
+            $filter
+        )
+    };
+}
 
 fn operator_of(row: OperatorRow) -> Result<StoredOperator, StoreError> {
     Ok(StoredOperator {
@@ -229,9 +237,13 @@ pub(super) async fn insert_audit<D: Dialect>(
 }
 
 impl<D: Dialect> SqlStore<D> {
-    /// The operator whose `column` is `value`.
-    async fn operator_where(&self, column: &str, value: &str) -> Result<Option<StoredOperator>, StoreError> {
-        let row: Option<OperatorRow> = sqlx::query_as(&format!("{SELECT_OPERATOR} where {column} = $1"))
+    /// The operator `statement` (a `select_operator!`) finds by `value`.
+    async fn operator_where(
+        &self,
+        statement: &'static str,
+        value: &str,
+    ) -> Result<Option<StoredOperator>, StoreError> {
+        let row: Option<OperatorRow> = sqlx::query_as(statement)
             .bind(value)
             .fetch_optional(&self.pool)
             .await?;
@@ -313,11 +325,12 @@ impl<D: Dialect + OperatorStatements> OperatorStore for SqlStore<D> {
     }
 
     async fn operator_by_username(&self, username: &str) -> Result<Option<StoredOperator>, StoreError> {
-        self.operator_where("username", username).await
+        self.operator_where(select_operator!("username = $1"), username)
+            .await
     }
 
     async fn operator_by_id(&self, id: &str) -> Result<Option<StoredOperator>, StoreError> {
-        self.operator_where("id", id).await
+        self.operator_where(select_operator!("id = $1"), id).await
     }
 
     async fn list_operators(&self) -> Result<Vec<OperatorListing>, StoreError> {

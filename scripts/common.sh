@@ -16,7 +16,8 @@ export PATH="$IDEM_TOOLS/bin:$IDEM_TOOLS/npm/node_modules/.bin:$HOME/.cargo/bin:
 BINARYEN_VERSION="132.0.0"
 WASM_TARGET="wasm32-unknown-unknown"
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each stage's line carries the seconds since the script started, so a log shows what each stage cost.
+say() { printf '\033[1m==> [%4ds] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 
 # Runs a command as root: directly when we are root, through sudo otherwise.
 as_root() {

@@ -3,7 +3,7 @@
 //! function starts with [`require`], so a call is refused on the server whatever the page
 //! showed (hidden buttons are not security).
 
-use crate::dto::CurrentOperator;
+use crate::sign_in::model::CurrentOperator;
 use domain::operator::OperatorRole;
 use leptos::prelude::*;
 

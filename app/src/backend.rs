@@ -2,12 +2,18 @@
 //! crate implements and hands to Leptos through context. Keeping it here is what lets `app`
 //! render on the server without ever depending on sqlx or on `server`.
 
-use crate::dto::{
-    AdminChange, AdminOutcome, Administration, AuditEntryView, BulkJobView, BulkSelection, CurrentOperator,
-    Dashboard, DashboardRange, EventsOverview, GroupChoice, LateChargeRefundPreview, OverrideRequestView,
-    ReconcilePreview, ReconcileResult, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
-    RecoveryQueue, RedriveResult, RetryWindow, RevealedResponse,
+use crate::admin::model::{AdminChange, AdminOutcome, Administration};
+use crate::audit::model::AuditEntryView;
+use crate::dashboard::model::{Dashboard, DashboardRange, RetryWindow};
+use crate::events::model::{EventsOverview, RedriveResult};
+use crate::overrides::model::OverrideRequestView;
+use crate::reconcile::model::{ReconcilePreview, ReconcileResult};
+use crate::records::model::{
+    LateChargeRefundPreview, RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary,
+    RevealedResponse,
 };
+use crate::recovery::model::{BulkJobView, BulkSelection, GroupChoice, RecoveryQueue};
+use crate::sign_in::model::CurrentOperator;
 use domain::queue::QueueQuery;
 use domain::recovery::BulkControl;
 use domain::recovery::OverrideOutcome;
@@ -218,4 +224,14 @@ pub fn backend() -> Result<Arc<dyn ConsoleBackend>, ServerFnError> {
     use_context::<Backend>()
         .map(|Backend(backend)| backend)
         .ok_or_else(|| ServerFnError::new("console backend missing from the request context"))
+}
+
+/// A backend failure as the caller gets it: 400 for a request that cannot be carried out as
+/// asked (the message says why), 503 when the store is unavailable.
+pub(crate) fn failed(error: ConsoleError) -> leptos::prelude::ServerFnError {
+    let status = match error {
+        ConsoleError::Invalid(_) => http::StatusCode::BAD_REQUEST,
+        ConsoleError::StoreUnavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+    };
+    crate::auth::refused(status, error.to_string())
 }

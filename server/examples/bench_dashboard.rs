@@ -9,7 +9,7 @@
 //! never counts the records table.
 
 use app::backend::ConsoleReads;
-use app::dto::DashboardRange;
+use app::dashboard::model::DashboardRange;
 use domain::expiry::{AfterExpiry, ExpiryPolicy};
 use domain::fingerprint::FingerprintVersion;
 use idem::console::StoreConsole;

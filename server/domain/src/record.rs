@@ -62,8 +62,9 @@ impl ProgressStep {
 }
 
 /// How a claim came to own its record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[derive(EnumString, IntoStaticStr, VariantArray)]
+#[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum ClaimedAs {
     /// The key's first request.

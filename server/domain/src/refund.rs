@@ -159,8 +159,9 @@ impl CanonicalCommand for CreateRefund {
 }
 
 /// A refund's public status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[derive(EnumString, IntoStaticStr, VariantArray)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum RefundStatus {
     /// The provider's outcome is not known yet; counts against what remains refundable.

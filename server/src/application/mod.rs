@@ -7,22 +7,16 @@ use crate::console::refusals::SignInRefusals;
 use crate::console::{self, StoreConsole};
 use crate::engine::sealing::{ResponseSealer, SealingError};
 use crate::engine::{EngineParts, PaymentsEngine};
-use crate::events::consumers::{Consumer, Ledger, ReceiptSender, ReceiptSink, Receipts};
-use crate::events::nats::{NatsJetStream, NatsSettings};
-use crate::events::publisher::{Publisher, PublisherSettings};
-use crate::events::transport::{InProcess, Transport};
 use crate::http::api_keys::VerifiedKeys;
 use crate::http::rate_limit::ApiRateLimit;
 use crate::http::{self, AppState, SharedPort};
 use crate::metrics::journal::RequestJournal;
 use crate::metrics::prometheus::Exposition;
-use crate::metrics::{self, Buffered, OutcomeCounter};
+use crate::metrics::{self, OutcomeCounter};
 use crate::provider::client::ProviderClient;
 use crate::provider::sim::InProcessSimulator;
 use crate::store::{DialectName, Store, StoreError};
 use crate::supervisor::{Every, Supervisor};
-use crate::workers::recovery::{Recovery, RecoverySettings};
-use crate::workers::retention::{Cleanup, CleanupSettings};
 use axum::Router;
 use domain::scope::Operation;
 use std::net::SocketAddr;
@@ -32,7 +26,11 @@ use std::time::Duration;
 use strum::VariantArray;
 use tokio::net::TcpListener;
 
+mod jobs;
 mod settings;
+
+use jobs::Flushers;
+use settings::Settings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -55,13 +53,6 @@ pub enum ServeError {
 const MISSED_HEARTBEATS: u32 = 3;
 /// How often the metrics recorder's histogram samples are folded into their buckets.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
-/// How often refused sign-ins are summed up in the audit log (one entry per source).
-const REFUSALS_SUMMED_UP_EVERY: Duration = Duration::from_secs(60);
-/// How long after its release a payment's provider key is still asked about, for a charge
-/// that arrives after all.
-const RELEASE_WATCH: Duration = Duration::from_secs(24 * 3600);
-/// Payments the settlement and the release watch look at per pass.
-const JOB_BATCH: i64 = 100;
 /// How long workers get to finish their pass at shutdown.
 const WORKERS_GRACE: Duration = Duration::from_secs(10);
 
@@ -87,7 +78,7 @@ pub struct Application {
     workers: Supervisor,
     store: Arc<dyn Store>,
     /// Written once more after the workers stopped, so that nothing counted is lost.
-    flushers: Vec<Flusher>,
+    flushers: Flushers,
     sealer: Arc<ResponseSealer>,
     instance: Instance,
 }
@@ -110,11 +101,11 @@ impl Application {
         data_dir: &Path,
         args: ServeArgs,
     ) -> Result<Application, ServeError> {
-        settings::check(&args)?;
         let address = listeners.api.local_addr().map_err(ServeError::Server)?;
         let metrics_address = listeners.metrics.local_addr().map_err(ServeError::Server)?;
+        let settings = Settings::of(&args, data_dir, address)?;
         let mut workers = Supervisor::default();
-        let provider_url = match &args.provider_url {
+        let provider_url = match &settings.provider.url {
             Some(url) => url.clone(),
             None => {
                 let simulator = InProcessSimulator::bind().await.map_err(ServeError::Server)?;
@@ -126,17 +117,19 @@ impl Application {
         };
         let provider = ProviderClient::new(
             &provider_url,
-            Duration::from_secs(2),
-            Duration::from_millis(args.provider_timeout_ms),
+            settings.provider.connect_timeout,
+            settings.provider.timeout,
         )
         .map_err(|error| ServeError::Provider(error.to_string()))?;
-        let sealer = Arc::new(sealer(&args, store.dialect(), data_dir)?);
-        let retention = Duration::from_secs(args.retention_secs);
-        let engine_settings = settings::engine(&args, retention);
+        let sealer = Arc::new(sealer(
+            settings.response_keys.as_deref(),
+            store.dialect(),
+            data_dir,
+        )?);
         let instance = Instance {
-            id: engine_settings.instance_id.clone(),
-            heartbeat: Duration::from_millis(args.instance_heartbeat_ms.max(10)),
-            replay_horizon: engine_settings.longest_replay(),
+            id: settings.engine.instance_id.clone(),
+            heartbeat: settings.workers.heartbeat,
+            replay_horizon: settings.engine.longest_replay(),
         };
         sealer
             .join(
@@ -164,51 +157,49 @@ impl Application {
                 journal: journal.clone(),
                 sealer: sealer.clone(),
             },
-            engine_settings.clone(),
+            settings.engine.clone(),
         ));
         let console = Arc::new(StoreConsole::new(
             store.clone(),
             engine.clone(),
-            args.recovery_max_attempts,
-            Duration::from_millis(args.bulk_lease_ms),
+            settings.recovery_max_attempts,
+            settings.bulk_lease,
         ));
         let verified_keys = Arc::new(VerifiedKeys::default());
         let refusals = Arc::new(SignInRefusals::default());
-        let flushers = vec![
-            Flusher::new("outcome counts flusher", every(args.metrics_flush_ms), outcomes),
-            Flusher::new("request journal flusher", every(args.journal_flush_ms), journal),
-            Flusher::new(
-                "API key use flusher",
-                every(args.metrics_flush_ms),
-                verified_keys.clone(),
-            ),
-            Flusher::new(
-                "refused sign-ins summary",
-                REFUSALS_SUMMED_UP_EVERY,
-                refusals.clone(),
-            ),
-        ];
-        spawn_jobs(&mut workers, &args, &store, &engine, &console, &flushers);
-        spawn_heartbeat(&mut workers, &store, &sealer, &instance);
-        spawn_events(&mut workers, &args, &store, data_dir).await?;
-        let (bounds, sources) = (settings::bounds(&args), settings::sources(&args));
+        let flushers = Flushers::new(
+            &settings.workers.flush,
+            outcomes,
+            journal,
+            verified_keys.clone(),
+            refusals.clone(),
+        );
+        jobs::spawn_jobs(
+            &mut workers,
+            &settings.workers,
+            &store,
+            &engine,
+            &console,
+            &flushers,
+        );
+        jobs::spawn_heartbeat(&mut workers, &store, &sealer, &instance);
+        jobs::spawn_events(&mut workers, settings.events, &store, data_dir).await?;
         let api = http::api(
             AppState {
                 store: store.clone(),
                 engine,
-                rate_limit: Arc::new(ApiRateLimit::per_second(args.rate_limit_per_sec)),
+                rate_limit: Arc::new(ApiRateLimit::per_second(settings.api.rate_limit_per_sec)),
                 verified_keys,
                 failed_authentications: Arc::default(),
-                sources,
+                sources: settings.api.sources,
             },
-            &bounds,
+            &settings.api.bounds,
         );
-        let console_settings = settings::console(&args, address);
         let console_router = console::router::router(
             StoreConsole::clone(&console),
             store.clone(),
             refusals,
-            &console_settings,
+            &settings.console,
         );
         // The API and the console on one port, each request sent to the one it is meant for, or
         // each on its own (`--console-listen`); either way behind the same outermost layers.
@@ -235,16 +226,21 @@ impl Application {
                 |recorder| async move { recorder.run_upkeep() },
             ));
         }
-        let exposition = Exposition::new(recorder, store.clone(), retention, args.recovery_max_attempts);
+        let exposition = Exposition::new(
+            recorder,
+            store.clone(),
+            settings.retention,
+            settings.recovery_max_attempts,
+        );
         crate::provider::client::register_metrics();
         crate::workers::recovery::register_metrics();
         crate::engine::background::register_metrics();
         crate::console::refusals::register_metrics();
         crate::engine::final_answers::register_metrics();
         for operation in Operation::VARIANTS {
-            metrics::register_window(*operation, engine_settings.of(*operation).expiry.window);
+            metrics::register_window(*operation, settings.engine.of(*operation).expiry.window);
         }
-        let metrics_router = http::metrics_router(Arc::new(exposition), &bounds);
+        let metrics_router = http::metrics_router(Arc::new(exposition), &settings.api.bounds);
         Ok(Application {
             listeners,
             address,
@@ -307,9 +303,7 @@ impl Application {
         metrics.abort();
         tracing::info!("in-flight requests finished; stopping the workers");
         self.workers.shutdown(WORKERS_GRACE).await;
-        for flusher in &self.flushers {
-            flusher.buffer.flush(self.store.as_ref()).await;
-        }
+        self.flushers.flush_all(self.store.as_ref()).await;
         if let Err(error) = self.sealer.leave(self.store.as_ref(), &self.instance.id).await {
             tracing::warn!(%error, "this instance stays registered until its heartbeat ages");
         }
@@ -318,126 +312,14 @@ impl Application {
     }
 }
 
-/// What is kept in memory and written in batches, with its own schedule.
-struct Flusher {
-    name: &'static str,
-    every: Duration,
-    buffer: Arc<dyn Buffered>,
-}
-
-impl Flusher {
-    fn new(name: &'static str, every: Duration, buffer: Arc<dyn Buffered>) -> Flusher {
-        Flusher { name, every, buffer }
-    }
-}
-
-/// A job's interval from its setting (10 ms at least).
-fn every(millis: u64) -> Duration {
-    Duration::from_millis(millis.max(10))
-}
-
-/// Every job but the events', each on its own schedule.
-fn spawn_jobs(
-    workers: &mut Supervisor,
-    args: &ServeArgs,
-    store: &Arc<dyn Store>,
-    engine: &Arc<PaymentsEngine>,
-    console: &Arc<StoreConsole>,
-    flushers: &[Flusher],
-) {
-    for flusher in flushers {
-        let store = store.clone();
-        workers.spawn(Every::new(
-            flusher.name,
-            flusher.every,
-            flusher.buffer.clone(),
-            move |buffer| {
-                let store = store.clone();
-                async move { buffer.flush(store.as_ref()).await }
-            },
-        ));
-    }
-    let recovery = Arc::new(Recovery {
-        engine: engine.clone(),
-        records: store.clone(),
-        payments: store.clone(),
-        settings: RecoverySettings {
-            max_attempts: args.recovery_max_attempts,
-            batch: 50,
-        },
-    });
-    workers.spawn(Every::new(
-        "recovery",
-        every(args.recovery_interval_ms),
-        recovery,
-        |recovery| async move {
-            recovery.run_once().await;
-        },
-    ));
-    // A payment is looked at again only after an interval.
-    let settle = every(args.settlement_interval_ms);
-    workers.spawn(Every::new(
-        "settlement",
-        settle,
-        engine.clone(),
-        move |engine| async move {
-            engine.settle_pending(settle, JOB_BATCH).await;
-        },
-    ));
-    workers.spawn(Every::new(
-        "release watch",
-        settle,
-        engine.clone(),
-        move |engine| async move {
-            engine.watch_released(RELEASE_WATCH, settle, JOB_BATCH).await;
-        },
-    ));
-    // Expired console sessions and undecided override requests are swept as often as
-    // expired records.
-    let sweep = every(args.cleanup_interval_ms);
-    let cleanup = Arc::new(Cleanup::new(
-        store.clone(),
-        CleanupSettings {
-            retention: Duration::from_secs(args.retention_secs),
-            journal_retention: engine.settings().longest_memory(),
-            max_batch: args.cleanup_batch,
-            batch_bound: every(args.cleanup_batch_bound_ms),
-            pause: Duration::from_millis(20),
-        },
-    ));
-    workers.spawn(Every::new("retention", sweep, cleanup, |cleanup| async move {
-        cleanup.pass().await;
-    }));
-    workers.spawn(Every::new(
-        "session expiry",
-        sweep,
-        console.clone(),
-        |console| async move {
-            console.delete_expired_sessions().await;
-        },
-    ));
-    workers.spawn(Every::new(
-        "override expiry",
-        sweep,
-        console.clone(),
-        |console| async move {
-            console.expire_override_requests().await;
-        },
-    ));
-    workers.spawn(Every::new(
-        "bulk resumer",
-        every(args.bulk_resume_interval_ms),
-        console.clone(),
-        |console| async move {
-            console.resume_bulk_jobs().await;
-        },
-    ));
-}
-
 /// The keys that seal stored responses: configured, or (for the embedded database only)
 /// generated into the data directory on first run.
-fn sealer(args: &ServeArgs, dialect: DialectName, data_dir: &Path) -> Result<ResponseSealer, ServeError> {
-    match (&args.response_keys, dialect) {
+fn sealer(
+    response_keys: Option<&str>,
+    dialect: DialectName,
+    data_dir: &Path,
+) -> Result<ResponseSealer, ServeError> {
+    match (response_keys, dialect) {
         (Some(spec), _) => ResponseSealer::from_spec(spec),
         // A key generated into one instance's data directory would leave every other
         // instance (and this one, once its disk is replaced) unable to replay.
@@ -451,108 +333,4 @@ fn sealer(args: &ServeArgs, dialect: DialectName, data_dir: &Path) -> Result<Res
         (None, DialectName::Sqlite) => ResponseSealer::load_or_create(data_dir),
     }
     .map_err(|error| ServeError::Config(error.to_string()))
-}
-
-/// The instance's registration and its check of the response keys in use, every heartbeat.
-fn spawn_heartbeat(
-    workers: &mut Supervisor,
-    store: &Arc<dyn Store>,
-    sealer: &Arc<ResponseSealer>,
-    instance: &Instance,
-) {
-    let store = store.clone();
-    let instance = instance.clone();
-    workers.spawn(Every::new(
-        "instance heartbeat",
-        instance.heartbeat,
-        sealer.clone(),
-        move |sealer| {
-            let store = store.clone();
-            let instance = instance.clone();
-            async move {
-                if let Err(error) = sealer
-                    .heartbeat(store.as_ref(), &instance.id, instance.replay_horizon)
-                    .await
-                {
-                    tracing::warn!(%error, "instance heartbeat not written");
-                }
-            }
-        },
-    ));
-}
-
-/// The outbox publisher over the transport (NATS JetStream, or in-process delivery), the
-/// consumers behind it, and the receipt sender.
-async fn spawn_events(
-    workers: &mut Supervisor,
-    args: &ServeArgs,
-    store: &Arc<dyn Store>,
-    data_dir: &Path,
-) -> Result<(), ServeError> {
-    let consumers: Vec<Arc<dyn Consumer>> = vec![
-        Arc::new(Ledger::new(store.clone())),
-        Arc::new(Receipts::new(store.clone())),
-    ];
-    let transport: Arc<dyn Transport> = match &args.nats_url {
-        Some(url) => {
-            let nats = NatsJetStream::connect(NatsSettings {
-                url: url.clone(),
-                stream: args.nats_stream.clone(),
-                subject_prefix: args.nats_subject_prefix.clone(),
-                ack_wait: Duration::from_secs(args.nats_ack_wait_secs.max(1)),
-            })
-            .await
-            .map_err(|error| ServeError::Config(error.to_string()))?;
-            for consumer in consumers {
-                let worker = nats
-                    .consumer(consumer)
-                    .await
-                    .map_err(|error| ServeError::Config(error.to_string()))?;
-                workers.spawn(Arc::new(worker));
-            }
-            tracing::info!("events go through NATS JetStream");
-            Arc::new(nats)
-        }
-        None => Arc::new(InProcess::new(consumers)),
-    };
-    let interval = Duration::from_millis(args.outbox_interval_ms.max(10));
-    let publisher = Arc::new(Publisher::new(
-        store.clone(),
-        transport,
-        PublisherSettings {
-            batch: 50,
-            claim: Duration::from_secs(args.outbox_claim_secs.max(1)),
-            max_attempts: args.outbox_max_attempts,
-        },
-    ));
-    workers.spawn(Every::new(
-        "outbox publisher",
-        interval,
-        publisher,
-        |publisher| async move {
-            publisher.run_once().await;
-        },
-    ));
-    crate::files::create_private_dir(data_dir)
-        .map_err(|error| ServeError::Config(format!("data directory: {error}")))?;
-    let sink = match (&args.smtp_url, &args.smtp_to) {
-        (Some(url), Some(to)) => ReceiptSink::smtp(url, &args.smtp_from, to).map_err(ServeError::Config)?,
-        _ => ReceiptSink::File(
-            args.receipts_sink
-                .clone()
-                .unwrap_or_else(|| data_dir.join("receipts.jsonl")),
-        ),
-    };
-    let sender = Arc::new(ReceiptSender::new(store.clone(), sink));
-    workers.spawn(Every::new(
-        "receipt sender",
-        interval,
-        sender,
-        |sender| async move {
-            if let Err(error) = sender.send_pending(100).await {
-                tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
-            }
-        },
-    ));
-    Ok(())
 }

@@ -12,7 +12,7 @@ use crate::auth::source::Sources;
 use crate::store::Store;
 use crate::store::operators::StoredOperator;
 use app::auth::SERVER_FUNCTIONS_PREFIX;
-use app::dto::CurrentOperator;
+use app::sign_in::model::CurrentOperator;
 use axum::extract::{ConnectInfo, Form, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;

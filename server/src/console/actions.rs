@@ -8,10 +8,12 @@ use crate::engine::Reconciled;
 use crate::store::StoreError;
 use crate::store::approvals::NewOverrideRequest;
 use app::backend::{ConsoleActions, ConsoleError};
-use app::dto::{
-    BulkJobView, BulkSelection, CurrentOperator, GroupChoice, LateChargeRefundPreview, OverrideRequestView,
-    ReconcileResult, RecordRef, RedriveResult, RevealedResponse,
-};
+use app::events::model::RedriveResult;
+use app::overrides::model::OverrideRequestView;
+use app::reconcile::model::ReconcileResult;
+use app::records::model::{LateChargeRefundPreview, RecordRef, RevealedResponse};
+use app::recovery::model::{BulkJobView, BulkSelection, GroupChoice};
+use app::sign_in::model::CurrentOperator;
 use domain::operator::{AuditEntry, OperatorRole};
 use domain::recovery::{BulkControl, OverrideOutcome, OverrideState, ReconcileAction};
 use std::time::Duration;

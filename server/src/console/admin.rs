@@ -4,10 +4,9 @@
 use super::{StoreConsole, unavailable};
 use crate::admin::{self, AdminError};
 use crate::store::rfc3339_millis as at;
+use app::admin::model::{AdminChange, AdminOutcome, Administration, ApiKeyView, OperatorView, TenantView};
 use app::backend::{ConsoleAdmin, ConsoleError};
-use app::dto::{
-    AdminChange, AdminOutcome, Administration, ApiKeyView, CurrentOperator, OperatorView, TenantView,
-};
+use app::sign_in::model::CurrentOperator;
 use domain::tenant::TenantId;
 
 /// An administrative failure as the admin sees it: what was refused and why, or "try again".

@@ -2,7 +2,7 @@
 //! field (`amount 10.00 -> 100.00`). Both are canonical JSON (docs/fingerprint.md), so equal
 //! fields are equal text.
 
-use app::dto::FieldChange;
+use app::records::model::FieldChange;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 use super::{StoreConsole, views};
 use crate::store::StoreError;
 use crate::store::console::RecordQuery;
-use app::dto::RecordFilter;
+use app::records::model::RecordFilter;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -116,7 +116,7 @@ impl StoreConsole {
                     row.record.operation,
                     row.record.key,
                     row.status.as_str().to_owned(),
-                    row.step,
+                    row.step.as_str().to_owned(),
                     row.amount.unwrap_or_default(),
                     row.currency.unwrap_or_default(),
                     row.merchant_reference.unwrap_or_default(),

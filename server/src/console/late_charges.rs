@@ -8,7 +8,9 @@
 use super::{StoreConsole, checked_reason, scope_of, unavailable};
 use crate::engine::{Answer, CreateRefundRequest, Reply};
 use app::backend::ConsoleError;
-use app::dto::{CurrentOperator, LateChargeRefundPreview, ReconcileResult, RecordRef};
+use app::reconcile::model::ReconcileResult;
+use app::records::model::{LateChargeRefundPreview, RecordRef};
+use app::sign_in::model::CurrentOperator;
 use domain::key::IdempotencyKey;
 use domain::money::Amount;
 use domain::operator::AuditEntry;

@@ -25,7 +25,7 @@ pub use actions::OVERRIDE_DECISION_WINDOW;
 use crate::engine::PaymentsEngine;
 use crate::store::{Store, StoreError};
 use app::backend::ConsoleError;
-use app::dto::RecordRef;
+use app::records::model::RecordRef;
 use domain::key::IdempotencyKey;
 use domain::operator::AuditEntry;
 use domain::record::RecordAt;

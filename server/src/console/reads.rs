@@ -4,12 +4,16 @@
 use super::{StoreConsole, scope_of, unavailable, views};
 use crate::events::consumers::{LEDGER, RECEIPTS};
 use crate::store::console::COMPARED_WINDOWS;
+use app::audit::model::AuditEntryView;
 use app::backend::{ConsoleError, ConsoleReads};
-use app::dto::{
-    AuditEntryView, BulkJobView, ConsumerLag, Dashboard, DashboardRange, EventsOverview, LiveGauges,
-    OverrideRequestView, ReconcileOption, ReconcilePreview, RecordDetail, RecordFilter, RecordPage,
-    RecordRef, RecordSummary, RecoveryQueue, RetryWindow, Series, TenantOption, WindowFit,
+use app::dashboard::model::{
+    Dashboard, DashboardRange, LiveGauges, RetryWindow, Series, TenantOption, WindowFit,
 };
+use app::events::model::{ConsumerLag, EventsOverview};
+use app::overrides::model::OverrideRequestView;
+use app::reconcile::model::{ReconcileOption, ReconcilePreview};
+use app::records::model::{RecordDetail, RecordFilter, RecordPage, RecordRef, RecordSummary};
+use app::recovery::model::{BulkJobView, RecoveryQueue};
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::cursor::AuditCursor;
 use domain::outcome::Outcome;
@@ -86,7 +90,7 @@ impl ConsoleReads for StoreConsole {
                     }
                 }
                 Series {
-                    outcome: outcome.as_str().to_owned(),
+                    outcome: *outcome,
                     total: values.iter().sum(),
                     points: values,
                 }
@@ -176,7 +180,7 @@ impl ConsoleReads for StoreConsole {
             windows.sort_by_key(|fit| (fit.window_secs, !fit.current));
             windows.dedup_by_key(|fit| fit.window_secs);
             shown.push(RetryWindow {
-                operation: operation.as_str().to_owned(),
+                operation: *operation,
                 window_secs: current.as_secs(),
                 retries: row.map_or(0, |row| count(row.retries)),
                 quantile_secs: row.map_or([0.0; 4], |row| row.quantiles_ms.map(seconds)),

@@ -6,7 +6,8 @@
 use super::dialect::{Dialect, SqlStore};
 use super::error::StoreError;
 use super::operators::insert_audit;
-use super::payments::{PaymentStatements, insert_event_in};
+use super::payments::PaymentStatements;
+use super::payments::local::insert_event_in;
 use super::records::{RecordStatements, begin_settled, bind_error_in, claim_record_in};
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;

@@ -307,3 +307,71 @@ fn http_imports_nothing_of_the_console() {
         imports["application"]
     );
 }
+
+/// The console's app is cut by feature: every server function sits in its page's `api.rs`,
+/// and every view model the server sends (a `Serialize` type) in its page's `model.rs`.
+#[test]
+fn the_console_app_is_organised_by_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../app/src");
+    let mut server_functions = 0;
+    let mut view_models = 0;
+    for file in sources(&root) {
+        let relative = file.strip_prefix(&root).expect("below app/src");
+        let name = relative
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        let in_a_page = relative.components().count() == 2;
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let functions = text.matches("#[server(").count();
+        let models = text.matches("Serialize, Deserialize)]").count();
+        if functions > 0 {
+            assert!(
+                in_a_page && name == "api.rs",
+                "{relative:?} declares server functions"
+            );
+        }
+        if models > 0 {
+            assert!(
+                in_a_page && name == "model.rs",
+                "{relative:?} declares view models"
+            );
+        }
+        server_functions += functions;
+        view_models += models;
+    }
+    assert!(server_functions > 20 && view_models > 40, "the app is read");
+}
+
+/// A page matches on the domain's states, never on their stored names: no console source
+/// spells an operation, a record status, a progress step, a claim or an outcome as a string.
+#[test]
+fn the_console_app_speaks_in_domain_states_not_strings() {
+    use domain::outcome::Outcome;
+    use domain::record::{ClaimedAs, ProgressStep, RecordStatus};
+    use domain::scope::Operation;
+    use strum::VariantArray;
+    let names: Vec<&'static str> = Operation::VARIANTS
+        .iter()
+        .map(|variant| variant.as_str())
+        .chain(RecordStatus::VARIANTS.iter().map(|variant| variant.as_str()))
+        .chain(ProgressStep::VARIANTS.iter().map(|variant| variant.as_str()))
+        .chain(ClaimedAs::VARIANTS.iter().map(|variant| <&str>::from(*variant)))
+        .chain(Outcome::VARIANTS.iter().map(|variant| variant.as_str()))
+        .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../app/src");
+    let files = sources(&root);
+    assert!(files.len() > 20, "the app is read");
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        // A one-word lower-case name ("new", "replay", "takeover") is also an English word a
+        // page may write; the names of more than one word are the domain's alone.
+        for name in names
+            .iter()
+            .filter(|name| name.contains('_') || name.chars().any(char::is_uppercase))
+        {
+            let quoted = format!("\"{name}\"");
+            assert!(!text.contains(&quoted), "{file:?} spells {quoted}");
+        }
+    }
+}

@@ -1,9 +1,9 @@
 //! The console's security matrix: every server function, called with valid arguments, without
 //! a session, from another origin, and as every role. The role each needs is read from
-//! `app/src/api.rs` itself, so a new server function without a row here fails this test, and
+//! every page's `app/src/<page>/api.rs` itself, so a new server function without a row here fails this test, and
 //! so does one whose role check is missing.
 
-use crate::support::{Console, TestApp};
+use crate::support::{Console, TestApp, server_function_sources};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -135,7 +135,7 @@ fn calls() -> BTreeMap<&'static str, Arguments> {
 
 /// Each server function's endpoint and the role its first line requires, from the source.
 fn required_roles() -> BTreeMap<String, OperatorRole> {
-    let source = include_str!("../../../app/src/api.rs");
+    let source = server_function_sources();
     let mut roles = BTreeMap::new();
     for declared in source.split("#[server(endpoint = \"").skip(1) {
         let endpoint = declared.split('"').next().expect("an endpoint");

@@ -75,8 +75,7 @@ fn the_reliability_document_cites_only_tests_that_exist() {
     assert!(missing.is_empty(), "docs/reliability.md cites {missing:#?}");
 
     // Its counts of what the matrix walks are today's.
-    let server_functions = std::fs::read_to_string(root.join("app/src/api.rs"))
-        .expect("api.rs")
+    let server_functions = crate::support::server_function_sources()
         .matches("#[server(endpoint = ")
         .count();
     let sentence = format!("each of the console's {server_functions} server functions");

@@ -1,7 +1,7 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
 use crate::support::{DialectName, TestApp, TestDatabase, conformance, expect_error};
-use app::dto::Dashboard;
+use app::dashboard::model::Dashboard;
 use domain::operator::OperatorRole;
 use reqwest::Method;
 use serde_json::Value;
@@ -75,7 +75,7 @@ async fn the_dashboard_reads_outcome_buckets_and_live_gauges(db: TestDatabase) {
         dashboard
             .series
             .iter()
-            .find(|series| series.outcome == outcome)
+            .find(|series| series.outcome.as_str() == outcome)
             .expect("series")
             .total
     };

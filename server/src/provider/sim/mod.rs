@@ -18,22 +18,45 @@
 //! a refund (same key) returns the recorded one, as a real provider does.
 //! Everything else succeeds unless a queued fault says otherwise.
 
+use crate::provider::sim::charges::create_charge;
+use crate::provider::sim::charges::find_charge;
+use crate::provider::sim::refunds::create_refund;
+use crate::provider::sim::refunds::find_refund;
+mod charges;
+
+pub use charges::{SimCharge, SimCharges};
 mod control;
 
-use super::{Charge, ChargeRequest, ChargeStatus, ProviderRefund, RefundRequest};
+mod refunds;
+
+pub use refunds::{SimRefund, SimRefunds};
+
+use super::{ChargeRequest, RefundRequest};
+
 use crate::supervisor::Worker;
-use axum::extract::{Query, State};
+
 use axum::http::{HeaderMap, StatusCode};
+
 use axum::response::{IntoResponse, Response};
+
 use axum::routing::{get, post};
+
 use axum::{Json, Router};
+
 use control::{clear_faults, faults, list_charges, list_refunds, queue_fault, release_late_charges, settle};
+
 use domain::money::{Amount, Currency};
+
 use serde::{Deserialize, Serialize};
+
 use serde_json::json;
+
 use std::collections::{BTreeMap, BTreeSet};
+
 use std::sync::{Arc, Mutex, MutexGuard};
+
 use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
 /// How long a `drop_response_after_accept` call is held before the connection is closed: far
@@ -73,49 +96,6 @@ pub struct FaultRequest {
     /// `accept_late` only: hold the late charge until `POST /_sim/late-charges`.
     #[serde(default)]
     pub held: bool,
-}
-
-/// One charge as `GET /_sim/charges` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SimCharge {
-    pub charge_id: String,
-    pub idempotency_key: String,
-    pub reference: String,
-    pub amount: String,
-    pub currency: String,
-    pub status: ChargeStatus,
-    /// How many `POST /v1/charges` arrived with this key.
-    pub create_calls: u32,
-    /// Settled through `POST /_sim/settle`.
-    #[serde(default)]
-    pub settled: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimCharges {
-    pub charges: Vec<SimCharge>,
-}
-
-/// One refund as `GET /_sim/refunds` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SimRefund {
-    pub provider_refund_id: String,
-    pub idempotency_key: String,
-    pub charge_id: String,
-    /// The refund's id (`rf_…`).
-    pub reference: String,
-    pub amount: String,
-    pub currency: String,
-    pub status: ChargeStatus,
-    /// How many `POST /v1/refunds` arrived with this key.
-    pub create_calls: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SimRefunds {
-    pub refunds: Vec<SimRefund>,
 }
 
 /// A charge the provider takes late, recorded when it is run.
@@ -412,24 +392,6 @@ async fn create_call<T: Serialize>(
     }
 }
 
-async fn create_charge(
-    State(sim): State<Simulator>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (key, request, amount) = match read_create::<ChargeRequest>(&headers, &body) {
-        Ok(read) => read,
-        Err(refused) => return refused.into_response(),
-    };
-    let reference = request.reference.clone();
-    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
-        record_charge(sim, key, amount, request.reference, declined)
-            .map(|charge| public_charge(&charge))
-            .map_err(|KeyReused| NotRecorded::KeyReused)
-    })
-    .await
-}
-
 fn nothing_charged() -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -440,142 +402,6 @@ fn nothing_charged() -> Response {
 
 /// The idempotency key already names a charge for something else.
 struct KeyReused;
-
-/// Records a charge under its idempotency key, or counts one more call for the charge the key
-/// already has.
-fn record_charge(
-    sim: &Simulator,
-    key: String,
-    amount: Amount,
-    reference: String,
-    declined: bool,
-) -> Result<SimCharge, KeyReused> {
-    let mut ledger = sim.ledger();
-    if let Some(existing) = ledger.charges.get_mut(&key) {
-        existing.create_calls += 1;
-        let same_request = existing.amount == amount.to_string()
-            && existing.currency == amount.currency().code()
-            && existing.reference == reference;
-        if !same_request {
-            return Err(KeyReused);
-        }
-        return Ok(existing.clone());
-    }
-    ledger.next_charge += 1;
-    let charge = SimCharge {
-        charge_id: format!("ch_{:06}", ledger.next_charge),
-        idempotency_key: key.clone(),
-        reference,
-        amount: amount.to_string(),
-        currency: amount.currency().code().to_owned(),
-        status: if declined {
-            ChargeStatus::Declined
-        } else {
-            ChargeStatus::Succeeded
-        },
-        create_calls: 1,
-        settled: false,
-    };
-    ledger.charges.insert(key, charge.clone());
-    Ok(charge)
-}
-
-/// `POST /v1/refunds`: refunds part of a succeeded charge, at most what the charge has left
-/// (succeeded refunds count; declined ones do not).
-async fn create_refund(
-    State(sim): State<Simulator>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let (key, request, amount) = match read_create::<RefundRequest>(&headers, &body) {
-        Ok(read) => read,
-        Err(refused) => return refused.into_response(),
-    };
-    let reference = request.reference.clone();
-    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
-        record_refund(sim, key, amount, request, declined).map(|refund| public_refund(&refund))
-    })
-    .await
-}
-
-/// Records a refund under its idempotency key, or counts one more call for the refund the key
-/// already has.
-fn record_refund(
-    sim: &Simulator,
-    key: String,
-    amount: Amount,
-    request: RefundRequest,
-    declined: bool,
-) -> Result<SimRefund, NotRecorded> {
-    let mut ledger = sim.ledger();
-    if let Some(existing) = ledger.refunds.get_mut(&key) {
-        existing.create_calls += 1;
-        let same_request = existing.charge_id == request.charge_id
-            && existing.amount == amount.to_string()
-            && existing.currency == amount.currency().code()
-            && existing.reference == request.reference;
-        if !same_request {
-            return Err(NotRecorded::KeyReused);
-        }
-        return Ok(existing.clone());
-    }
-    let Some(charge) = ledger
-        .charges
-        .values()
-        .find(|charge| charge.charge_id == request.charge_id)
-    else {
-        return Err(NotRecorded::Refused(Refused {
-            status: StatusCode::NOT_FOUND,
-            code: "charge_not_found",
-            message: "No such charge.",
-        }));
-    };
-    let charged = amount_of(&charge.amount, &charge.currency)
-        .map(Amount::minor_units)
-        .unwrap_or_default();
-    let refunded: i64 = ledger
-        .refunds
-        .values()
-        .filter(|refund| refund.charge_id == request.charge_id && refund.status == ChargeStatus::Succeeded)
-        .filter_map(|refund| amount_of(&refund.amount, &refund.currency).ok())
-        .map(Amount::minor_units)
-        .sum();
-    if charge.status != ChargeStatus::Succeeded
-        || charge.currency != amount.currency().code()
-        || (!declined && refunded + amount.minor_units() > charged)
-    {
-        return Err(NotRecorded::Refused(Refused {
-            status: StatusCode::CONFLICT,
-            code: "refund_exceeds_charge",
-            message: "The charge cannot be refunded by this amount.",
-        }));
-    }
-    ledger.next_refund += 1;
-    let refund = SimRefund {
-        provider_refund_id: format!("re_{:06}", ledger.next_refund),
-        idempotency_key: key.clone(),
-        charge_id: request.charge_id,
-        reference: request.reference,
-        amount: amount.to_string(),
-        currency: amount.currency().code().to_owned(),
-        status: if declined {
-            ChargeStatus::Declined
-        } else {
-            ChargeStatus::Succeeded
-        },
-        create_calls: 1,
-    };
-    ledger.refunds.insert(key, refund.clone());
-    Ok(refund)
-}
-
-fn public_refund(refund: &SimRefund) -> ProviderRefund {
-    ProviderRefund {
-        provider_refund_id: refund.provider_refund_id.clone(),
-        status: refund.status,
-        reference: refund.reference.clone(),
-    }
-}
 
 /// A number drawn uniformly from [0, 1).
 fn chance() -> f64 {
@@ -591,15 +417,6 @@ fn test_value_fault(amount: Amount) -> Option<FaultMode> {
         5 => Some(FaultMode::DropResponseAfterAccept),
         6 => Some(FaultMode::Latency),
         _ => None,
-    }
-}
-
-fn public_charge(charge: &SimCharge) -> Charge {
-    Charge {
-        charge_id: charge.charge_id.clone(),
-        status: charge.status,
-        reference: charge.reference.clone(),
-        settled: charge.settled,
     }
 }
 
@@ -630,22 +447,4 @@ fn look_up<T: Serialize>(sim: &Simulator, found: Option<(String, T)>) -> Respons
             "Nothing was accepted with this key.",
         ),
     }
-}
-
-async fn find_charge(State(sim): State<Simulator>, Query(query): Query<FindByKey>) -> Response {
-    let found = sim
-        .ledger()
-        .charges
-        .get(&query.idempotency_key)
-        .map(|charge| (charge.reference.clone(), public_charge(charge)));
-    look_up(&sim, found)
-}
-
-async fn find_refund(State(sim): State<Simulator>, Query(query): Query<FindByKey>) -> Response {
-    let found = sim
-        .ledger()
-        .refunds
-        .get(&query.idempotency_key)
-        .map(|refund| (refund.reference.clone(), public_refund(refund)));
-    look_up(&sim, found)
 }

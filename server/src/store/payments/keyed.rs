@@ -4,9 +4,10 @@
 //! own transaction where the dialect can write several tables in one (PostgreSQL), and the
 //! record's steps (`records.rs`) with the payment's (`mod.rs`) in one transaction otherwise.
 
-use super::{
-    LocalStep, PaymentStatements, create_payment_in, insert_event_in, no_longer_processing, payment_outcome,
-    refusal, release_hold_in, settle_payment_in,
+use super::PaymentStatements;
+use super::local::{
+    LocalStep, create_payment_in, insert_event_in, no_longer_processing, payment_outcome, refusal,
+    release_hold_in, settle_payment_in,
 };
 use crate::crash::{CrashPoint, crash_point};
 use crate::store::dialect::{Dialect, RowsAffected, SqlStore};

@@ -182,3 +182,20 @@ async fn answer(response: reqwest::Response) -> Result<Value, String> {
         false => Err(text),
     }
 }
+
+/// The source of every console server function: each page's `app/src/<page>/api.rs`, in the
+/// order of their paths.
+pub fn server_function_sources() -> String {
+    let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../app/src");
+    let mut files: Vec<_> = std::fs::read_dir(&app)
+        .expect("app/src")
+        .filter_map(|entry| Some(entry.ok()?.path().join("api.rs")))
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no app/src/<page>/api.rs");
+    files
+        .iter()
+        .map(|path| std::fs::read_to_string(path).expect("an api.rs"))
+        .collect()
+}

@@ -1,0 +1,373 @@
+//! The outbox's delivery and the consumers' durable state: claims, publication marks, backoff
+//! and dead letters; consumer inboxes with the ledger and receipts written in the same
+//! transaction.
+
+use crate::store::events::ledger::book_payment;
+use crate::store::events::ledger::book_refund;
+use crate::store::events::ledger::record_receipt;
+mod ledger;
+
+use super::dialect::{Dialect, RowsAffected, SqlStore};
+
+use super::error::StoreError;
+
+use super::operators::insert_audit;
+
+use crate::crash::{CrashPoint, crash_point};
+
+use chrono::{DateTime, Utc};
+
+use domain::event::EventMessage;
+
+use domain::operator::AuditEntry;
+
+use sqlx::Transaction;
+
+use std::time::Duration;
+
+/// A receipt recorded and not yet sent (a row of `receipts`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PendingReceipt {
+    /// `receipt_payment_<paymentId>`: also the message id the sink is given.
+    pub dedupe_key: String,
+    pub payment_id: String,
+    pub body: String,
+}
+
+/// An event the publisher gave up on.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeadLetter {
+    #[sqlx(rename = "id")]
+    pub event_id: String,
+    pub event_type: String,
+    pub payment_id: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    /// Also its version: a re-drive applies only while it is still dead since then.
+    pub dead_at: DateTime<Utc>,
+}
+
+/// Events not yet published, and the age of the oldest (the row of
+/// [`EventStatements::OUTBOX_BACKLOG`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, sqlx::FromRow)]
+pub struct OutboxBacklog {
+    pub unpublished: i64,
+    pub oldest_unpublished_age_seconds: f64,
+}
+
+#[async_trait::async_trait]
+pub trait EventStore: Send + Sync {
+    /// Events not yet published, and the age of the oldest.
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError>;
+
+    /// How many published events of `event_type` from the last `window` `consumer` has not
+    /// processed.
+    async fn consumer_lag(
+        &self,
+        consumer: &str,
+        event_type: &str,
+        window: Duration,
+    ) -> Result<i64, StoreError>;
+
+    /// Dead-lettered events, oldest first.
+    async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Puts a dead letter back to the publisher, if it is still dead since `dead_at` (the
+    /// version the operator saw, RFC 3339 with microseconds), with the audit entry in the same
+    /// transaction.
+    async fn redrive_event(
+        &self,
+        event_id: &str,
+        dead_at: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
+
+    /// Claims up to `limit` due, unpublished, live events for `claim` (other publishers skip
+    /// them meanwhile), oldest first, counting the attempt.
+    async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError>;
+
+    /// Marks the events published, in one statement; an event marked before keeps its first
+    /// publication time.
+    async fn mark_events_published(&self, event_ids: &[String]) -> Result<(), StoreError>;
+
+    /// Records a failed publication: backs off (2^attempts seconds, at most 5 min), or
+    /// dead-letters the event once it used `max_attempts`.
+    async fn mark_event_failed(
+        &self,
+        event_id: &str,
+        error: &str,
+        max_attempts: i32,
+    ) -> Result<(), StoreError>;
+
+    /// The ledger consumer over a batch of PaymentAuthorized messages, in one transaction: for
+    /// each message not processed before, its inbox row and the payment's double-entry
+    /// transaction. Per message, whether it was applied (`false`: processed before, nothing
+    /// written twice).
+    async fn consume_into_ledger(
+        &self,
+        consumer: &str,
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError>;
+
+    /// The receipts consumer over a batch, in one transaction: for each message not processed
+    /// before, its inbox row and the pending receipt. Per message, whether it was applied.
+    async fn consume_into_receipts(
+        &self,
+        consumer: &str,
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError>;
+
+    async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError>;
+
+    /// Marks the receipts sent, in one statement; a receipt marked before keeps its first time.
+    async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError>;
+}
+
+/// Event statements that differ by dialect.
+pub trait EventStatements {
+    /// `$1` the event ids, a JSON array of strings.
+    const MARK_EVENTS_PUBLISHED: &'static str;
+    /// `$1` error, `$2` attempt limit, `$3` event id.
+    const MARK_EVENT_FAILED: &'static str;
+    /// `$1` the dedupe keys, a JSON array of strings.
+    const MARK_RECEIPTS_SENT: &'static str;
+}
+
+/// `$1` event id, `$2` dead at (RFC 3339 text).
+const REDRIVE_EVENT: &str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, claimed_until \
+     = null where id = $1 and dead_at = {time($2)}";
+
+/// Unpublished events and the age in seconds (float, 0 when none) of the oldest.
+const OUTBOX_BACKLOG: &str = "select count(*) as unpublished, coalesce({seconds_since(min(created_at))}, 0.0) as \
+     oldest_unpublished_age_seconds from outbox_events where published_at is null and dead_at is \
+     null";
+
+/// `$1` claim seconds, `$2` limit: returns id, event type, payment id, payload.
+/// Rows another publisher holds are skipped, never waited for.
+const CLAIM_EVENTS: &str = "update outbox_events set claimed_until = {now+$1}, attempts = attempts + 1 where id in \
+     (select id from outbox_events where published_at is null and dead_at is null and \
+     (next_attempt_at is null or next_attempt_at <= {now}) and (claimed_until is null or \
+     claimed_until <= {now}) order by created_at limit $2 {skip_locked}) returning id, \
+     event_type, payment_id, payload";
+
+/// `$1` consumer, `$2` event type, `$3` window seconds.
+const CONSUMER_LAG: &str = "select count(*) from outbox_events e where not exists (select 1 from consumer_inbox i where \
+     i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at >= \
+     {now-$3} and e.published_at is not null";
+
+/// Runs `apply` for each message of a batch that `consumer` has not processed, after writing
+/// its inbox row, all in one transaction: a duplicate delivery (in this batch or before) finds
+/// the row and does nothing; a crash before the commit leaves neither, and the redelivery does
+/// the work once. Messages are taken in id order, so that two batches sharing messages lock
+/// their inbox rows in the same order and never deadlock. Writing first also takes SQLite's
+/// write lock at once, so two deliveries queue instead of failing to upgrade a read.
+async fn consume_batch<D: Dialect>(
+    mut tx: Transaction<'static, D>,
+    consumer: &str,
+    messages: &[&EventMessage],
+    mut apply: impl for<'t> FnMut(
+        &'t mut Transaction<'static, D>,
+        &'t EventMessage,
+    ) -> futures_util::future::BoxFuture<'t, Result<bool, StoreError>>,
+) -> Result<Vec<bool>, StoreError> {
+    let mut order: Vec<usize> = (0..messages.len()).collect();
+    order.sort_by(|&a, &b| messages[a].event_id.cmp(&messages[b].event_id));
+    let mut applied = vec![false; messages.len()];
+    for index in order {
+        let message = messages[index];
+        let fresh = sqlx::query(
+            "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing",
+        )
+        .bind(consumer)
+        .bind(message.event_id.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if fresh {
+            applied[index] = apply(&mut tx, message).await?;
+        }
+    }
+    crash_point(CrashPoint::ConsumerAfterSideEffect);
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// What the consumers book of an event's payment.
+#[derive(sqlx::FromRow)]
+struct EventPayment {
+    tenant_id: String,
+    account_id: String,
+    amount_minor: i64,
+    currency: String,
+}
+
+/// A row of [`EventStatements::CLAIM_EVENTS`].
+#[derive(sqlx::FromRow)]
+struct ClaimedEvent {
+    id: String,
+    event_type: String,
+    payment_id: String,
+    payload: String,
+}
+
+/// The tenant, account, amount and currency of an event's payment.
+async fn payment_for_events<D: Dialect>(
+    tx: &mut Transaction<'_, D>,
+    payment_id: &str,
+) -> Result<EventPayment, StoreError> {
+    sqlx::query_as("select tenant_id, account_id, amount_minor, currency from payments where id = $1")
+        .bind(payment_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::corrupt("event for unknown payment", payment_id))
+}
+
+#[async_trait::async_trait]
+impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        Ok(sqlx::query_as(D::sql(OUTBOX_BACKLOG))
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn consumer_lag(
+        &self,
+        consumer: &str,
+        event_type: &str,
+        window: Duration,
+    ) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(D::sql(CONSUMER_LAG))
+            .bind(consumer)
+            .bind(event_type)
+            .bind(window.as_secs_f64())
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, StoreError> {
+        Ok(sqlx::query_as(
+            "select id, event_type, payment_id, attempts, last_error, dead_at \
+             from outbox_events where dead_at is not null order by dead_at, id limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn redrive_event(
+        &self,
+        event_id: &str,
+        dead_at: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let redriven = sqlx::query(D::sql(REDRIVE_EVENT))
+            .bind(event_id)
+            .bind(dead_at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if redriven {
+            insert_audit(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(redriven)
+    }
+
+    async fn claim_events(&self, limit: i64, claim: Duration) -> Result<Vec<EventMessage>, StoreError> {
+        let mut tx = self.begin().await?;
+        let rows: Vec<ClaimedEvent> = sqlx::query_as(D::sql(CLAIM_EVENTS))
+            .bind(claim.as_secs_f64())
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| EventMessage {
+                event_id: row.id,
+                event_type: row.event_type,
+                payment_id: row.payment_id,
+                payload: row.payload,
+            })
+            .collect())
+    }
+
+    async fn mark_events_published(&self, event_ids: &[String]) -> Result<(), StoreError> {
+        if event_ids.is_empty() {
+            return Ok(());
+        }
+        let ids = serde_json::to_string(event_ids).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::MARK_EVENTS_PUBLISHED).bind(ids))
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_event_failed(
+        &self,
+        event_id: &str,
+        error: &str,
+        max_attempts: i32,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(D::MARK_EVENT_FAILED)
+                .bind(error)
+                .bind(max_attempts)
+                .bind(event_id),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn consume_into_ledger(
+        &self,
+        consumer: &str,
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError> {
+        let tx = self.begin().await?;
+        consume_batch(tx, consumer, messages, |tx, message| {
+            Box::pin(async move {
+                if message.event_type == "RefundSucceeded" {
+                    book_refund(tx, message).await
+                } else {
+                    book_payment(tx, &message.payment_id).await
+                }
+            })
+        })
+        .await
+    }
+
+    async fn consume_into_receipts(
+        &self,
+        consumer: &str,
+        messages: &[&EventMessage],
+    ) -> Result<Vec<bool>, StoreError> {
+        let tx = self.begin().await?;
+        consume_batch(tx, consumer, messages, |tx, message| {
+            Box::pin(record_receipt(tx, &message.payment_id))
+        })
+        .await
+    }
+
+    async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError> {
+        Ok(sqlx::query_as(
+            "select dedupe_key, payment_id, body from receipts where sent_at is null order by created_at limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn mark_receipts_sent(&self, dedupe_keys: &[String]) -> Result<(), StoreError> {
+        if dedupe_keys.is_empty() {
+            return Ok(());
+        }
+        let keys =
+            serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        self.write_one(sqlx::query(D::MARK_RECEIPTS_SENT).bind(keys))
+            .await?;
+        Ok(())
+    }
+}

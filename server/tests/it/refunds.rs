@@ -2,7 +2,9 @@
 //! refunds table, on PostgreSQL and SQLite, through the same idempotency layer as payments,
 //! against the provider simulator over HTTP.
 
-use crate::support::{DialectName, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
+use crate::support::{
+    DialectName, Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric,
+};
 use domain::event::EventMessage;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -42,17 +44,17 @@ on_both!(
     concurrent_refunds_over_two_instances_never_sum_above_the_payment,
 );
 
+fn setup(dialect: DialectName, flags: &[(&str, &str)]) -> Setup {
+    flags.iter().fold(
+        TestApp::on(dialect)
+            .tenant("acme", "100.00")
+            .tenant("globex", "50.00"),
+        |setup, (flag, value)| setup.serve(flag, value),
+    )
+}
+
 async fn api(dialect: DialectName, flags: &[(&str, &str)]) -> TestApp {
-    flags
-        .iter()
-        .fold(
-            TestApp::on(dialect)
-                .tenant("acme", "100.00")
-                .tenant("globex", "50.00"),
-            |setup, (flag, value)| setup.serve(flag, value),
-        )
-        .in_process()
-        .await
+    setup(dialect, flags).in_process().await
 }
 
 /// A new authorised payment of `amount` EUR; its id.
@@ -543,7 +545,9 @@ async fn bad_refund_requests_are_refused_before_anything_is_recorded(dialect: Di
 }
 
 async fn a_refund_retried_after_its_window_is_rejected_by_default(dialect: DialectName) {
-    let api = api(dialect, &[("--refund-window-secs", "1")]).await;
+    // A process of its own: the window is a gauge of the process, which every test that runs
+    // Idem in this one reads.
+    let api = setup(dialect, &[("--refund-window-secs", "1")]).process().await;
     let payment_id = paid(&api, "10.00").await;
     let refund: Value = api
         .refund(&payment_id, "k-1", refund_body("1.00", "rf-1"))

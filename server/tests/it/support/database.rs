@@ -188,9 +188,11 @@ impl TestDatabase {
     }
 
     /// Polls `query_i64(sql)` until `wanted` holds (workers run on their own schedule);
-    /// panics naming `what` after 20 s.
+    /// panics naming `what` after 60 s.
     pub async fn eventually_i64(&self, sql: &str, wanted: impl Fn(i64) -> bool, what: &str) -> i64 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        // A bound against a hang, not a timing target: with several tests at once on two cores a
+        // worker's pass can wait its turn for seconds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let value = self.query_i64(sql).await;
             if wanted(value) {

@@ -92,16 +92,13 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
     .expect("provider client (never called)");
     let keys = tempfile::tempdir().expect("key directory");
     let engine = Arc::new(PaymentsEngine::new(
-        EngineParts {
-            records: store.clone(),
-            payments: store.clone(),
-            keyed_payments: store.clone(),
-            refunds: store.clone(),
+        EngineParts::over(
+            &store,
             provider,
-            outcomes: Arc::new(OutcomeCounter::default()),
-            journal: Arc::new(RequestJournal::default()),
-            sealer: Arc::new(ResponseSealer::load_or_create(keys.path()).expect("sealing key")),
-        },
+            Arc::new(OutcomeCounter::default()),
+            Arc::new(RequestJournal::default()),
+            Arc::new(ResponseSealer::load_or_create(keys.path()).expect("sealing key")),
+        ),
         EngineSettings {
             create_payment: OperationSettings {
                 lease: Duration::from_secs(30),

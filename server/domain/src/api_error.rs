@@ -6,13 +6,14 @@
 //! funds), and `server::http::error` is the one place that turns them into HTTP responses.
 
 use crate::command::FieldProblem;
+use crate::key::InvalidIdempotencyKey;
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     #[error("A valid API key is required.")]
     Unauthenticated,
-    #[error("The Idempotency-Key header is required.")]
+    #[error("An Idempotency-Key is required (the header; for a look-up, the idempotencyKey parameter).")]
     IdempotencyKeyMissing,
     #[error("The Idempotency-Key header is invalid: {0}.")]
     IdempotencyKeyInvalid(String),
@@ -222,5 +223,12 @@ mod tests {
         assert_eq!(body["errorCode"], "METHOD_NOT_ALLOWED");
         assert_eq!(body["retryable"], false);
         assert_eq!(body["details"]["allowed"], serde_json::json!(["GET", "HEAD"]));
+    }
+}
+
+/// A key that does not parse, wherever it was sent (the header, or a look-up's query).
+impl From<InvalidIdempotencyKey> for ApiError {
+    fn from(problem: InvalidIdempotencyKey) -> Self {
+        ApiError::IdempotencyKeyInvalid(problem.to_string())
     }
 }

@@ -147,16 +147,13 @@ impl Application {
         let outcomes = Arc::new(OutcomeCounter::default());
         let journal = Arc::new(RequestJournal::default());
         let engine = Arc::new(PaymentsEngine::new(
-            EngineParts {
-                records: store.clone(),
-                payments: store.clone(),
-                keyed_payments: store.clone(),
-                refunds: store.clone(),
+            EngineParts::over(
+                &store,
                 provider,
-                outcomes: outcomes.clone(),
-                journal: journal.clone(),
-                sealer: sealer.clone(),
-            },
+                outcomes.clone(),
+                journal.clone(),
+                sealer.clone(),
+            ),
             settings.engine.clone(),
         ));
         let console = Arc::new(StoreConsole::new(

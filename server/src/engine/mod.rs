@@ -43,7 +43,7 @@ pub use refunds::CreateRefundRequest;
 use crate::metrics::OutcomeCounter;
 use crate::metrics::journal::RequestJournal;
 use crate::provider::client::ProviderClient;
-use crate::store::{KeyedPaymentStore, PaymentStore, RecordStore, RefundStore};
+use crate::store::{KeyedPaymentStore, PaymentStore, RecordStore, RefundStore, Store};
 use domain::claim::StoredResponse;
 use domain::expiry::ExpiryPolicy;
 use domain::fingerprint::FingerprintVersion;
@@ -135,6 +135,29 @@ pub struct EngineParts {
     pub outcomes: Arc<OutcomeCounter>,
     pub journal: Arc<RequestJournal>,
     pub sealer: Arc<ResponseSealer>,
+}
+
+impl EngineParts {
+    /// Every part the store provides from one store, as an instance runs (tests give parts
+    /// apart).
+    pub fn over(
+        store: &Arc<dyn Store>,
+        provider: ProviderClient,
+        outcomes: Arc<OutcomeCounter>,
+        journal: Arc<RequestJournal>,
+        sealer: Arc<ResponseSealer>,
+    ) -> EngineParts {
+        EngineParts {
+            records: store.clone(),
+            payments: store.clone(),
+            keyed_payments: store.clone(),
+            refunds: store.clone(),
+            provider,
+            outcomes,
+            journal,
+            sealer,
+        }
+    }
 }
 
 impl PaymentsEngine {

@@ -1,6 +1,7 @@
 //! Router assembly and the middleware every request goes through.
 
 pub mod api_keys;
+mod by_key;
 pub mod error;
 mod health;
 pub mod openapi;
@@ -73,12 +74,13 @@ pub fn api(state: AppState, bounds: &Bounds) -> Api {
     let (api, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
-        .routes(routes!(payments::create_payment))
+        .routes(routes!(payments::create_payment, by_key::find_payments))
         .routes(routes!(payments::get_payment))
         .routes(routes!(payments::discovery))
         .routes(routes!(payments::set_default_currency))
         .routes(routes!(refunds::create_refund))
         .routes(routes!(refunds::get_refund))
+        .routes(routes!(by_key::find_refunds))
         .split_for_parts();
     let paths = ApiPaths::of(&document, &[DOCS_PATH, DOCUMENT_PATH]);
     let api = api

@@ -188,6 +188,22 @@ pub enum Payment {
     V3(PaymentV3),
 }
 
+/// `GET /payments?idempotencyKey=K`: the payment the key made, or none.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub struct PaymentsFound {
+    /// At most one.
+    data: Vec<Payment>,
+}
+
+/// `GET /refunds?idempotencyKey=K`: the refund the key made, or none.
+#[derive(ToSchema, serde::Serialize)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub struct RefundsFound {
+    /// At most one.
+    data: Vec<Refund>,
+}
+
 /// `202`: the provider's answer was lost; a retry with the same key gets the reconciled result
 /// once recovery has it.
 #[derive(ToSchema, serde::Serialize)]

@@ -107,10 +107,7 @@ async fn parse_create_payment(
 pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     headers
         .get("idempotency-key")
-        .map(|value| {
-            IdempotencyKey::parse(value.as_bytes())
-                .map_err(|problem| ApiError::IdempotencyKeyInvalid(problem.to_string()))
-        })
+        .map(|value| IdempotencyKey::parse(value.as_bytes()).map_err(ApiError::from))
         .transpose()
 }
 

@@ -355,12 +355,20 @@ async fn an_api_caller_is_told_of_a_wrong_path_or_method_and_a_browser_still_get
         .await
         .expect("POST");
     not_found(below_a_payment).await;
+    // `GET /refunds` is the look-up by key now (the contract's section on finding a resource by
+    // its key): without its key it is the API's 400; a path beside it is still not found.
     let refunds = app
         .request(Method::GET, "/refunds", key)
         .send()
         .await
         .expect("GET");
-    not_found(refunds).await;
+    expect_error(refunds, 400, "IDEMPOTENCY_KEY_MISSING").await;
+    let refund_typo = app
+        .request(Method::GET, "/refund", key)
+        .send()
+        .await
+        .expect("GET");
+    not_found(refund_typo).await;
     let delete = app
         .request(Method::DELETE, "/payments/pay_0000000000000000", key)
         .send()
@@ -408,7 +416,10 @@ async fn an_api_caller_is_told_of_a_wrong_path_or_method_and_a_browser_still_get
         .send()
         .await
         .expect("PUT");
-    assert_eq!(wrong_method_on_the_collection.headers()["allow"], "POST");
+    assert_eq!(
+        wrong_method_on_the_collection.headers()["allow"],
+        "POST, GET, HEAD"
+    );
     expect_error(wrong_method_on_the_collection, 405, "METHOD_NOT_ALLOWED").await;
     assert_eq!(
         app.db.query_i64("select count(*) from payments").await,

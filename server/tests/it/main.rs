@@ -19,6 +19,7 @@ mod fingerprint;
 mod http_api;
 mod incident;
 mod isolation;
+mod lookup;
 mod model;
 mod parsers;
 mod payments_api;

@@ -1513,8 +1513,10 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
         [
             "GET /healthz",
             "GET /idempotency",
+            "GET /payments",
             "GET /payments/{id}",
             "GET /readyz",
+            "GET /refunds",
             "GET /refunds/{refundId}",
             "POST /payments",
             "POST /payments/{paymentId}/refunds",
@@ -1528,6 +1530,8 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
         ("/readyz", 200),
         ("/idempotency", 200),
         ("/payments/pay_missing", 401),
+        ("/payments?idempotencyKey=k", 401),
+        ("/refunds?idempotencyKey=k", 401),
         ("/refunds/rf_missing", 401),
     ] {
         assert_eq!(api.get(path).await.status(), wanted, "{path}");

@@ -177,6 +177,13 @@ impl ApiError {
     }
 }
 
+/// A key that does not parse, wherever it was sent (the header, or a look-up's query).
+impl From<InvalidIdempotencyKey> for ApiError {
+    fn from(problem: InvalidIdempotencyKey) -> Self {
+        ApiError::IdempotencyKeyInvalid(problem.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,12 +230,5 @@ mod tests {
         assert_eq!(body["errorCode"], "METHOD_NOT_ALLOWED");
         assert_eq!(body["retryable"], false);
         assert_eq!(body["details"]["allowed"], serde_json::json!(["GET", "HEAD"]));
-    }
-}
-
-/// A key that does not parse, wherever it was sent (the header, or a look-up's query).
-impl From<InvalidIdempotencyKey> for ApiError {
-    fn from(problem: InvalidIdempotencyKey) -> Self {
-        ApiError::IdempotencyKeyInvalid(problem.to_string())
     }
 }

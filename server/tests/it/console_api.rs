@@ -146,13 +146,13 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     assert_eq!(preview["options"].as_array().map(Vec::len), Some(1), "{preview}");
     assert_eq!(preview["evidence"]["Charged"]["status"], "succeeded");
     let version = preview["version"].as_i64().expect("version").to_string();
-    assert_eq!(
-        app.db
-            .query_i64("select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'")
-            .await,
-        1,
-        "a preview changes nothing"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY'",
+            1,
+            "a preview changes nothing",
+        )
+        .await;
 
     let mut apply = record_form(&tenant_id, "k-unknown");
     apply.extend([
@@ -354,16 +354,16 @@ async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_execu
     let released = operator.json("reconcile/apply", &apply).await;
     assert_eq!(released["ok"], true, "{released}");
     assert_eq!(released["status"], "FAILED_RETRYABLE");
-    assert_eq!(
-        app.db
-            .query_i64(&format!(
+    app.db
+        .expect_i64(
+            &format!(
                 "select count(*) from payments where id = '{first_payment}' \
              and status = 'DECLINED' and released_at is not null"
-            ))
-            .await,
-        1,
-        "the payment is declined and released"
-    );
+            ),
+            1,
+            "the payment is declined and released",
+        )
+        .await;
     assert_eq!(
         app.db.query_i64("select balance_minor from accounts").await,
         10_000,
@@ -378,16 +378,14 @@ async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_execu
             .await,
         1
     );
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from audit_log where action = 'reconcile.mark_failed_and_release_key' \
-             and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'"
-            )
-            .await,
-        1,
-        "audited with the release"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action = 'reconcile.mark_failed_and_release_key' \
+             and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'",
+            1,
+            "audited with the release",
+        )
+        .await;
     assert!(
         app.sim.charges().await.is_empty(),
         "nothing was sent to the provider"
@@ -713,15 +711,13 @@ async fn one_admin_cannot_approve_their_own_override_under_an_identity_they_made
         .expect_err("a role ada gave");
     assert!(refused.contains("vouch"), "{refused}");
     assert_eq!(app.db.query_i64(STILL_UNKNOWN).await, 1, "nothing applied");
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from audit_log where action = 'override.approve' and result = 'refused'"
-            )
-            .await,
-        3,
-        "each attempt is audited"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action = 'override.approve' and result = 'refused'",
+            3,
+            "each attempt is audited",
+        )
+        .await;
     assert!(
         bob.call("whoami", &[]).await.status() == 401,
         "bob's old session ended with the reset"
@@ -825,16 +821,14 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     assert_eq!(job["first_items"][0]["result"]["ok"], true, "{job}");
     assert_eq!(job["first_items"][0]["result"]["status"], "COMPLETED");
     assert_eq!(job["state"], "Finished", "{job}");
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
-             and actor = 'otto' and result = 'ok' and reason like '%OPS-30%'"
-            )
-            .await,
-        1,
-        "applied in the name of the operator who started it"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+             and actor = 'otto' and result = 'ok' and reason like '%OPS-30%'",
+            1,
+            "applied in the name of the operator who started it",
+        )
+        .await;
     for (starter, why) in [("dora", "may no longer reconcile"), ("dina", "is disabled")] {
         let job = operator
             .json("bulk/job", &[("id", &format!("blk_{starter}"))])
@@ -844,27 +838,25 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
             .as_str()
             .expect("message");
         assert_eq!(message, format!("not applied: {starter} {why}"));
-        assert_eq!(
-            app.db
-                .query_i64(&format!(
+        app.db
+            .expect_i64(
+                &format!(
                     "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
                  and actor = '{starter}' and result = 'refused'"
-                ))
-                .await,
-            1,
-            "the refusal is audited"
-        );
-    }
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' \
-             and idempotency_key in ('k-demoted', 'k-disabled')"
+                ),
+                1,
+                "the refusal is audited",
             )
-            .await,
-        2,
-        "nothing applied for them"
-    );
+            .await;
+    }
+    app.db
+        .expect_i64(
+            "select count(*) from idempotency_records where status = 'UNKNOWN_REQUIRES_RECOVERY' \
+             and idempotency_key in ('k-demoted', 'k-disabled')",
+            2,
+            "nothing applied for them",
+        )
+        .await;
 }
 
 /// A payment under `k-late` the provider answers 503 "nothing was charged" and takes only
@@ -1125,25 +1117,21 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
             .is_some_and(|message| message.contains("provider's answer changed")),
         "{refused}"
     );
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from idempotency_records where idempotency_key = 'k-late' \
-                 and status = 'UNKNOWN_REQUIRES_RECOVERY'"
-            )
-            .await,
-        1,
-        "the key was not released"
-    );
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'"
-            )
-            .await,
-        2,
-        "the stale bulk item and the stale release"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from idempotency_records where idempotency_key = 'k-late' \
+                 and status = 'UNKNOWN_REQUIRES_RECOVERY'",
+            1,
+            "the key was not released",
+        )
+        .await;
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action like 'reconcile.%' and result = 'refused'",
+            2,
+            "the stale bulk item and the stale release",
+        )
+        .await;
 }
 
 #[tokio::test]
@@ -1209,13 +1197,13 @@ async fn override_decisions_whose_browser_went_away_still_apply() {
             "every approval runs to its end",
         )
         .await;
-    assert_eq!(
-        app.db
-            .query_i64("select count(*) from override_requests where state <> 'applied'")
-            .await,
-        0,
-        "none left approved but not applied"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from override_requests where state <> 'applied'",
+            0,
+            "none left approved but not applied",
+        )
+        .await;
     assert_eq!(
         app.db
             .query_i64(
@@ -1225,13 +1213,13 @@ async fn override_decisions_whose_browser_went_away_still_apply() {
             .await,
         RECORDS as i64
     );
-    assert_eq!(
-        app.db
-            .query_i64("select count(*) from audit_log where action = 'override.approve' and result = 'ok'")
-            .await,
-        RECORDS as i64,
-        "each override approved once"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action = 'override.approve' and result = 'ok'",
+            RECORDS as i64,
+            "each override approved once",
+        )
+        .await;
 }
 
 #[tokio::test]

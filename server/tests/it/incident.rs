@@ -473,16 +473,14 @@ async fn an_outage_is_cleared_by_filter_as_a_named_job_group_by_group(db: TestDa
         1,
         "skipped"
     );
-    assert_eq!(
-        app.db
-            .query_i64(
-                "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
-                 and actor = 'otto' and result = 'ok' and reason like '%OPS-77%'"
-            )
-            .await,
-        4,
-        "one audit entry per item applied"
-    );
+    app.db
+        .expect_i64(
+            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
+                 and actor = 'otto' and result = 'ok' and reason like '%OPS-77%'",
+            4,
+            "one audit entry per item applied",
+        )
+        .await;
 
     // The results, every item, as a file.
     let file = operator

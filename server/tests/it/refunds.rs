@@ -873,23 +873,19 @@ async fn refund_recovered(
         refunds[0].reference, refund["refundId"],
         "{crash_point}: the same refund"
     );
-    assert_eq!(
-        app.db
-            .query_i64(&format!(
-                "select count(*) from refunds where payment_id = '{payment_id}'"
-            ))
-            .await,
-        1,
-        "{crash_point}: one refund"
-    );
-    assert_eq!(
-        app.db
-            .query_i64(&format!(
-                "select cast(refunded_minor as bigint) from payments where id = '{payment_id}'"
-            ))
-            .await,
-        300,
-        "{crash_point}: counted once against the payment"
-    );
+    app.db
+        .expect_i64(
+            &format!("select count(*) from refunds where payment_id = '{payment_id}'"),
+            1,
+            &format!("{crash_point}: one refund"),
+        )
+        .await;
+    app.db
+        .expect_i64(
+            &format!("select cast(refunded_minor as bigint) from payments where id = '{payment_id}'"),
+            300,
+            &format!("{crash_point}: counted once against the payment"),
+        )
+        .await;
     first_was_replay
 }

@@ -137,6 +137,11 @@ impl TestDatabase {
         self.query_one(sql).await
     }
 
+    /// Asserts that `sql`, a query of one integer, answers `expected`; `what` says why.
+    pub async fn expect_i64(&self, sql: &str, expected: i64, what: &str) {
+        assert_eq!(self.query_i64(sql).await, expected, "{what}: {sql}");
+    }
+
     /// Runs a query that returns one value, bypassing the store.
     pub async fn query_one<T>(&self, sql: &str) -> T
     where

@@ -12,21 +12,18 @@
 mod runner;
 
 use super::exports::csv_lines;
-use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
+use super::{StoreConsole, checked_reason, unavailable, views};
 use crate::store::StoreError;
-use crate::store::bulk::{
-    BulkItem, BulkItemResult, ClaimedBulkJob, FrozenItem, GroupChoice, ItemPreview, JobApproval, NewBulkJob,
-};
+use crate::store::bulk::{FrozenItem, GroupChoice, JobApproval, NewBulkJob};
 use crate::store::console::RecordName;
 use crate::store::operators::StoredOperator;
-use app::backend::{ConsoleActions, ConsoleError, ConsoleReads};
+use app::backend::ConsoleError;
 use app::recovery::model::{BulkJobView, BulkSelection};
 use app::sign_in::model::CurrentOperator;
 use domain::operator::{AuditEntry, OperatorRole};
 use domain::queue::{QueueFilter, QueueQuery};
-use domain::recovery::{BulkControl, BulkJobState, ReconcileAction};
+use domain::recovery::{BulkControl, ReconcileAction};
 use domain::scope::Operation;
-use futures_util::StreamExt;
 
 /// Records one bulk job takes at most: a larger outage is cleared in several named jobs.
 pub const MAX_BULK_ITEMS: usize = 10_000;

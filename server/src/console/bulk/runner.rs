@@ -1,7 +1,14 @@
 //! A bulk job's runner: claimed under a lease, it previews every item against the provider,
 //! then applies the kept groups item by item; another instance resumes it when this one dies.
 
-use super::*;
+use super::{PREVIEWS_AT_ONCE, reconciling_operator};
+use crate::console::{StoreConsole, scope_of, views};
+use crate::store::StoreError;
+use crate::store::bulk::{BulkItem, BulkItemResult, ClaimedBulkJob, ItemPreview};
+use app::backend::{ConsoleActions, ConsoleReads};
+use domain::operator::AuditEntry;
+use domain::recovery::BulkJobState;
+use futures_util::StreamExt;
 
 impl StoreConsole {
     /// Claims the job and runs it on a task of its own, here; if this instance dies, another

@@ -14,7 +14,7 @@ use domain::expiry::{AfterExpiry, ExpiryPolicy};
 use domain::fingerprint::FingerprintVersion;
 use idem::console::StoreConsole;
 use idem::engine::sealing::ResponseSealer;
-use idem::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine};
+use idem::engine::{EngineParts, EngineSettings, OperationSettings, PaymentsEngine, WaitSettings};
 use idem::metrics::OutcomeCounter;
 use idem::metrics::journal::RequestJournal;
 use idem::provider::client::ProviderClient;
@@ -118,6 +118,10 @@ async fn measure(url: &str, records: i64) -> (Duration, Duration) {
             },
             instance_id: "bench".to_owned(),
             fingerprint_version: FingerprintVersion::CURRENT,
+            waiting: WaitSettings {
+                max_waiting: 0,
+                longest: Duration::ZERO,
+            },
             answer_cache_bytes: 0,
         },
     ));

@@ -342,6 +342,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEM_ANSWER_CACHE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub answer_cache_bytes: u64,
 
+    /// How many requests asking to wait (`Prefer: wait=N`) this instance holds at once while
+    /// another request owns their key; past it, a request is answered at once (409).
+    #[arg(long, env = "IDEM_MAX_WAITING_REQUESTS", default_value_t = 256)]
+    pub max_waiting_requests: usize,
+
     /// How often, in milliseconds, this instance writes its outcome counts to the database.
     #[arg(long, env = "IDEM_METRICS_FLUSH_MS", default_value_t = 5_000)]
     pub metrics_flush_ms: u64,

@@ -23,6 +23,7 @@ pub mod money;
 pub mod operator;
 pub mod outcome;
 pub mod payment;
+pub mod prefer;
 pub mod queue;
 #[cfg(feature = "random")]
 pub mod random;

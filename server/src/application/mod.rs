@@ -234,6 +234,7 @@ impl Application {
         crate::engine::background::register_metrics();
         crate::console::refusals::register_metrics();
         crate::engine::final_answers::register_metrics();
+        crate::engine::waiting::register_metrics();
         for operation in Operation::VARIANTS {
             metrics::register_window(*operation, settings.engine.of(*operation).expiry.window);
         }

@@ -7,13 +7,14 @@ use crate::auth::source::Sources;
 use crate::bounds::Bounds;
 use crate::cli::ServeArgs;
 use crate::console::router::ConsoleSettings;
-use crate::engine::{EngineSettings, OperationSettings};
+use crate::engine::{EngineSettings, OperationSettings, WaitSettings};
 use crate::events::consumers::ReceiptSink;
 use crate::events::nats::NatsSettings;
 use crate::events::publisher::PublisherSettings;
 use crate::workers::recovery::RecoverySettings;
 use crate::workers::retention::CleanupSettings;
 use domain::expiry::ExpiryPolicy;
+use domain::prefer::LONGEST_WAIT_SECS;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -143,7 +144,8 @@ fn check(args: &ServeArgs) -> Result<(), ServeError> {
 }
 
 /// Each operation's lease, window and policy after it, this instance's name, its memory for
-/// final answers and the fingerprint version of its new records.
+/// final answers, the fingerprint version of its new records, and how it holds waiting
+/// requests.
 fn engine(args: &ServeArgs, retention: Duration) -> EngineSettings {
     EngineSettings {
         create_payment: OperationSettings {
@@ -165,6 +167,12 @@ fn engine(args: &ServeArgs, retention: Duration) -> EngineSettings {
         instance_id: format!("idem-{}", uuid::Uuid::new_v4().simple()),
         answer_cache_bytes: args.answer_cache_bytes,
         fingerprint_version: args.fingerprint_version,
+        waiting: WaitSettings {
+            max_waiting: args.max_waiting_requests,
+            // A held request is answered a second before the request timeout would cut it off.
+            longest: Duration::from_secs(u64::from(LONGEST_WAIT_SECS))
+                .min(Duration::from_secs(args.request_timeout_secs.saturating_sub(1))),
+        },
     }
 }
 

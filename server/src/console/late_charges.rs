@@ -131,6 +131,7 @@ impl StoreConsole {
                 reference,
             },
             of: RefundOf::LateCharge,
+            wait: None,
         };
         // The engine runs the refund to its end, whether or not the browser waits for it.
         let answer = self.engine.create_refund(request).await;

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::StoredResponse;
+use domain::prefer::Wait;
 use domain::representation::{ApiVersion, PaymentView};
 use domain::scope::Operation;
 
@@ -35,6 +36,9 @@ pub struct Answer {
     pub replayed: bool,
     /// `Idempotency-Expires`, when a record exists.
     pub expires_at: Option<DateTime<Utc>>,
+    /// `Preference-Applied: wait=N`: the request asked to wait, and would have been held (up
+    /// to N seconds) had another request owned its key.
+    pub wait_applied: Option<Wait>,
 }
 
 impl Answer {
@@ -43,6 +47,7 @@ impl Answer {
             reply: Reply::Stored(response),
             replayed: false,
             expires_at,
+            wait_applied: None,
         }
     }
 
@@ -58,6 +63,7 @@ impl Answer {
             reply: Reply::Error(error),
             replayed: false,
             expires_at,
+            wait_applied: None,
         }
     }
 
@@ -80,7 +86,12 @@ impl Answer {
             },
             replayed: false,
             expires_at,
+            wait_applied: None,
         }
+    }
+
+    pub(super) fn with_wait_applied(self, wait_applied: Option<Wait>) -> Answer {
+        Answer { wait_applied, ..self }
     }
 
     /// The HTTP status this answer has.

@@ -10,11 +10,16 @@
 //! retry) runs [`to_the_end`], on a task of its own: a caller that goes away (a client hanging
 //! up) cannot cancel it between two writes. An answer the look-up gives writes nothing and
 //! needs no task.
+//!
+//! A request that asked to wait (`Prefer: wait=N`) and finds its key in progress under another
+//! request is held in its caller's future (`waiting.rs`) and then goes through the path again,
+//! as a retry at that moment would: it is counted and journalled once, with the answer it got.
 
 use super::PaymentsEngine;
 use super::answer::Answer;
 use super::owner::{Charging, Owned, Owner};
 use super::sealing::SealingError;
+use super::waiting::Held;
 use crate::store::StoreError;
 use crate::store::metrics::JournalEntry;
 use crate::store::records::FoundRecord;
@@ -25,6 +30,7 @@ use domain::decision::{Decision, decide};
 use domain::expiry::AfterExpiry;
 use domain::fingerprint::{Fingerprint, FingerprintVersion, UnknownFingerprintVersion};
 use domain::outcome::Outcome;
+use domain::prefer::Wait;
 use domain::record::{ClaimedAs, ProgressStep};
 use domain::representation::ApiVersion;
 use domain::scope::{Operation, Scope};
@@ -46,6 +52,13 @@ enum Verdict {
     },
 }
 
+/// What one pass of the request path came to: an answer, or (only for a request that may be
+/// held) "another request owns the key now".
+enum Attempt {
+    Answered(Answer, Option<Compared>),
+    KeyHeld,
+}
+
 /// What one keyed operation brings to the idempotency layer.
 #[async_trait::async_trait]
 pub(super) trait KeyedOperation: Send + Sync + 'static {
@@ -62,13 +75,15 @@ pub(super) trait KeyedOperation: Send + Sync + 'static {
 
 impl PaymentsEngine {
     /// A keyed request of `operation` (made with the API key `created_by`), through the
-    /// idempotency layer: the answer its key's record gives, or the claim, journalled.
+    /// idempotency layer: the answer its key's record gives, or the claim, journalled; held
+    /// for up to `wait` while another request owns the key.
     pub(super) async fn keyed(
         self: &Arc<Self>,
         operation: impl KeyedOperation,
         scope: Scope,
         created_by: ApiKeyId,
         api_version: ApiVersion,
+        wait: Option<Wait>,
     ) -> Answer {
         let settings = self.settings.of(scope.operation);
         let claim = NewClaim {
@@ -81,7 +96,7 @@ impl PaymentsEngine {
             window: settings.expiry.window,
             after_expiry: settings.expiry.after_expiry,
         };
-        let (answer, compared) = self.answer(operation, &claim).await;
+        let (answer, compared) = self.answer_holding(Arc::new(operation), &claim, wait).await;
         let (fingerprint, retry_delay) = compared.as_ref().map_or((&claim.fingerprint, None), |compared| {
             (&compared.fingerprint, compared.retry_delay)
         });
@@ -113,13 +128,52 @@ impl PaymentsEngine {
         });
     }
 
-    /// The answer, and how the request compared with its key's record if it had one. The
-    /// look-up answers here; the claim, or what the record's verdict writes, runs to the end.
-    async fn answer(
+    /// [`Self::answer`], holding the request while another request owns its key when it
+    /// asked to `wait` and a slot is free; the answer says whether the wait was applied.
+    async fn answer_holding<O: KeyedOperation>(
         self: &Arc<Self>,
-        operation: impl KeyedOperation,
+        operation: Arc<O>,
         claim: &NewClaim,
+        wait: Option<Wait>,
     ) -> (Answer, Option<Compared>) {
+        let mut held: Option<Held> = None;
+        let mut applied = wait;
+        loop {
+            let hold = applied.is_some() && held.as_ref().is_none_or(|held| !held.past_deadline());
+            match self.answer(Arc::clone(&operation), claim, hold).await {
+                Attempt::Answered(answer, compared) => {
+                    if let Some(held) = &held {
+                        held.ended();
+                    }
+                    return (answer.with_wait_applied(applied), compared);
+                }
+                Attempt::KeyHeld => {
+                    if held.is_none() {
+                        held = applied.and_then(|wait| self.waiting.hold(wait));
+                        if held.is_none() {
+                            // Past the bound: answered at once, as without the preference.
+                            applied = None;
+                            continue;
+                        }
+                    }
+                    if let Some(held) = &mut held {
+                        held.until_moved(&claim.scope).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The answer, and how the request compared with its key's record if it had one; when
+    /// the request may be `hold`, [`Attempt::KeyHeld`] instead of the answer "in progress".
+    /// The look-up answers here; the claim, or what the record's verdict writes, runs to the
+    /// end.
+    async fn answer<O: KeyedOperation>(
+        self: &Arc<Self>,
+        operation: Arc<O>,
+        claim: &NewClaim,
+        hold: bool,
+    ) -> Attempt {
         let scope = &claim.scope;
         let found = match self.final_answers.get(scope) {
             Some(found) => Some(found),
@@ -131,18 +185,25 @@ impl PaymentsEngine {
                     found
                 }
                 // Nothing was written: the retry starts afresh.
-                Err(error) => return (Answer::error(error.as_api_error("look up"), None), None),
+                Err(error) => {
+                    return Attempt::Answered(Answer::error(error.as_api_error("look up"), None), None);
+                }
             },
         };
         let Some(mut found) = found else {
-            return self.claim_to_the_end(operation, claim.clone(), None).await;
+            return self.claim_to_the_end(operation, claim.clone(), None, hold).await;
         };
-        let compared = match Compared::with(&operation, &claim.fingerprint, &found) {
+        let compared = match Compared::with(&*operation, &claim.fingerprint, &found) {
             Ok(compared) => compared,
-            Err(unknown) => return (made_by_a_newer_deploy(scope, unknown), None),
+            Err(unknown) => return Attempt::Answered(made_by_a_newer_deploy(scope, unknown), None),
         };
         if let Some(renewal) = self.renewal(claim, &found, &compared.fingerprint) {
-            return self.claim_to_the_end(operation, renewal, Some(compared)).await;
+            return self
+                .claim_to_the_end(operation, renewal, Some(compared), hold)
+                .await;
+        }
+        if hold && held_by_another(&found, &compared.fingerprint) {
+            return Attempt::KeyHeld;
         }
         let answer = match self.verdict(scope, &mut found, &compared.fingerprint.sha256_hex) {
             Verdict::Answer(answer) => answer,
@@ -153,47 +214,51 @@ impl PaymentsEngine {
                     .unwrap_or_else(|failed| failed)
             }
         };
-        (answer, Some(compared))
+        Attempt::Answered(answer, Some(compared))
     }
 
     /// [`Self::claim_and_answer`], run to the end.
-    async fn claim_to_the_end(
+    async fn claim_to_the_end<O: KeyedOperation>(
         self: &Arc<Self>,
-        operation: impl KeyedOperation,
+        operation: Arc<O>,
         claim: NewClaim,
         compared: Option<Compared>,
-    ) -> (Answer, Option<Compared>) {
+        hold: bool,
+    ) -> Attempt {
         let engine = Arc::clone(self);
-        to_the_end(async move { engine.claim_and_answer(&operation, &claim, compared).await })
+        to_the_end(async move { engine.claim_and_answer(&*operation, &claim, compared, hold).await })
             .await
-            .unwrap_or_else(|failed| (failed, None))
+            .unwrap_or_else(|failed| Attempt::Answered(failed, None))
     }
 
     /// The insert-first claim, and the answer to what it decided; when the claim found the
     /// key's record made or changed since the look-up (a concurrent request), the answer that
-    /// record gives, and the request compared with that record instead of the look-up's.
+    /// record gives (or [`Attempt::KeyHeld`]), and the request compared with that record
+    /// instead of the look-up's.
     async fn claim_and_answer(
         &self,
         operation: &impl KeyedOperation,
         claim: &NewClaim,
         compared: Option<Compared>,
-    ) -> (Answer, Option<Compared>) {
+        hold: bool,
+    ) -> Attempt {
         if let Some(answer) = self.claim_anew(operation, claim).await {
-            return (answer, compared);
+            return Attempt::Answered(answer, compared);
         }
         let scope = &claim.scope;
         match self.records.look_up(scope).await {
             Ok(Some(found)) => match Compared::with(operation, &claim.fingerprint, &found) {
+                Ok(compared) if hold && held_by_another(&found, &compared.fingerprint) => Attempt::KeyHeld,
                 Ok(compared) => {
                     let answer = self
                         .answer_record(scope, found, &compared.fingerprint.sha256_hex)
                         .await;
-                    (answer, Some(compared))
+                    Attempt::Answered(answer, Some(compared))
                 }
-                Err(unknown) => (made_by_a_newer_deploy(scope, unknown), None),
+                Err(unknown) => Attempt::Answered(made_by_a_newer_deploy(scope, unknown), None),
             },
-            Ok(None) => (Answer::in_progress(1, None), None),
-            Err(error) => (
+            Ok(None) => Attempt::Answered(Answer::in_progress(1, None), None),
+            Err(error) => Attempt::Answered(
                 Answer::error(error.as_api_error("look up after the claim"), None),
                 None,
             ),
@@ -230,6 +295,7 @@ impl PaymentsEngine {
                     audit: None,
                 };
                 let owned = operation.execute(self, owner, created_at).await;
+                self.waiting.settled(scope);
                 self.answered(scope, owned, Some(expires_at)).await
             }
             Ok(ClaimOutcome::Existing(_)) => return None,
@@ -449,6 +515,16 @@ pub(super) async fn to_the_end<T: Send + 'static>(
         tracing::error!(%error, "a keyed operation's task failed");
         Answer::error(ApiError::Internal, None)
     })
+}
+
+/// Whether another request owns `found`'s key now, so that a retry with `fingerprint` would be
+/// told "in progress" (a different command is told so at once, and an owner gone is taken
+/// over: neither is held).
+fn held_by_another(found: &FoundRecord, fingerprint: &Fingerprint) -> bool {
+    matches!(
+        decide(&found.at.record, &fingerprint.sha256_hex, found.at.now),
+        Decision::InProgress { .. }
+    )
 }
 
 /// How a request compares with its key's record: its fingerprint in the version the record was

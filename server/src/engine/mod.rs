@@ -15,6 +15,7 @@
 //!   an override two admins vouched for, release a key the provider never charged.
 //! - `background.rs`: the passes the workers run: recovery, settlement, the release watch.
 //! - `answer.rs`: what the client is answered, in the contract's terms.
+//! - `waiting.rs`: requests held while another request owns their key (`Prefer: wait`).
 //! - `final_answers.rs`: settled records kept in memory until shortly before their window
 //!   ends, so that a replay needs no database.
 //! - `sealing.rs`: stored response bodies sealed at rest.
@@ -34,11 +35,13 @@ mod owner;
 mod payments;
 mod refunds;
 pub mod sealing;
+pub mod waiting;
 
 pub use answer::{Answer, Reply, outcome_unknown_code};
 pub use operator::{ReconcileRefusal, Reconciled};
 pub use payments::CreatePaymentRequest;
 pub use refunds::CreateRefundRequest;
+pub use waiting::WaitSettings;
 
 use crate::metrics::OutcomeCounter;
 use crate::metrics::journal::RequestJournal;
@@ -74,6 +77,8 @@ pub struct EngineSettings {
     pub answer_cache_bytes: u64,
     /// The version new records are fingerprinted in.
     pub fingerprint_version: FingerprintVersion,
+    /// Requests held while another request owns their key.
+    pub waiting: WaitSettings,
 }
 
 impl EngineSettings {
@@ -122,6 +127,7 @@ pub struct PaymentsEngine {
     journal: Arc<RequestJournal>,
     sealer: Arc<ResponseSealer>,
     final_answers: final_answers::FinalAnswers,
+    waiting: waiting::Waiting,
     settings: EngineSettings,
 }
 
@@ -172,6 +178,7 @@ impl PaymentsEngine {
             journal: parts.journal,
             sealer: parts.sealer,
             final_answers: final_answers::FinalAnswers::new(settings.answer_cache_bytes),
+            waiting: waiting::Waiting::new(settings.waiting),
             settings,
         }
     }

@@ -131,7 +131,7 @@ impl PaymentsEngine {
             audit,
         };
         let resource_id = found.record.resource_id.as_deref().unwrap_or_default();
-        match scope.operation {
+        let owned = match scope.operation {
             Operation::CreatePayment => {
                 let version = found
                     .record
@@ -142,6 +142,8 @@ impl PaymentsEngine {
                 self.resume_payment(owner, resource_id, version, charging).await
             }
             Operation::CreateRefund => self.resume_refund(owner, resource_id, charging).await,
-        }
+        };
+        self.waiting.settled(scope);
+        owned
     }
 }

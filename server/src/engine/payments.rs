@@ -20,6 +20,7 @@ use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::outcome::Outcome;
 use domain::payment::{NewPayment, PaymentId, new_event_id};
+use domain::prefer::Wait;
 use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::Scope;
 use domain::tenant::{Principal, TenantId};
@@ -41,6 +42,8 @@ pub struct CreatePaymentRequest {
     /// changes the default, and is replayed in the version its answer was produced in.
     pub api_version_requested: bool,
     pub command: CreatePayment,
+    /// `Prefer: wait=N`: how long the request may be held while another request owns its key.
+    pub wait: Option<Wait>,
 }
 
 /// create_payment with a key: its payment, made by the claim.
@@ -103,12 +106,16 @@ impl PaymentsEngine {
             operation: CreatePayment::OPERATION,
             key,
         };
-        let (created_by, api_version) = (request.principal.api_key_id.clone(), request.api_version);
+        let (created_by, api_version, wait) = (
+            request.principal.api_key_id.clone(),
+            request.api_version,
+            request.wait,
+        );
         let operation = KeyedPayment {
             request,
             payment: OnceLock::new(),
         };
-        self.keyed(operation, scope, created_by, api_version).await
+        self.keyed(operation, scope, created_by, api_version, wait).await
     }
 
     /// A tenant that does not require keys: no record, the same local transaction (the

@@ -18,6 +18,7 @@ use domain::claim::{ClaimOutcome, NewClaim, RefundCompletion};
 use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::payment::new_event_id;
+use domain::prefer::Wait;
 use domain::refund::{CreateRefund, NewRefund, RefundId, RefundOf, RefundStatus, RefundView};
 use domain::representation::ApiVersion;
 use domain::scope::Scope;
@@ -37,6 +38,8 @@ pub struct CreateRefundRequest {
     pub api_version: ApiVersion,
     pub command: CreateRefund,
     pub of: RefundOf,
+    /// `Prefer: wait=N`: how long the request may be held while another request owns its key.
+    pub wait: Option<Wait>,
 }
 
 struct KeyedRefund {
@@ -96,12 +99,16 @@ impl PaymentsEngine {
             operation: CreateRefund::OPERATION,
             key: request.key.clone(),
         };
-        let (created_by, api_version) = (request.principal.api_key_id.clone(), request.api_version);
+        let (created_by, api_version, wait) = (
+            request.principal.api_key_id.clone(),
+            request.api_version,
+            request.wait,
+        );
         let operation = KeyedRefund {
             request,
             refund: OnceLock::new(),
         };
-        self.keyed(operation, scope, created_by, api_version).await
+        self.keyed(operation, scope, created_by, api_version, wait).await
     }
 
     /// A create_refund's owner (new, or resuming after a takeover) with its refund.

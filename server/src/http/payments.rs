@@ -20,6 +20,7 @@ use domain::api_error::ApiError;
 use domain::command::{AccountId, CreatePayment, FieldProblem};
 use domain::key::IdempotencyKey;
 use domain::money::Currency;
+use domain::prefer::{Preferences, Wait};
 use domain::representation::ApiVersion;
 use domain::scope::Operation;
 use domain::tenant::Principal;
@@ -37,7 +38,7 @@ use std::time::Duration;
         ("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
             description = "1 to 255 visible ASCII characters (0x21-0x7E). A tenant made with optional keys may leave it out."),
         ("Api-Version" = Option<ApiVersionName>, Header, nullable = false, description = "The tenant's pinned version when absent. Part of the fingerprint."),
-        ("Prefer" = Option<String>, Header, nullable = false, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
+        ("Prefer" = Option<String>, Header, nullable = false, description = "RFC 7240, not part of the fingerprint. `return=minimal`: a 201 without a body (Location only). `wait=N` (seconds, 1 to 10; larger is capped at 10): while another request owns the key, hold this one until that request answers or N seconds pass, then answer what a retry would get then (a replay, the 202, or at the deadline the 409 in progress); a different command is refused at once; past the instance's bound of held requests, the immediate 409."),
     ),
     request_body(content = CreatePaymentBody, content_type = "application/json"),
     responses(
@@ -46,16 +47,17 @@ use std::time::Duration;
                 ("Location" = String, description = "/payments/{id}"),
                 ("Idempotency-Expires" = String, description = "RFC 3339: the end of the key's window"),
                 ("Idempotent-Replayed" = String, description = "`true` on a replay, absent otherwise"),
+                ("Preference-Applied" = String, description = "`wait=N` (the capped wait) when the request asked to wait and was not refused by the bound of held requests"),
             )),
         (status = 202, description = "PAYMENT_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = OutcomeUnknownBody,
-            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"))),
+            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait"))),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED: missing, unknown or revoked API key. Nothing recorded.", body = ErrorBody),
         (status = 402, description = "PAYMENT_DECLINED (details.paymentId); replayed for the same key.", body = ErrorBody,
             headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 404, description = "ACCOUNT_NOT_FOUND (also another tenant's account). Nothing recorded.", body = ErrorBody),
         (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST; IDEMPOTENCY_REQUEST_IN_PROGRESS (Retry-After); DUPLICATE_MERCHANT_REFERENCE (details.paymentId).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "seconds, while the first request runs"))),
+            headers(("Retry-After" = String, description = "seconds, while the first request runs"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait and was held until N seconds passed"))),
         (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
         (status = 422, description = "INSUFFICIENT_FUNDS (binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
@@ -70,12 +72,13 @@ pub async fn create_payment(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = match parse_create_payment(&state, caller, &headers, &body).await {
+    let preferences = preferences(&headers);
+    let request = match parse_create_payment(&state, caller, &headers, &body, preferences.wait).await {
         Ok(request) => request,
         Err(error) => return ErrorResponse(error).into_response(),
     };
     let answer = state.engine.create_payment(request).await;
-    render(answer, prefers_minimal(&headers))
+    render(answer, preferences.minimal)
 }
 
 async fn parse_create_payment(
@@ -83,6 +86,7 @@ async fn parse_create_payment(
     caller: Source,
     headers: &HeaderMap,
     body: &[u8],
+    wait: Option<Wait>,
 ) -> Result<CreatePaymentRequest, ApiError> {
     let principal = authenticate(state, caller, headers).await?;
     let key = match idempotency_key(headers)? {
@@ -100,6 +104,7 @@ async fn parse_create_payment(
         api_version,
         api_version_requested,
         command,
+        wait,
     })
 }
 
@@ -278,17 +283,19 @@ pub(super) async fn authenticate(
     }
 }
 
-pub(super) fn prefers_minimal(headers: &HeaderMap) -> bool {
-    headers
-        .get_all("prefer")
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|preference| preference.trim().eq_ignore_ascii_case("return=minimal"))
+/// What the request's `Prefer` header values ask for.
+pub(super) fn preferences(headers: &HeaderMap) -> Preferences {
+    Preferences::parse(
+        headers
+            .get_all("prefer")
+            .iter()
+            .filter_map(|value| value.to_str().ok()),
+    )
 }
 
 /// The engine's answer as HTTP (in the shape the request's `Prefer` asks for), with the
-/// contract's headers: `Idempotent-Replayed`, `Idempotency-Expires`, `Retry-After`.
+/// contract's headers: `Idempotent-Replayed`, `Idempotency-Expires`, `Retry-After`,
+/// `Preference-Applied`.
 pub(super) fn render(answer: Answer, minimal: bool) -> Response {
     let mut response = match answer.reply {
         Reply::Stored(stored) => {
@@ -336,6 +343,11 @@ pub(super) fn render(answer: Answer, minimal: bool) -> Response {
     let headers = response.headers_mut();
     if answer.replayed {
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Some(wait) = answer.wait_applied
+        && let Ok(value) = HeaderValue::try_from(wait.applied())
+    {
+        headers.insert("preference-applied", value);
     }
     if let Some(expires_at) = answer.expires_at
         && let Ok(value) = HeaderValue::try_from(expires_at.to_rfc3339_opts(SecondsFormat::Secs, true))

@@ -5,7 +5,7 @@
 
 use super::error::ErrorResponse;
 use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
-use super::payments::{api_version, authenticate, idempotency_key, prefers_minimal, render};
+use super::payments::{api_version, authenticate, idempotency_key, preferences, render};
 use super::{AppState, Caller};
 use crate::auth::source::Source;
 use crate::engine::CreateRefundRequest;
@@ -14,6 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use domain::api_error::ApiError;
+use domain::prefer::Wait;
 use domain::refund::{RefundBody, RefundOf};
 
 /// `POST /payments/{paymentId}/refunds`: a refund, made once per scoped key (tenant,
@@ -28,7 +29,7 @@ use domain::refund::{RefundBody, RefundOf};
         ("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
             description = "1 to 255 visible ASCII characters (0x21-0x7E). Always required for refunds."),
         ("Api-Version" = Option<ApiVersionName>, Header, nullable = false, description = "Checked; a refund looks the same in every version, so it is not part of the fingerprint."),
-        ("Prefer" = Option<String>, Header, nullable = false, description = "`return=minimal`: a 201 without a body (Location only). Not part of the fingerprint."),
+        ("Prefer" = Option<String>, Header, nullable = false, description = "RFC 7240, not part of the fingerprint. `return=minimal`: a 201 without a body (Location only). `wait=N` (seconds, 1 to 10; larger is capped at 10): while another request owns the key, hold this one until that request answers or N seconds pass, then answer what a retry would get then (a replay, the 202, or at the deadline the 409 in progress); a different command is refused at once; past the instance's bound of held requests, the immediate 409."),
     ),
     request_body(content = RefundBodySchema, content_type = "application/json"),
     responses(
@@ -37,16 +38,17 @@ use domain::refund::{RefundBody, RefundOf};
                 ("Location" = String, description = "/refunds/{refundId}"),
                 ("Idempotency-Expires" = String, description = "RFC 3339: the end of the key's window"),
                 ("Idempotent-Replayed" = String, description = "`true` on a replay, absent otherwise"),
+                ("Preference-Applied" = String, description = "`wait=N` (the capped wait) when the request asked to wait and was not refused by the bound of held requests"),
             )),
         (status = 202, description = "REFUND_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = RefundOutcomeUnknownBody,
-            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"))),
+            headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait"))),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED. Nothing recorded.", body = ErrorBody),
         (status = 402, description = "REFUND_DECLINED (details.refundId); replayed for the same key.", body = ErrorBody,
             headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 404, description = "PAYMENT_NOT_FOUND (also another tenant's payment). Nothing recorded.", body = ErrorBody),
         (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST; IDEMPOTENCY_REQUEST_IN_PROGRESS (Retry-After); DUPLICATE_REFUND_REFERENCE (details.refundId); PAYMENT_NOT_REFUNDABLE (details.paymentStatus, nothing recorded).", body = ErrorBody,
-            headers(("Retry-After" = String, description = "seconds, while the first request runs"))),
+            headers(("Retry-After" = String, description = "seconds, while the first request runs"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait and was held until N seconds passed"))),
         (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
         (status = 422, description = "REFUND_EXCEEDS_REMAINING (details.remaining; binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
@@ -62,12 +64,14 @@ pub async fn create_refund(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = match parse_create_refund(&state, caller, &payment_id, &headers, &body).await {
-        Ok(request) => request,
-        Err(error) => return ErrorResponse(error).into_response(),
-    };
+    let preferences = preferences(&headers);
+    let request =
+        match parse_create_refund(&state, caller, &payment_id, &headers, &body, preferences.wait).await {
+            Ok(request) => request,
+            Err(error) => return ErrorResponse(error).into_response(),
+        };
     let answer = state.engine.create_refund(request).await;
-    render(answer, prefers_minimal(&headers))
+    render(answer, preferences.minimal)
 }
 
 async fn parse_create_refund(
@@ -76,6 +80,7 @@ async fn parse_create_refund(
     payment_id: &str,
     headers: &HeaderMap,
     body: &[u8],
+    wait: Option<Wait>,
 ) -> Result<CreateRefundRequest, ApiError> {
     let principal = authenticate(state, caller, headers).await?;
     let key = idempotency_key(headers)?.ok_or(ApiError::IdempotencyKeyMissing)?;
@@ -97,6 +102,7 @@ async fn parse_create_refund(
         api_version,
         command,
         of: RefundOf::Payment,
+        wait,
     })
 }
 

@@ -31,3 +31,4 @@ mod retention;
 mod soak;
 mod store_conformance;
 mod storm;
+mod waiting;

@@ -43,7 +43,10 @@ use axum::routing::{get, post};
 
 use axum::{Json, Router};
 
-use control::{clear_faults, faults, list_charges, list_refunds, queue_fault, release_late_charges, settle};
+use control::{
+    clear_faults, faults, list_charges, list_refunds, queue_fault, release_held_calls, release_late_charges,
+    settle,
+};
 
 use domain::money::{Amount, Currency};
 
@@ -57,6 +60,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 /// How long a `drop_response_after_accept` call is held before the connection is closed: far
@@ -93,7 +97,9 @@ pub struct FaultRequest {
     pub reference: Option<String>,
     #[serde(default)]
     pub delay_ms: Option<u64>,
-    /// `accept_late` only: hold the late charge until `POST /_sim/late-charges`.
+    /// `accept_late`: hold the late charge until `POST /_sim/late-charges`. `latency`: hold
+    /// the call, instead of `delayMs`, until `POST /_sim/held-calls` (for a test that waits on
+    /// its own steps, not a clock).
     #[serde(default)]
     pub held: bool,
 }
@@ -113,6 +119,8 @@ struct Ledger {
     faults_applied: u64,
     /// Late charges held until a test releases them.
     held_late: Vec<LateCharge>,
+    /// Calls held (`latency` with `held`) until a test lets them go on.
+    held_calls: Vec<oneshot::Sender<()>>,
     next_charge: u64,
 }
 
@@ -219,6 +227,7 @@ pub fn router(simulator: Simulator) -> Router {
         .route("/_sim/faults", get(faults).post(queue_fault).delete(clear_faults))
         .route("/_sim/charges", get(list_charges))
         .route("/_sim/late-charges", post(release_late_charges))
+        .route("/_sim/held-calls", post(release_held_calls))
         .route("/v1/refunds", post(create_refund).get(find_refund))
         .route("/_sim/refunds", get(list_refunds))
         .route("/_sim/settle", post(settle))
@@ -342,7 +351,14 @@ async fn create_call<T: Serialize>(
         .or_else(|| first_call.then(|| test_value_fault(amount)).flatten());
     let delay = Duration::from_millis(fault.as_ref().and_then(|fault| fault.delay_ms).unwrap_or(2_000));
     if mode == Some(FaultMode::Latency) {
-        tokio::time::sleep(delay).await;
+        if fault.as_ref().is_some_and(|fault| fault.held) {
+            let (release, released) = oneshot::channel();
+            sim.ledger().held_calls.push(release);
+            // A simulator dropped with the call held lets it go on too.
+            let _ = released.await;
+        } else {
+            tokio::time::sleep(delay).await;
+        }
     }
     if mode == Some(FaultMode::AcceptLate) {
         // Whatever a retry did meanwhile under the same key stands.

@@ -318,9 +318,14 @@ impl TestApp {
 
     /// The first instance's Prometheus exposition text.
     pub async fn metrics(&self) -> String {
+        self.metrics_at(self.metrics_address).await
+    }
+
+    /// The Prometheus exposition text of the instance whose metrics listen at `address`.
+    pub async fn metrics_at(&self, address: SocketAddr) -> String {
         let response = self
             .http
-            .get(format!("http://{}/metrics", self.metrics_address))
+            .get(format!("http://{address}/metrics"))
             .send()
             .await
             .expect("GET /metrics");
@@ -332,6 +337,23 @@ impl TestApp {
                 .starts_with("text/plain")
         );
         response.text().await.expect("text")
+    }
+
+    /// Polls the metrics of the instance at `metrics_address` until the sum of `name` with
+    /// `labels` is `wanted`; panics naming it after 60 s.
+    pub async fn until_metric(&self, metrics_address: SocketAddr, name: &str, labels: &[&str], wanted: f64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let value = metric(&self.metrics_at(metrics_address).await, name, labels);
+            if value == wanted {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}{labels:?} still {value}, not {wanted}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// The API key of a tenant the setup named.

@@ -83,6 +83,31 @@ impl Sim {
         released["released"].as_u64().expect("a count")
     }
 
+    /// Lets every call held so far (`latency` with `held`) go on; how many.
+    pub async fn release_held_calls(&self) -> u64 {
+        let released: Value = reqwest::Client::new()
+            .post(format!("{}/_sim/held-calls", self.url()))
+            .send()
+            .await
+            .expect("release held calls")
+            .json()
+            .await
+            .expect("json");
+        released["released"].as_u64().expect("a count")
+    }
+
+    /// Polls until `wanted` calls met a fault (a test's owner is then at the provider).
+    pub async fn until_faults_applied(&self, wanted: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while self.faults_applied().await < wanted {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{wanted} faults never applied"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// How many calls met a fault so far.
     pub async fn faults_applied(&self) -> u64 {
         let faults: Value = reqwest::get(format!("{}/_sim/faults", self.url()))

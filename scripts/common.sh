@@ -71,6 +71,17 @@ ensure_wasm_bindgen() {
   cargo install --quiet --root "$IDEM_TOOLS" wasm-bindgen-cli --version "=$want" --force
 }
 
+# The test command's runner: cargo-nextest runs each test in a process of its own, four at once,
+# and the crash matrix alone (.config/nextest.toml). Machines of this kind come with it; others
+# build it once.
+ensure_nextest() {
+  if cargo nextest --version >/dev/null 2>&1; then
+    return
+  fi
+  say "installing cargo-nextest (a few minutes, once per machine)"
+  cargo install --quiet --locked --root "$IDEM_TOOLS" cargo-nextest
+}
+
 # cargo fuzz (scripts/fuzz-parsers) asks rustc for unstable flags (sanitizers, coverage);
 # RUSTC_BOOTSTRAP=1 lets the machine's one stable toolchain take them.
 ensure_cargo_fuzz() {

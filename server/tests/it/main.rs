@@ -7,6 +7,7 @@ mod architecture;
 mod cancellation;
 mod claim;
 mod cli;
+mod client;
 mod console_access;
 mod console_api;
 mod console_security;

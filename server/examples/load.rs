@@ -9,9 +9,13 @@
 //!
 //! Prints one JSON object: requests sent and completed, statuses, transport errors, and the
 //! latency percentiles in milliseconds (from an HDR histogram, 3 significant digits).
+//! `--workload client-create` sends each through `idem-client`, as a caller that retries
+//! correctly would.
 
 use clap::{Parser, ValueEnum};
+use domain::key::IdempotencyKey;
 use hdrhistogram::Histogram;
+use idem_client::{Client, Error, NewPayment, RetryPolicy};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -30,6 +34,11 @@ enum Workload {
     /// 80% fresh creates, 15% replays, 4% conflicts (a completed key with another amount),
     /// 1% malformed bodies.
     Mix,
+    /// A new logical operation per request through `idem-client` (a new key, `Prefer: wait=10`,
+    /// its retries inside the measured latency): fresh creates as a caller that retries
+    /// correctly sees them. A status is the client's final answer's; a transport error, a call
+    /// the client gave up on.
+    ClientCreate,
 }
 
 #[derive(Debug, Parser)]
@@ -112,6 +121,8 @@ fn plan(args: &Args, n: u64) -> Planned {
         Workload::Replay => replayed("1.00"),
         Workload::FreshCreate => fresh(),
         Workload::Baseline => Planned { key: None, ..fresh() },
+        // Sent by the client: the plan names its key and reference.
+        Workload::ClientCreate => fresh(),
         Workload::Mix => match spread(n ^ 0xA5A5) % 100 {
             0..80 => fresh(),
             80..95 => replayed("1.00"),
@@ -130,6 +141,38 @@ struct Tally {
     errors: u64,
 }
 
+/// One logical operation through the client: the status of its final answer, or `None` when the
+/// client gave up.
+async fn through_the_client(idem: &Client, args: &Args, n: u64, planned: &Planned) -> Option<u16> {
+    let key = IdempotencyKey::parse(planned.key.as_deref().unwrap_or_default().as_bytes()).ok()?;
+    let payment = NewPayment::new(&format!("acc_{}", n % args.accounts), "1.00", "EUR", key.as_str());
+    match idem.create_payment(&key, &payment).await {
+        Ok(_) => Some(201),
+        Err(Error::Refused(error)) => Some(error.status),
+        Err(Error::GaveUp { .. }) => None,
+    }
+}
+
+/// A request's answer (`None`: a transport error) and how late after it was due it came.
+fn record(histogram: &Mutex<Histogram<u64>>, tally: &Mutex<Tally>, status: Option<u16>, late: Duration) {
+    match status {
+        Some(status) => {
+            *tally
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .statuses
+                .entry(status)
+                .or_default() += 1;
+            let micros = u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1);
+            histogram
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .saturating_record(micros);
+        }
+        None => tally.lock().unwrap_or_else(PoisonError::into_inner).errors += 1,
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Arc::new(Args::parse());
@@ -142,6 +185,7 @@ async fn main() {
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
     ));
     let tally = Arc::new(Mutex::new(Tally::default()));
+    let idem = Client::new(&args.url, &args.api_key, RetryPolicy::default().waiting(10));
     let interval = Duration::from_secs_f64(1.0 / args.rate.max(1) as f64);
     let total = args.rate * args.seconds;
     let start = Instant::now();
@@ -149,10 +193,20 @@ async fn main() {
     for n in 0..total {
         let due = start + interval.mul_f64(n as f64);
         tokio::time::sleep_until(due.into()).await;
-        let (client, args, histogram, tally) =
-            (client.clone(), args.clone(), histogram.clone(), tally.clone());
+        let (client, idem, args, histogram, tally) = (
+            client.clone(),
+            idem.clone(),
+            args.clone(),
+            histogram.clone(),
+            tally.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let planned = plan(&args, n);
+            if let Workload::ClientCreate = args.workload {
+                let status = through_the_client(&idem, &args, n, &planned).await;
+                record(&histogram, &tally, status, due.elapsed());
+                return;
+            }
             let url = format!("{}{}", args.url, planned.path);
             let mut request = if planned.get {
                 client.get(url)
@@ -175,23 +229,7 @@ async fn main() {
                 }
                 Err(_) => None,
             };
-            let late = due.elapsed();
-            match status {
-                Some(status) => {
-                    *tally
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .statuses
-                        .entry(status)
-                        .or_default() += 1;
-                    let micros = u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1);
-                    histogram
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .saturating_record(micros);
-                }
-                None => tally.lock().unwrap_or_else(PoisonError::into_inner).errors += 1,
-            }
+            record(&histogram, &tally, status, due.elapsed());
         }));
     }
     let sent_for = start.elapsed();

@@ -1,13 +1,17 @@
 //! The Rust client (`idem-client`) against a real `idem serve` while the provider simulator
 //! injects every fault mode: each logical operation is answered, with one payment and one
-//! charge, whatever the provider did to its first attempt. On both databases.
+//! charge, whatever the provider did to its first attempt; and an answer lost on the way back is
+//! found by its key, with nothing sent again. On both databases.
 
-use crate::support::{TestApp, TestDatabase, conformance};
+use crate::support::{Forwarder, TestApp, TestDatabase, conformance};
 use idem_client::{Client, Error, NewPayment, NewRefund, RetryPolicy};
 use serde_json::json;
 use std::time::Duration;
 
-conformance!(every_logical_operation_is_answered_once_whatever_the_provider_does);
+conformance!(
+    every_logical_operation_is_answered_once_whatever_the_provider_does,
+    an_answer_lost_on_the_way_back_is_found_by_its_key,
+);
 
 async fn every_logical_operation_is_answered_once_whatever_the_provider_does(db: TestDatabase) {
     let app = TestApp::on_database(db)
@@ -132,4 +136,49 @@ async fn every_logical_operation_is_answered_once_whatever_the_provider_does(db:
         i64::try_from(faults.len() + 1).expect("a count")
     );
     assert_eq!(app.sim.refunds().await.len(), 1);
+}
+
+async fn an_answer_lost_on_the_way_back_is_found_by_its_key(db: TestDatabase) {
+    let app = TestApp::on_database(db).tenant("acme", "100.00").process().await;
+    let network = Forwarder::to(app.address.port()).await;
+    let client = Client::new(
+        &format!("http://{}", network.address),
+        app.key("acme"),
+        RetryPolicy::default(),
+    );
+
+    // The server makes the payment; its answer never arrives. The key's look-up finds it
+    // settled, and nothing is sent again.
+    network.lose_answers(1);
+    let key = Client::new_key();
+    let made = client
+        .create_payment(&key, &NewPayment::new("acc_1", "10.00", "EUR", "inv-1"))
+        .await
+        .expect("found by its key");
+    assert!(made.found_by_key && made.replayed, "{made:?}");
+    assert_eq!(made.attempts, 1, "no second POST");
+    assert_eq!(made.resource.status, "PENDING");
+
+    // A decline found by its key is the decline its key answers.
+    network.lose_answers(1);
+    match client
+        .create_payment(
+            &Client::new_key(),
+            &NewPayment::new("acc_1", "10.02", "EUR", "inv-2"),
+        )
+        .await
+    {
+        Err(Error::Refused(error)) => {
+            assert_eq!((error.status, error.code.as_str()), (402, "PAYMENT_DECLINED"))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let charges = app.sim.charges().await;
+    assert_eq!(charges.len(), 2, "{charges:?}");
+    assert!(
+        charges.iter().all(|charge| charge.create_calls == 1),
+        "{charges:?}"
+    );
+    assert_eq!(app.db.query_i64("select count(*) from payments").await, 2);
 }

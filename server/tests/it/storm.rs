@@ -3,10 +3,12 @@
 //! them all. Exactly one payment and one provider charge per key; every other answer is a
 //! replay or "in progress"; no 5xx. And the same at 2, 8, 32 and 64 duplicates a key over two
 //! instances: `IDEM_PROOF_STORM_KEYS` keys at each (20 in the test command, 1,000 in
-//! `scripts/proof`).
+//! `scripts/proof`). Last, the storm as clients that retry correctly make it (`idem-client`,
+//! with `Prefer: wait`): every call answered with the key's one payment.
 
 use crate::support::{DialectName, TestApp};
 use futures_util::future::join_all;
+use idem_client::{Client, NewPayment, RetryPolicy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::Barrier;
@@ -31,6 +33,25 @@ struct Tally {
     replayed: usize,
     in_progress: usize,
     other: Vec<String>,
+}
+
+/// One payment and one provider charge per key, and each amount (10.00) taken once.
+async fn paid_once_per_key(app: &TestApp, keys: usize) {
+    let charges = app.sim.charges().await;
+    assert_eq!(charges.len(), keys, "one charge per key");
+    assert!(
+        charges.iter().all(|charge| charge.create_calls == 1),
+        "each charged once"
+    );
+    assert_eq!(
+        app.db.query_i64("select count(*) from payments").await,
+        keys as i64
+    );
+    assert_eq!(
+        app.db.query_i64("select balance_minor from accounts").await,
+        100_000_000 - 1_000 * keys as i64,
+        "each amount taken once"
+    );
 }
 
 async fn storm(dialect: DialectName, servers: usize, size: Size) {
@@ -101,21 +122,7 @@ async fn storm(dialect: DialectName, servers: usize, size: Size) {
         assert_eq!(tally.fresh, 1, "key {key}: {tally:?}");
         assert_eq!(tally.fresh + tally.replayed + tally.in_progress, per_key);
     }
-    let charges = app.sim.charges().await;
-    assert_eq!(charges.len(), keys, "one charge per key");
-    assert!(
-        charges.iter().all(|charge| charge.create_calls == 1),
-        "each charged once"
-    );
-    assert_eq!(
-        app.db.query_i64("select count(*) from payments").await,
-        keys as i64
-    );
-    assert_eq!(
-        app.db.query_i64("select balance_minor from accounts").await,
-        100_000_000 - 1_000 * keys as i64,
-        "each amount taken once"
-    );
+    paid_once_per_key(&app, keys).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,4 +144,88 @@ async fn duplicates_at_every_concurrency_over_two_instances_pay_once_per_key() {
     for per_key in [2, 8, 32, 64] {
         storm(DialectName::Postgres, 2, Size { keys, per_key }).await;
     }
+}
+
+/// `per_key` callers of one logical operation per key, each through `idem-client` with the same
+/// key and `Prefer: wait=10`, released together and spread over two instances: every call gets
+/// the key's one payment, exactly one of them fresh; one charge per key.
+async fn client_storm(dialect: DialectName, size: Size) {
+    let Size { keys, per_key } = size;
+    let app = TestApp::on(dialect)
+        .tenant("acme", "1000000.00")
+        .serve("--rate-limit-per-sec", "0")
+        .process()
+        .await;
+    let other = app.spawn_server(&[]).await;
+    let clients: Vec<Client> = [app.address, other.address]
+        .iter()
+        .map(|address| {
+            Client::new(
+                &format!("http://{address}"),
+                app.key("acme"),
+                RetryPolicy::default().waiting(10),
+            )
+        })
+        .collect();
+    for batch in (0..keys).collect::<Vec<_>>().chunks(KEYS_IN_FLIGHT) {
+        let barrier = Arc::new(Barrier::new(batch.len() * per_key));
+        let calls = batch.iter().flat_map(|&key| {
+            let idempotency_key = Client::new_key();
+            (0..per_key).map({
+                let (clients, barrier) = (&clients, barrier.clone());
+                move |caller| {
+                    let (barrier, idempotency_key) = (barrier.clone(), idempotency_key.clone());
+                    async move {
+                        let payment = NewPayment::new("acc_1", "10.00", "EUR", &format!("inv-{key}"));
+                        barrier.wait().await;
+                        let made = clients[caller % clients.len()]
+                            .create_payment(&idempotency_key, &payment)
+                            .await;
+                        (key, made)
+                    }
+                }
+            })
+        });
+        let mut answers: BTreeMap<usize, Vec<_>> = BTreeMap::new();
+        for (key, made) in join_all(calls).await {
+            let made = made.unwrap_or_else(|error| panic!("key {key}: {error}"));
+            answers.entry(key).or_default().push(made);
+        }
+        for (key, made) in &answers {
+            assert_eq!(made.len(), per_key);
+            let ids: std::collections::BTreeSet<_> =
+                made.iter().map(|made| &made.resource.payment_id).collect();
+            assert_eq!(ids.len(), 1, "key {key}: one payment for every call");
+            assert_eq!(
+                made.iter().filter(|made| !made.replayed).count(),
+                1,
+                "key {key}: one fresh answer, every other a replay"
+            );
+        }
+    }
+    paid_once_per_key(&app, keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_retry_correctly_get_one_payment_per_key_over_two_instances_on_postgres() {
+    client_storm(
+        DialectName::Postgres,
+        Size {
+            keys: 40,
+            per_key: 16,
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_retry_correctly_get_one_payment_per_key_over_two_instances_on_sqlite() {
+    client_storm(
+        DialectName::Sqlite,
+        Size {
+            keys: 40,
+            per_key: 16,
+        },
+    )
+    .await;
 }

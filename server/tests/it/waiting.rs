@@ -237,11 +237,35 @@ async fn a_held_request_sees_its_owner_on_another_instance_and_a_killed_instance
     let owner = owner_held_at_the_provider(&app, pay_at(&app, app.address, "k-1", &body)).await;
     let held = held_on_the_other("k-1", &body);
     app.until_metric(other_metrics, WAITING, &[], 1.0).await;
+    // The look-up by key on the other instance finds the payment running, then settled.
+    let found_on_the_other = |app: &TestApp| {
+        app.http
+            .get(format!("http://{}/payments", other.address))
+            .query(&[("idempotencyKey", "k-1")])
+            .bearer_auth(app.key("acme"))
+            .send()
+    };
+    let running: Value = found_on_the_other(&app)
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(running["data"][0]["status"], "PROCESSING", "{running}");
     assert_eq!(app.sim.release_held_calls().await, 1);
     let stored = created(answer_of(owner).await, "the owner").await;
     let held = answer_of(held).await;
     assert_eq!(preference_applied(&held), Some("wait=10"));
     expect_replay(held, &stored, "held on another instance").await;
+    let settled: Value = found_on_the_other(&app)
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    let owner: Value = serde_json::from_slice(&stored).expect("json");
+    assert_eq!(settled["data"][0]["paymentId"], owner["paymentId"], "{settled}");
+    assert_eq!(settled["data"][0]["status"], "PENDING", "{settled}");
 
     // The instance holding a request is killed: the request fails, the owner's answer stands,
     // and the client's retry gets it.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// The standby's name in `synchronous_standby_names`.
@@ -224,11 +225,14 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A TCP forwarder standing for the database's address: every connection is relayed to the
-/// port it currently points at.
+/// A TCP forwarder standing for a server's address (a database's, an instance's): every
+/// connection is relayed to the port it currently points at; the next connections it is told
+/// to lose answers on carry the request but lose the answer, as a network that fails after the
+/// server did the work.
 pub struct Forwarder {
     pub address: SocketAddr,
     target: Arc<AtomicU16>,
+    answers_to_lose: Arc<AtomicU16>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -239,15 +243,34 @@ impl Forwarder {
             .expect("bind the forwarder");
         let address = listener.local_addr().expect("the forwarder's address");
         let target = Arc::new(AtomicU16::new(port));
+        let answers_to_lose = Arc::new(AtomicU16::new(0));
         let task = tokio::spawn({
-            let target = target.clone();
+            let (target, answers_to_lose) = (target.clone(), answers_to_lose.clone());
             async move {
                 while let Ok((mut client, _)) = listener.accept().await {
                     let port = target.load(Ordering::SeqCst);
+                    let lose_answer = answers_to_lose
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+                        .is_ok();
                     tokio::spawn(async move {
-                        if let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)).await {
+                        let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)).await else {
+                            return;
+                        };
+                        if !lose_answer {
                             let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                            return;
                         }
+                        // The request goes through; once the server starts answering, the
+                        // client's connection is closed with nothing of the answer.
+                        let (mut from_client, to_client) = client.into_split();
+                        let (mut from_server, mut to_server) = server.into_split();
+                        let relay = tokio::spawn(async move {
+                            let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+                        });
+                        let mut first = [0_u8; 1];
+                        let _ = from_server.read(&mut first).await;
+                        relay.abort();
+                        drop(to_client);
                     });
                 }
             }
@@ -255,8 +278,14 @@ impl Forwarder {
         Forwarder {
             address,
             target,
+            answers_to_lose,
             task,
         }
+    }
+
+    /// The next `connections` carry their requests but lose their answers.
+    pub fn lose_answers(&self, connections: u16) {
+        self.answers_to_lose.store(connections, Ordering::SeqCst);
     }
 
     /// New connections go to `port` from now on.

@@ -3,7 +3,9 @@
 //! a replay), and no database connection may be left inside a transaction, on the payment
 //! path, on the console's and in the store itself.
 
-use crate::support::{Console, DialectName, OPERATOR_PASSWORD, TestApp, TestDatabase, create_operator};
+use crate::support::{
+    Console, DialectName, OPERATOR_PASSWORD, Serve, TestApp, TestDatabase, create_operator, ms, secs,
+};
 use domain::operator::{AuditEntry, OperatorRole};
 use futures_util::StreamExt;
 use futures_util::stream;
@@ -33,10 +35,10 @@ async fn aborted_requests_leave_no_half_done_operation_and_no_open_transaction()
     // load (a pool wait timed out) is taken over in seconds, not in the default half minute.
     let app = TestApp::on(DialectName::Postgres)
         .tenant("acme", "1000000.00")
-        .serve("--rate-limit-per-sec", "0")
-        .serve("--lease-secs", "3")
-        .serve("--provider-timeout-ms", "2000")
-        .serve("--recovery-interval-ms", "200")
+        .with(Serve::RateLimitPerSec(0))
+        .with(Serve::Lease(secs(3)))
+        .with(Serve::ProviderTimeout(ms(2000)))
+        .with(Serve::RecoveryEvery(ms(200)))
         .process()
         .await;
     let post = |index: usize| {

@@ -2,7 +2,7 @@
 //! same-origin mutations, rate-limited and audited sign-in.
 
 use crate::support::{
-    Console, OPERATOR_PASSWORD, TestApp, TestDatabase, conformance, metric, session_cookie,
+    Console, OPERATOR_PASSWORD, Serve, TestApp, TestDatabase, conformance, metric, secs, session_cookie,
 };
 use domain::operator::AuditEntry;
 use domain::operator::OperatorRole;
@@ -266,7 +266,7 @@ async fn sign_in_is_rate_limited_per_source_and_username(db: TestDatabase) {
 
 async fn a_session_ends_at_its_absolute_lifetime_however_much_it_is_used(db: TestDatabase) {
     let app = TestApp::on_database(db)
-        .serve("--session-lifetime-secs", "3")
+        .with(Serve::SessionLifetime(secs(3)))
         .in_process()
         .await;
     let started = std::time::Instant::now();
@@ -462,7 +462,7 @@ async fn one_source_cannot_lock_others_out_of_sign_in(db: TestDatabase) {
 
 async fn behind_a_trusted_proxy_sources_are_told_apart_by_x_forwarded_for(db: TestDatabase) {
     let app = TestApp::on_database(db)
-        .serve("--trust-forwarded-for", "")
+        .with(Serve::TrustForwardedFor)
         .in_process()
         .await;
     app.console("rita", OperatorRole::Viewer).await;

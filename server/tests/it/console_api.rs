@@ -2,7 +2,7 @@
 //! real traffic: the request journal and its conflict diff, the recovery queue, and guarded
 //! reconciliation (roles on the server, typed reason, version re-check, audit).
 
-use crate::support::{Console, DialectName, TestApp, TestDatabase, conformance};
+use crate::support::{AN_HOUR, Console, DialectName, Serve, TestApp, TestDatabase, conformance, ms};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 
@@ -37,7 +37,7 @@ fn installation(db: TestDatabase) -> crate::support::Setup {
     TestApp::on_database(db)
         .tenant("acme", "100.00")
         .recovering()
-        .serve("--recovery-max-attempts", "0")
+        .with(Serve::RecoveryMaxAttempts(0))
 }
 
 #[tokio::test]
@@ -49,9 +49,9 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     // outcome at once instead.
     let app = TestApp::on_database(TestDatabase::create(DialectName::Postgres).await)
         .tenant("acme", "100.00")
-        .serve("--recovery-max-attempts", "0")
-        .serve("--rate-limit-per-sec", "0")
-        .serve("--metrics-flush-ms", "100")
+        .with(Serve::RecoveryMaxAttempts(0))
+        .with(Serve::RateLimitPerSec(0))
+        .with(Serve::MetricsFlushEvery(ms(100)))
         .process()
         .await;
     assert_eq!(app.pay("k-diff", BODY).await.status(), 201);
@@ -239,7 +239,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
 #[tokio::test]
 async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
     let mut app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .serve("--outbox-interval-ms", "3600000")
+        .with(Serve::OutboxEvery(AN_HOUR))
         .process()
         .await;
     assert_eq!(app.pay("k-dead", BODY).await.status(), 201);
@@ -252,7 +252,7 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
         )
         .await
         .expect("dead-letter it");
-    app.set_serve("--outbox-interval-ms", "100");
+    app.set(Serve::OutboxEvery(ms(100)));
     app.restart(&[]).await;
     app.db
         .eventually_i64(
@@ -733,7 +733,7 @@ async fn one_admin_cannot_approve_their_own_override_under_an_identity_they_made
 #[tokio::test]
 async fn an_override_nobody_decides_within_a_day_expires() {
     let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .serve("--cleanup-interval-ms", "200")
+        .with(Serve::CleanupEvery(ms(200)))
         .process()
         .await;
     let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
@@ -900,7 +900,7 @@ async fn released_then_charged_late(app: &TestApp, operator: &Console) -> (Strin
 
 async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db: TestDatabase) {
     let app = installation(db)
-        .serve("--settlement-interval-ms", "200")
+        .with(Serve::SettlementEvery(ms(200)))
         .process()
         .await;
     let operator = app.console("otto", OperatorRole::Operator).await;
@@ -1226,7 +1226,7 @@ async fn override_decisions_whose_browser_went_away_still_apply() {
 async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
     // No recovery worker: only the reconciliation itself can finish the record.
     let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .serve("--recovery-interval-ms", "3600000")
+        .with(Serve::RecoveryEvery(AN_HOUR))
         .process()
         .await;
     app.sim
@@ -1285,8 +1285,8 @@ async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
 /// that nets the customer to zero.
 async fn a_late_charge_is_refunded_once_from_the_console(db: TestDatabase) {
     let app = installation(db)
-        .serve("--settlement-interval-ms", "200")
-        .serve("--outbox-interval-ms", "100")
+        .with(Serve::SettlementEvery(ms(200)))
+        .with(Serve::OutboxEvery(ms(100)))
         .process()
         .await;
     let otto = app.console("otto", OperatorRole::Operator).await;

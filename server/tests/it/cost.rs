@@ -2,7 +2,10 @@
 //! on a cluster of the test's own), a verified API key is not read again, and a revoked key
 //! stops working on every instance within the bound the cache states.
 
-use crate::support::{Cluster, DialectName, TestApp, TestDatabase, expect_error, expect_replay};
+use crate::support::{
+    A_DAY, AN_HOUR, Cluster, DialectName, Serve, Setup, TestApp, TestDatabase, expect_error, expect_replay,
+    ms,
+};
 use idem::http::api_keys::VERIFIED_FOR;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
@@ -102,15 +105,16 @@ async fn a_revoked_key_stops_working_on_every_instance_within_the_bound() {
 /// The statements `replays` replays of one completed key cost the database, counted with
 /// pg_stat_statements on a cluster of the test's own, on an instance started with `flags`;
 /// with the journal flushed after them, the journal's rows of those replays.
-async fn replay_statements(flags: &[(&str, &str)], replays: i64) -> (Vec<(String, i64)>, i64) {
+async fn replay_statements(settings: &[Serve], replays: i64) -> (Vec<(String, i64)>, i64) {
     let cluster = Cluster::counting_statements();
     let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
     let setup = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--instance-heartbeat-ms", "86400000");
-    let app = flags
+        .with(Serve::InstanceHeartbeat(A_DAY));
+    let app = settings
         .iter()
-        .fold(setup, |setup, (flag, value)| setup.serve(flag, value))
+        .cloned()
+        .fold(setup, Setup::with)
         .in_process()
         .await;
     let first = app.pay("k-counted", BODY).await;
@@ -139,7 +143,7 @@ async fn replay_statements(flags: &[(&str, &str)], replays: i64) -> (Vec<(String
 
 #[tokio::test]
 async fn a_replay_is_one_statement() {
-    let (statements, replays) = replay_statements(&[("--answer-cache-bytes", "0")], 20).await;
+    let (statements, replays) = replay_statements(&[Serve::AnswerCacheBytes(0)], 20).await;
     let total: i64 = statements.iter().map(|(_, calls)| calls).sum();
     assert_eq!(total, replays, "one statement per replay: {statements:#?}");
     assert_eq!(statements.len(), 1, "{statements:#?}");
@@ -159,8 +163,8 @@ async fn a_final_answer_in_memory_is_replayed_without_the_database() {
 async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
     let app = TestApp::on(DialectName::Postgres)
         .tenant("acme", "100.00")
-        .serve("--journal-flush-ms", "100")
-        .serve("--metrics-flush-ms", "100")
+        .with(Serve::JournalFlushEvery(ms(100)))
+        .with(Serve::MetricsFlushEvery(ms(100)))
         .in_process()
         .await;
     let hits = async || {
@@ -208,22 +212,18 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
 async fn a_fresh_create_is_three_round_trips_on_postgres() {
     let cluster = Cluster::counting_statements();
     let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
-    let hour = "3600000";
     let app = [
-        "--outbox-interval-ms",
-        "--journal-flush-ms",
-        "--metrics-flush-ms",
-        "--settlement-interval-ms",
-        "--recovery-interval-ms",
-        "--cleanup-interval-ms",
-        "--bulk-resume-interval-ms",
-        "--instance-heartbeat-ms",
+        Serve::OutboxEvery(AN_HOUR),
+        Serve::JournalFlushEvery(AN_HOUR),
+        Serve::MetricsFlushEvery(AN_HOUR),
+        Serve::SettlementEvery(AN_HOUR),
+        Serve::RecoveryEvery(AN_HOUR),
+        Serve::CleanupEvery(AN_HOUR),
+        Serve::BulkResumeEvery(AN_HOUR),
+        Serve::InstanceHeartbeat(AN_HOUR),
     ]
     .into_iter()
-    .fold(
-        TestApp::on_database(db).tenant("acme", "1000.00"),
-        |setup, flag| setup.serve(flag, hour),
-    )
+    .fold(TestApp::on_database(db).tenant("acme", "1000.00"), Setup::with)
     .in_process()
     .await;
     // The key is verified and every statement prepared by now; the count starts here.

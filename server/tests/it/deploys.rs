@@ -6,7 +6,7 @@
 //! what version 1 does not: "ガ" as one code point and as "カ" with a combining mark are two
 //! commands in version 1 and one in version 2.
 
-use crate::support::{TestApp, TestDatabase, conformance, expect_error, expect_replay};
+use crate::support::{Serve, TestApp, TestDatabase, conformance, expect_error, expect_replay, ms, secs};
 use domain::operator::OperatorRole;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ async fn version_of(app: &TestApp, key: &str) -> i64 {
 
 /// Redeploys the app's instance on `version` (a new process on the same database).
 async fn deploy(app: &mut TestApp, version: &str) {
-    app.set_serve("--fingerprint-version", version);
+    app.set(Serve::FingerprintVersion(version.to_owned()));
     app.restart(&[]).await;
 }
 
@@ -113,7 +113,7 @@ async fn a_key_released_before_the_deploy_is_executed_by_its_retry_after_it(db: 
     let mut app = TestApp::on_database(db)
         .tenant("acme", "100.00")
         .recovering()
-        .serve("--recovery-max-attempts", "0")
+        .with(Serve::RecoveryMaxAttempts(0))
         .process()
         .await;
     app.sim
@@ -152,10 +152,10 @@ async fn a_key_released_before_the_deploy_is_executed_by_its_retry_after_it(db: 
 async fn an_expired_retry_of_a_tombstone_from_before_the_deploy_is_counted_as_one(db: TestDatabase) {
     let mut app = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--window-secs", "1")
-        .serve("--cleanup-interval-ms", "100")
-        .serve("--metrics-flush-ms", "100")
-        .serve("--journal-flush-ms", "50")
+        .with(Serve::Window(secs(1)))
+        .with(Serve::CleanupEvery(ms(100)))
+        .with(Serve::MetricsFlushEvery(ms(100)))
+        .with(Serve::JournalFlushEvery(ms(50)))
         .process()
         .await;
     let first = app.pay("k-old", payment(DECOMPOSED)).await;
@@ -209,7 +209,7 @@ async fn an_expired_retry_of_a_tombstone_from_before_the_deploy_is_counted_as_on
 async fn a_storm_over_instances_on_two_versions_pays_once(db: TestDatabase) {
     let app = TestApp::on_database(db)
         .tenant("acme", "1000.00")
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await;
     let on_v2 = app.spawn_server(&[("IDEM_FINGERPRINT_VERSION", "2")]).await;

@@ -4,7 +4,7 @@
 //! sent. Every authorised payment ends with exactly one ledger pair and one receipt, the
 //! ledger sums to zero, nothing is left unpublished.
 
-use crate::support::{DialectName, TestApp, TestDatabase, conformance};
+use crate::support::{AN_HOUR, DialectName, Serve, TestApp, TestDatabase, conformance, ms, secs};
 use domain::event::EventMessage;
 use futures_util::future::join_all;
 use idem::events::consumers::{Consumer, ConsumerError, Handled, Ledger, Receipts};
@@ -77,10 +77,7 @@ fn recovering(db: TestDatabase) -> crate::support::Setup {
 /// The payments of `make_payments`, made by an instance whose publisher stayed idle (its
 /// events wait in the outbox); the instance is stopped.
 async fn payments_with_idle_publisher(db: TestDatabase) -> TestApp {
-    let mut app = recovering(db)
-        .serve("--outbox-interval-ms", "3600000")
-        .process()
-        .await;
+    let mut app = recovering(db).with(Serve::OutboxEvery(AN_HOUR)).process().await;
     make_payments(&app).await;
     app.stop();
     app
@@ -256,9 +253,9 @@ async fn crash_then_restart(crash_point: &str) -> TestApp {
 /// `transport`: environment for both instances (e.g. NATS settings).
 async fn crash_then_restart_with(crash_point: &str, transport: &[(&str, &str)]) -> TestApp {
     let mut app = payments_awaiting_publication().await;
-    app.set_serve("--outbox-interval-ms", "50");
+    app.set(Serve::OutboxEvery(ms(50)));
     // A crashed publisher's claims lapse soon, for the restarted one.
-    app.set_serve("--outbox-claim-secs", "1");
+    app.set(Serve::OutboxClaim(secs(1)));
     let mut crashing = transport.to_vec();
     crashing.push(("IDEM_CRASH_POINT", crash_point));
     app.restart(&crashing).await;
@@ -715,9 +712,9 @@ async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
     let smtp = SmtpServer::start().await;
     let url = format!("smtp://127.0.0.1:{}", smtp.port);
     let app = recovering(TestDatabase::create(DialectName::Postgres).await)
-        .serve("--outbox-interval-ms", "100")
-        .serve("--smtp-url", &url)
-        .serve("--smtp-to", "Receipts <receipts@merchant.example>")
+        .with(Serve::OutboxEvery(ms(100)))
+        .with(Serve::SmtpUrl(url.clone()))
+        .with(Serve::SmtpTo("Receipts <receipts@merchant.example>".to_owned()))
         .process()
         .await;
     make_payments(&app).await;

@@ -7,7 +7,7 @@
 //! progress or unknown. `IDEM_PROOF_FAULT_KEYS` keys at each rate (40 in the test command;
 //! `scripts/proof` runs 2,000: over 10,000 requests with the retries).
 
-use crate::support::{Cluster, DialectName, Forwarder, Setup, TestApp, TestDatabase};
+use crate::support::{Cluster, DialectName, Forwarder, Serve, Setup, TestApp, TestDatabase};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -246,7 +246,7 @@ async fn under_load(setup: Setup) -> TestApp {
     setup
         .tenant("acme", "100000000.00")
         .recovering()
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await
 }

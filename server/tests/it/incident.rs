@@ -3,7 +3,7 @@
 //! server, and which a named bulk job clears by filter against the provider's evidence,
 //! group by group, with every item applied and audited or untouched and reported.
 
-use crate::support::{Console, TestApp, TestDatabase, conformance};
+use crate::support::{Console, Serve, TestApp, TestDatabase, conformance, ms};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -14,8 +14,8 @@ async fn outage(db: TestDatabase) -> TestApp {
     TestApp::on_database(db)
         .tenant("acme", "10000.00")
         .recovering()
-        .serve("--recovery-max-attempts", "0")
-        .serve("--provider-timeout-ms", "500")
+        .with(Serve::RecoveryMaxAttempts(0))
+        .with(Serve::ProviderTimeout(ms(500)))
         .process()
         .await
 }
@@ -603,9 +603,9 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
     let mut app = TestApp::on_database(db)
         .tenant("acme", "10000.00")
         .recovering()
-        .serve("--recovery-max-attempts", "0")
-        .serve("--bulk-lease-ms", "1500")
-        .serve("--bulk-resume-interval-ms", "200")
+        .with(Serve::RecoveryMaxAttempts(0))
+        .with(Serve::BulkLease(ms(1500)))
+        .with(Serve::BulkResumeEvery(ms(200)))
         .process()
         .await;
     let keys: Vec<String> = (0..12).map(|n| format!("k-k{n:02}")).collect();

@@ -6,7 +6,7 @@
 //! requests in all; `scripts/proof` runs 33,400 a kind: 100,700 probes with what is A's and as
 //! many with what never existed).
 
-use crate::support::{DialectName, TestApp};
+use crate::support::{DialectName, Serve, TestApp};
 use futures_util::StreamExt;
 use reqwest::Method;
 use serde_json::Value;
@@ -44,7 +44,7 @@ async fn another_tenants_keys_payments_and_accounts_are_indistinguishable_from_o
     let api = TestApp::on(DialectName::Postgres)
         .tenant("acme", "1000000.00")
         .tenant("globex", "1000000.00")
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await;
     api.admin(&[

@@ -4,7 +4,7 @@
 //! tombstone after the window, nothing for another tenant's key or a key that made nothing, and
 //! a read that records nothing. On both databases, against the provider simulator over HTTP.
 
-use crate::support::{TestApp, TestDatabase, conformance, expect_error};
+use crate::support::{Serve, TestApp, TestDatabase, conformance, expect_error, ms, secs};
 use serde_json::{Value, json};
 
 conformance!(
@@ -228,8 +228,8 @@ async fn the_look_up_records_nothing(db: TestDatabase) {
     // an instance writes them.
     let app = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--journal-flush-ms", "100")
-        .serve("--metrics-flush-ms", "100")
+        .with(Serve::JournalFlushEvery(ms(100)))
+        .with(Serve::MetricsFlushEvery(ms(100)))
         .in_process()
         .await;
     assert_eq!(app.pay("k-1", payment("inv-1", "10.00")).await.status(), 201);
@@ -272,8 +272,8 @@ async fn the_look_up_records_nothing(db: TestDatabase) {
 async fn a_tombstone_still_finds_the_payment(db: TestDatabase) {
     let app = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--window-secs", "1")
-        .serve("--cleanup-interval-ms", "100")
+        .with(Serve::Window(secs(1)))
+        .with(Serve::CleanupEvery(ms(100)))
         .process()
         .await;
     let made: Value = app

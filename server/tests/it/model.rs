@@ -23,7 +23,7 @@
 //! really ran (a step whose precondition the model lacks, a refund of a payment never made,
 //! is skipped and not counted).
 
-use crate::support::{Console, DialectName, TestApp};
+use crate::support::{Console, DialectName, Serve, TestApp, ms, secs};
 use domain::operator::OperatorRole;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
@@ -589,10 +589,10 @@ async fn run_sequence(dialect: DialectName, steps: Vec<Step>, ran: Arc<Mutex<BTr
         .tenant("acme", "1000000.00")
         .tenant("globex", "1000000.00")
         .recovering()
-        .serve("--outbox-interval-ms", "100")
+        .with(Serve::OutboxEvery(ms(100)))
         // A killed instance's claim on outbox events runs out in 2 s (30 s by default), so
         // that its events are delivered within the convergence's wait.
-        .serve("--outbox-claim-secs", "2")
+        .with(Serve::OutboxClaim(secs(2)))
         .process()
         .await;
     let operator = app.console("model-operator", OperatorRole::Operator).await;

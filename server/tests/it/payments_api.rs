@@ -2,7 +2,11 @@
 //! `idem provider-sim` process, over PostgreSQL, every row of the contract's table that the
 //! engine answers today.
 
-use crate::support::{DialectName, Prometheus, TestApp, expect_error, expect_replay, metric};
+use crate::support::{
+    A_DAY, AN_HOUR, DialectName, Prometheus, Serve, Setup, TestApp, expect_error, expect_replay, metric, ms,
+    secs,
+};
+use domain::expiry::AfterExpiry;
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -12,17 +16,13 @@ const BODY: &str =
 
 /// Two tenants with an `acc_1` each (acme: 100.00 EUR, globex: 50.00 EUR) over PostgreSQL,
 /// served by the real binaries; `flags` are `idem serve` settings over these.
-async fn api(provider_timeout_ms: u64, flags: &[(&str, &str)]) -> TestApp {
+async fn api(provider_timeout_ms: u64, settings: &[Serve]) -> TestApp {
     let setup = TestApp::on(DialectName::Postgres)
         .tenant("acme", "100.00")
         .tenant("globex", "50.00")
-        .serve("--provider-timeout-ms", &provider_timeout_ms.to_string())
-        .serve("--metrics-flush-ms", "100");
-    flags
-        .iter()
-        .fold(setup, |setup, (flag, value)| setup.serve(flag, value))
-        .process()
-        .await
+        .with(Serve::ProviderTimeout(ms(provider_timeout_ms)))
+        .with(Serve::MetricsFlushEvery(ms(100)));
+    settings.iter().cloned().fold(setup, Setup::with).process().await
 }
 
 #[tokio::test]
@@ -244,7 +244,7 @@ async fn bad_requests_get_stable_errors_and_leave_no_record() {
 
 #[tokio::test]
 async fn an_instance_opens_no_more_database_connections_than_it_is_allowed() {
-    let api = api(5_000, &[("--database-max-connections", "2")]).await;
+    let api = api(5_000, &[Serve::DatabaseMaxConnections(2)]).await;
     let payments = (0..40).map(|index| {
         let body = BODY
             .replace("invoice-7781", &format!("inv-pool-{index}"))
@@ -557,7 +557,7 @@ async fn every_answer_is_counted_per_outcome_in_the_database() {
 
 #[tokio::test]
 async fn a_tenant_over_its_rate_limit_gets_429_whichever_key_it_uses_and_nothing_is_recorded() {
-    let api = api(5_000, &[("--rate-limit-per-sec", "2")]).await;
+    let api = api(5_000, &[Serve::RateLimitPerSec(2)]).await;
     let second_key = api.admin(&["api-key", "create", "--tenant", "acme"]).await;
     let mut limited = None;
     for index in 0..6 {
@@ -611,7 +611,7 @@ async fn a_tenant_over_its_rate_limit_gets_429_whichever_key_it_uses_and_nothing
 
 #[tokio::test]
 async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_holds() {
-    let api = api(5_000, &[("--window-secs", "1")]).await;
+    let api = api(5_000, &[Serve::Window(secs(1))]).await;
     let first = api.pay("k-window", BODY).await;
     assert_eq!(first.status(), 201);
     let first_expires = first.headers()["idempotency-expires"]
@@ -681,10 +681,10 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
     let api = api(
         5_000,
         &[
-            ("--window-secs", "1"),
-            ("--after-expiry", "reject"),
-            ("--retention-secs", "4"),
-            ("--cleanup-interval-ms", "100"),
+            Serve::Window(secs(1)),
+            Serve::AfterExpiry(AfterExpiry::Reject),
+            Serve::Retention(secs(4)),
+            Serve::CleanupEvery(ms(100)),
         ],
     )
     .await;
@@ -921,7 +921,7 @@ fn readme_scrape_config(targets: &[std::net::SocketAddr]) -> String {
 
 #[tokio::test]
 async fn an_unknown_outcome_past_its_automatic_recovery_is_counted_as_exhausted() {
-    let api = api(800, &[("--recovery-max-attempts", "0")]).await;
+    let api = api(800, &[Serve::RecoveryMaxAttempts(0)]).await;
     api.sim
         .fault(&json!({ "mode": "drop_response_after_accept", "count": 1 }))
         .await;
@@ -1078,7 +1078,7 @@ fn dashboard_queries() -> Vec<PanelQuery> {
 #[tokio::test]
 async fn every_dashboard_panel_shows_data_that_agrees_with_the_traffic() {
     // Recovery waits, so that the unknown outcome is still unknown when the panels are read.
-    let api = api(800, &[("--recovery-interval-ms", "3600000")]).await;
+    let api = api(800, &[Serve::RecoveryEvery(AN_HOUR)]).await;
     let prometheus = Prometheus::with_config(&readme_scrape_config(&[api.metrics_address])).await;
     // A scrape before the traffic: the counters' rise is then in the samples.
     prometheus
@@ -1272,11 +1272,7 @@ async fn metrics_until(api: &TestApp, what: &str, wanted: &dyn Fn(&str) -> bool)
 
 #[tokio::test]
 async fn the_in_progress_gauges_follow_a_held_request_and_a_dead_owner() {
-    let mut api = api(
-        6_000,
-        &[("--lease-secs", "7"), ("--recovery-interval-ms", "86400000")],
-    )
-    .await;
+    let mut api = api(6_000, &[Serve::Lease(secs(7)), Serve::RecoveryEvery(A_DAY)]).await;
     let gauge = |text: &str, name: &str| metric(text, name, &["operation=\"create_payment\""]);
 
     // A request held at the provider: the oldest in-progress age rises while it waits.
@@ -1368,7 +1364,7 @@ async fn stored_responses_are_sealed_at_rest_and_replayed_in_clear() {
 
 #[tokio::test]
 async fn settlement_changes_a_fresh_read_but_never_a_replay() {
-    let api = api(5_000, &[("--settlement-interval-ms", "100")]).await;
+    let api = api(5_000, &[Serve::SettlementEvery(ms(100))]).await;
     let first = api.pay("k-settle", BODY).await;
     assert_eq!(first.status(), 201);
     let first_body = first.bytes().await.expect("body");
@@ -1425,7 +1421,7 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
 async fn an_oversized_body_and_a_timeout_are_answered_in_the_contracts_shape() {
     let api = api(
         5_000,
-        &[("--request-timeout-secs", "1"), ("--body-limit-bytes", "1024")],
+        &[Serve::RequestTimeout(secs(1)), Serve::BodyLimitBytes(1024)],
     )
     .await;
     let oversized = BODY.replace("invoice-7781", &"x".repeat(2_000));
@@ -1659,7 +1655,7 @@ async fn the_openapi_document_is_valid_3_1_and_describes_every_route_of_the_api(
 /// runs the large one.
 #[tokio::test]
 async fn requests_generated_from_the_openapi_document_are_all_answered_as_documented() {
-    let api = api(5_000, &[("--rate-limit-per-sec", "0")]).await;
+    let api = api(5_000, &[Serve::RateLimitPerSec(0)]).await;
     let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let output = tokio::process::Command::new("python3")
         .args(["-m", "schemathesis.cli", "--config-file"])

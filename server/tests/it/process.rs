@@ -1,8 +1,8 @@
 //! The real binary: first run, configuration errors, migrations, graceful shutdown.
 
 use crate::support::{
-    DialectName, IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, TestApp, TestDatabase, expect_error,
-    expect_replay, idem_command,
+    DialectName, IdemProcess, SERVE_ON_FREE_PORTS, Serve, TEST_RESPONSE_KEYS, TestApp, TestDatabase,
+    expect_error, expect_replay, idem_command, ms,
 };
 use idem::store::Readiness;
 use sqlx::Connection;
@@ -352,7 +352,7 @@ async fn of_two_instances_started_at_once_with_different_secrets_under_one_key_i
 async fn an_instance_missing_a_key_in_use_turns_unready_and_answers_its_replays_503() {
     let mut app = TestApp::on(DialectName::Postgres)
         .tenant("acme", "100.00")
-        .serve("--instance-heartbeat-ms", "300")
+        .with(Serve::InstanceHeartbeat(ms(300)))
         .process()
         .await;
     // The running instance holds only t1. Paused (a stalled VM), it drops out of the live

@@ -2,7 +2,9 @@
 //! retry with the same key. Exactly one payment, exactly one provider charge, and the final
 //! answer is what every later replay returns.
 
-use crate::support::{DialectName, Setup, TestApp, answer_after_takeover, expect_error, expect_replay};
+use crate::support::{
+    AN_HOUR, DialectName, Serve, Setup, TestApp, answer_after_takeover, expect_error, expect_replay,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -207,7 +209,7 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
 
     // Two instances (their workers asleep, so that the retries race each other), sixteen
     // retries released together once the dead owner's lease is over.
-    app.set_serve("--recovery-interval-ms", "3600000");
+    app.set(Serve::RecoveryEvery(AN_HOUR));
     app.restart(&[]).await;
     let second = app.spawn_server(&[]).await;
     let addresses = [app.address, second.address];

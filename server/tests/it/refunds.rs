@@ -3,7 +3,7 @@
 //! against the provider simulator over HTTP.
 
 use crate::support::{
-    DialectName, Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric,
+    DialectName, Serve, Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric, secs,
 };
 use domain::event::EventMessage;
 use reqwest::Method;
@@ -44,17 +44,17 @@ on_both!(
     concurrent_refunds_over_two_instances_never_sum_above_the_payment,
 );
 
-fn setup(dialect: DialectName, flags: &[(&str, &str)]) -> Setup {
-    flags.iter().fold(
+fn setup(dialect: DialectName, settings: &[Serve]) -> Setup {
+    settings.iter().cloned().fold(
         TestApp::on(dialect)
             .tenant("acme", "100.00")
             .tenant("globex", "50.00"),
-        |setup, (flag, value)| setup.serve(flag, value),
+        Setup::with,
     )
 }
 
-async fn api(dialect: DialectName, flags: &[(&str, &str)]) -> TestApp {
-    setup(dialect, flags).in_process().await
+async fn api(dialect: DialectName, settings: &[Serve]) -> TestApp {
+    setup(dialect, settings).in_process().await
 }
 
 /// A new authorised payment of `amount` EUR; its id.
@@ -547,7 +547,7 @@ async fn bad_refund_requests_are_refused_before_anything_is_recorded(dialect: Di
 async fn a_refund_retried_after_its_window_is_rejected_by_default(dialect: DialectName) {
     // A process of its own: the window is a gauge of the process, which every test that runs
     // Idem in this one reads.
-    let api = setup(dialect, &[("--refund-window-secs", "1")]).process().await;
+    let api = setup(dialect, &[Serve::RefundWindow(secs(1))]).process().await;
     let payment_id = paid(&api, "10.00").await;
     let refund: Value = api
         .refund(&payment_id, "k-1", refund_body("1.00", "rf-1"))

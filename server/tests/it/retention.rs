@@ -4,7 +4,7 @@
 //! takes payments and replays on the same database. No request fails, no batch overruns its
 //! bound, every body is gone, every tombstone keeps its metadata, nothing in flight is touched.
 
-use crate::support::{DialectName, TestApp, TestDatabase, conformance};
+use crate::support::{AN_HOUR, DialectName, Serve, TestApp, TestDatabase, conformance};
 use chrono::Utc;
 use domain::key::IdempotencyKey;
 use domain::scope::{Operation, Scope};
@@ -116,11 +116,11 @@ fn seed_sql(dialect: DialectName, expired: i64) -> String {
 async fn expired_records_are_purged_in_bounded_batches_under_traffic(db: TestDatabase) {
     let mut app = TestApp::on_database(db)
         .tenant("acme", "1000000.00")
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         // This test's own cleanup does the work, so that every batch is measured here.
-        .serve("--cleanup-interval-ms", "3600000")
+        .with(Serve::CleanupEvery(AN_HOUR))
         // The seeded unknown outcomes have no payment behind them: not for recovery.
-        .serve("--recovery-max-attempts", "0")
+        .with(Serve::RecoveryMaxAttempts(0))
         .seeded()
         .await;
     let expired = expired_records();

@@ -6,7 +6,7 @@
 //! `scripts/proof`). Last, the storm as clients that retry correctly make it (`idem-client`,
 //! with `Prefer: wait`): every call answered with the key's one payment.
 
-use crate::support::{DialectName, TestApp};
+use crate::support::{DialectName, Serve, TestApp};
 use futures_util::future::join_all;
 use idem_client::{Client, NewPayment, RetryPolicy};
 use std::collections::BTreeMap;
@@ -58,7 +58,7 @@ async fn storm(dialect: DialectName, servers: usize, size: Size) {
     let Size { keys, per_key } = size;
     let app = TestApp::on(dialect)
         .tenant("acme", "1000000.00")
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await;
     let mut others = Vec::new();
@@ -153,7 +153,7 @@ async fn client_storm(dialect: DialectName, size: Size) {
     let Size { keys, per_key } = size;
     let app = TestApp::on(dialect)
         .tenant("acme", "1000000.00")
-        .serve("--rate-limit-per-sec", "0")
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await;
     let other = app.spawn_server(&[]).await;

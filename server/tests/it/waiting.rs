@@ -7,7 +7,7 @@
 //! loses nothing. On both databases, with real `idem serve` processes (each with its own
 //! metrics) and the provider simulator holding the owner's call until the test lets it go.
 
-use crate::support::{TestApp, TestDatabase, conformance, expect_error, expect_replay, metric};
+use crate::support::{Serve, TestApp, TestDatabase, conformance, expect_error, expect_replay, metric, ms};
 use reqwest::RequestBuilder;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -181,7 +181,7 @@ async fn a_held_request_is_told_in_progress_at_its_deadline(db: TestDatabase) {
 async fn held_requests_are_bounded_and_a_client_that_hangs_up_frees_its_slot(db: TestDatabase) {
     let app = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--max-waiting-requests", "1")
+        .with(Serve::MaxWaitingRequests(1))
         .process()
         .await;
     let body = payment("inv-1", "10.00");
@@ -292,7 +292,7 @@ async fn a_held_request_sees_its_owner_on_another_instance_and_a_killed_instance
 async fn a_held_request_gets_the_unknown_outcome_and_refunds_wait_too(db: TestDatabase) {
     let app = TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .serve("--provider-timeout-ms", "3000")
+        .with(Serve::ProviderTimeout(ms(3000)))
         .process()
         .await;
     // The provider keeps the owner's answer: the owner answers 202 when its client gives up,

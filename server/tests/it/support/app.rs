@@ -5,13 +5,14 @@
 //! ```ignore
 //! let app = TestApp::on(DialectName::Postgres)
 //!     .tenant("acme", "100.00")
-//!     .serve("--provider-timeout-ms", "800")
+//!     .with(Serve::ProviderTimeout(ms(800)))
 //!     .process()
 //!     .await;
 //! ```
 
 use super::console::{Console, OPERATOR_PASSWORD, create_operator};
 use super::process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, admin, idem_command};
+use super::settings::{Serve, ms, secs};
 use super::sim::Sim;
 use super::{DialectName, TestDatabase};
 use clap::Parser;
@@ -122,20 +123,21 @@ impl Setup {
         self
     }
 
-    /// An `idem serve` setting, as its command-line flag (a switch with an empty value).
-    pub fn serve(mut self, flag: &str, value: &str) -> Setup {
-        self.flags.insert(flag.to_owned(), value.to_owned());
+    /// An `idem serve` setting (`Serve`), over the defaults of the way Idem runs.
+    pub fn with(mut self, setting: Serve) -> Setup {
+        let (flag, value) = setting.flag();
+        self.flags.insert(flag.to_owned(), value);
         self
     }
 
     /// Recovery tests' tuning: a 1 s lease (both operations), an 800 ms provider timeout, the recovery worker
     /// every 200 ms, no rate limit.
     pub fn recovering(self) -> Setup {
-        self.serve("--lease-secs", "1")
-            .serve("--refund-lease-secs", "1")
-            .serve("--provider-timeout-ms", "800")
-            .serve("--recovery-interval-ms", "200")
-            .serve("--rate-limit-per-sec", "0")
+        self.with(Serve::Lease(secs(1)))
+            .with(Serve::RefundLease(secs(1)))
+            .with(Serve::ProviderTimeout(ms(800)))
+            .with(Serve::RecoveryEvery(ms(200)))
+            .with(Serve::RateLimitPerSec(0))
     }
 
     async fn prepare(mut self) -> (TestDatabase, TempDir, Arc<dyn Store>, Vec<(String, String)>, Self) {
@@ -497,8 +499,9 @@ impl TestApp {
     }
 
     /// An `idem serve` setting for the processes started from now on.
-    pub fn set_serve(&mut self, flag: &str, value: &str) {
-        self.flags.insert(flag.to_owned(), value.to_owned());
+    pub fn set(&mut self, setting: Serve) {
+        let (flag, value) = setting.flag();
+        self.flags.insert(flag.to_owned(), value);
     }
 
     /// Kills the first instance's process.

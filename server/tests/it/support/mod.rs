@@ -10,6 +10,7 @@ mod console;
 mod database;
 mod process;
 mod prometheus;
+mod settings;
 mod sim;
 
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
@@ -19,6 +20,7 @@ pub use database::{TestDatabase, Violation};
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};
 pub use prometheus::Prometheus;
+pub use settings::{A_DAY, AN_HOUR, Serve, ms, secs};
 pub use sim::Sim;
 
 /// Cases a property test runs: `PROPTEST_CASES` when set (a longer campaign), else `default`.

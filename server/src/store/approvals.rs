@@ -3,14 +3,13 @@
 //! approvers cannot both apply it and the requester can never decide their own.
 
 use super::console::RecordName;
-use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
 use super::error::StoreError;
 use super::operators::insert_audit;
 use chrono::{DateTime, Utc};
 use domain::operator::AuditEntry;
 use domain::recovery::{OverrideOutcome, OverrideState};
 use domain::scope::Scope;
-use sqlx::Transaction;
 use std::time::Duration;
 
 /// An admin's request, bound to the record's version.
@@ -171,10 +170,7 @@ fn override_of(row: OverrideRow) -> Result<OverrideRequest, StoreError> {
 
 /// Rejects the requests pending longer than `window`, with their audit entries, inside `tx`;
 /// returns how many.
-async fn expire_overrides_in<D: Dialect>(
-    tx: &mut Transaction<'_, D>,
-    window: Duration,
-) -> Result<u64, StoreError> {
+async fn expire_overrides_in<D: Dialect>(tx: &mut WriteTx<D>, window: Duration) -> Result<u64, StoreError> {
     let why = format!(
         "expired: no second admin decided within {} h",
         window.as_secs() / 3600

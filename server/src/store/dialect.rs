@@ -15,12 +15,14 @@
 //! statements, so that this file knows no concern.
 
 use super::error::StoreError;
+use super::group_commit::{GroupCommit, Member};
 use super::target::DialectName;
 use chrono::{DateTime, SecondsFormat, Utc};
 use imply_hack::Imply;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type};
+use std::sync::Arc;
 
 /// A SQL database the store runs on.
 pub trait Dialect:
@@ -97,6 +99,53 @@ pub struct SqlStore<D: Dialect> {
     /// Where transactions begin: the same pool on PostgreSQL; on SQLite a pool of one
     /// connection, the single writer (see `sqlite::connect`).
     pub(super) writer: Pool<D>,
+    /// SQLite: the writer's transactions share commits (`group_commit.rs`).
+    group: Option<Arc<GroupCommit<D>>>,
+}
+
+/// A write transaction: the pool's own (PostgreSQL), or a caller's part of a shared commit
+/// (SQLite, `group_commit.rs`). Statements run on `&mut *tx`, as on a sqlx transaction; dropped
+/// without `commit`, it is rolled back.
+pub enum WriteTx<D: Dialect> {
+    Alone(Transaction<'static, D>),
+    Shared(Member<D>),
+}
+
+impl<D: Dialect> WriteTx<D> {
+    /// Commits: durable when it returns.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            WriteTx::Alone(tx) => Ok(tx.commit().await?),
+            WriteTx::Shared(member) => member.commit().await,
+        }
+    }
+
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self {
+            WriteTx::Alone(tx) => Ok(tx.rollback().await?),
+            WriteTx::Shared(member) => member.rollback().await,
+        }
+    }
+}
+
+impl<D: Dialect> std::ops::Deref for WriteTx<D> {
+    type Target = D::Connection;
+
+    fn deref(&self) -> &D::Connection {
+        match self {
+            WriteTx::Alone(tx) => tx,
+            WriteTx::Shared(member) => member,
+        }
+    }
+}
+
+impl<D: Dialect> std::ops::DerefMut for WriteTx<D> {
+    fn deref_mut(&mut self) -> &mut D::Connection {
+        match self {
+            WriteTx::Alone(tx) => tx,
+            WriteTx::Shared(member) => member,
+        }
+    }
 }
 
 impl<D: Dialect> SqlStore<D> {
@@ -105,16 +154,24 @@ impl<D: Dialect> SqlStore<D> {
         SqlStore {
             writer: pool.clone(),
             pool,
+            group: None,
         }
     }
 
-    /// Reads on `pool`, transactions on `writer`.
-    pub fn with_writer(pool: Pool<D>, writer: Pool<D>) -> Self {
-        SqlStore { pool, writer }
+    /// Reads on `pool`, transactions on `writer` (a pool of one connection), sharing commits.
+    pub fn with_group_writer(pool: Pool<D>, writer: Pool<D>) -> Self {
+        SqlStore {
+            pool,
+            group: Some(Arc::new(GroupCommit::over(writer.clone()))),
+            writer,
+        }
     }
 
     /// Closes both pools, waiting for connections in use to be returned.
     pub(super) async fn close_pools(&self) {
+        if let Some(group) = &self.group {
+            group.close().await;
+        }
         self.pool.close().await;
         self.writer.close().await;
     }
@@ -125,15 +182,16 @@ impl<D: Dialect> SqlStore<D> {
     /// would then run in that transaction and hold its locks. On its own task `begin` always
     /// finishes; a caller cancelled meanwhile drops the transaction it did not receive, and
     /// dropping rolls it back.
-    pub(super) async fn begin(&self) -> Result<Transaction<'static, D>, StoreError> {
+    pub(super) async fn begin(&self) -> Result<WriteTx<D>, StoreError> {
         self.begin_with(None).await
     }
 
-    /// [`begin`](Self::begin) with this dialect's own `BEGIN` statement.
-    pub(super) async fn begin_with(
-        &self,
-        statement: Option<&'static str>,
-    ) -> Result<Transaction<'static, D>, StoreError> {
+    /// [`begin`](Self::begin) with this dialect's own `BEGIN` statement (a shared commit's
+    /// transaction is always `BEGIN IMMEDIATE`).
+    pub(super) async fn begin_with(&self, statement: Option<&'static str>) -> Result<WriteTx<D>, StoreError> {
+        if let Some(group) = &self.group {
+            return Ok(WriteTx::Shared(group.begin().await?));
+        }
         let pool = self.writer.clone();
         let begun = tokio::spawn(async move {
             match statement {
@@ -143,7 +201,7 @@ impl<D: Dialect> SqlStore<D> {
         })
         .await
         .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?;
-        Ok(begun?)
+        Ok(WriteTx::Alone(begun?))
     }
 
     /// One write statement in its own transaction; the rows it affected.

@@ -24,6 +24,10 @@ pub enum StoreError {
     /// The change would leave no enabled admin (nothing written).
     #[error("it would leave no enabled admin")]
     LastAdmin,
+    /// The shared commit that held this write did not happen (SQLite's group commit): nothing
+    /// of it was written.
+    #[error("not committed: {0}")]
+    NotCommitted(String),
 }
 
 impl StoreError {
@@ -32,7 +36,7 @@ impl StoreError {
     /// record), `500` otherwise. Logged here, once.
     pub fn as_api_error(&self, during: &str) -> ApiError {
         match self {
-            StoreError::Unavailable(_) => {
+            StoreError::Unavailable(_) | StoreError::NotCommitted(_) => {
                 tracing::warn!(error = %self, during, "store unavailable");
                 ApiError::Unavailable
             }

@@ -1,13 +1,12 @@
 //! What the instances count and journal, written in batches (never a write per request on the
 //! request path), and the live state `/metrics` reports per tenant and operation.
 
-use super::dialect::{Dialect, SqlStore, rfc3339_millis};
+use super::dialect::{Dialect, SqlStore, WriteTx, rfc3339_millis};
 use super::error::StoreError;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use domain::outcome::Outcome;
 use domain::retry_delay;
 use domain::scope::{Operation, Scope};
-use sqlx::Transaction;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use strum::VariantArray;
@@ -96,7 +95,7 @@ pub trait MetricsStatements: Dialect {
     /// request that carries a key, so this is the largest statement a replay causes: how each
     /// dialect writes a batch most cheaply differs (PostgreSQL streams it with `COPY`).
     fn append_journal(
-        tx: &mut Transaction<'static, Self>,
+        tx: &mut WriteTx<Self>,
         rows: &[JournalRow<'_>],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -249,7 +248,7 @@ fn journal_entry_id(at: DateTime<Utc>, flush: &str, position: usize) -> String {
 /// one fixed text, prepared once per connection (a multi-row `values` list has a text per row
 /// count, each parsed and planned anew).
 pub(super) async fn insert_as_json<D: Dialect, T: serde::Serialize + Sync>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     statement: &'static str,
     rows: &[T],
 ) -> Result<(), StoreError> {

@@ -29,6 +29,7 @@ pub mod console;
 mod dialect;
 mod error;
 pub mod events;
+mod group_commit;
 pub mod history;
 pub mod metrics;
 pub mod operators;

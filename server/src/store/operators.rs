@@ -1,12 +1,12 @@
 //! Console operators, their server-side sessions, and the audit log.
 
-use super::dialect::{Dialect, RowsAffected, SqlStore, rfc3339_millis};
+use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx, rfc3339_millis};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::cursor::AuditCursor;
 use domain::operator::{AuditEntry, OperatorRole};
+use sqlx::Database;
 use sqlx::query::Query;
-use sqlx::{Database, Transaction};
 
 /// An operator as stored (the password only as its Argon2 hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,7 +216,7 @@ struct OperatorListingRow {
 /// Writes an audit entry inside `tx`, so that it commits or rolls back with the action it
 /// records.
 pub(super) async fn insert_audit<D: Dialect>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     entry: &AuditEntry,
 ) -> Result<(), StoreError> {
     sqlx::query(

@@ -5,7 +5,7 @@
 
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
-use super::dialect::Dialect;
+use super::dialect::{Dialect, WriteTx};
 use super::error::StoreError;
 use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements};
@@ -19,7 +19,7 @@ use super::target::DialectName;
 use sqlx::Connection;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgPool, Postgres};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -354,10 +354,7 @@ impl MetricsStatements for Postgres {
 
     /// One `COPY` in CSV: PostgreSQL parses no JSON document per row, which took about 40 % of
     /// a batch's time as an `insert ... select from jsonb_to_recordset` (docs/performance.md).
-    async fn append_journal(
-        tx: &mut Transaction<'static, Postgres>,
-        rows: &[JournalRow<'_>],
-    ) -> Result<(), StoreError> {
+    async fn append_journal(tx: &mut WriteTx<Postgres>, rows: &[JournalRow<'_>]) -> Result<(), StoreError> {
         let mut copy = tx.copy_in_raw(COPY_JOURNAL_ENTRIES).await?;
         for chunk in rows.chunks(JOURNAL_ROWS_PER_CHUNK) {
             copy.send(journal_csv(chunk).into_bytes()).await?;

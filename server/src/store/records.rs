@@ -4,7 +4,7 @@
 //! the takeover of a dead owner's record, and the reads a retry and the recovery worker
 //! decide from. Nothing here knows an operation.
 
-use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
 use super::error::StoreError;
 use crate::crash::{CrashPoint, crash_point};
 use chrono::{DateTime, Utc};
@@ -15,8 +15,8 @@ use domain::record::{ClaimedAs, RecordAt, StoredRecord};
 use domain::recovery::{ProviderFailure, UnknownCause};
 use domain::scope::{Operation, Scope};
 use domain::tenant::TenantId;
+use sqlx::Database;
 use sqlx::query::QueryAs;
-use sqlx::{Database, Transaction};
 use std::time::Duration;
 
 /// A scoped key's record as one read found it, with its stored response.
@@ -207,7 +207,7 @@ fn found_of(row: LookUpRow) -> Result<FoundRecord, StoreError> {
 /// The stored response of a settled record: its status, its headers (JSON) and its body.
 /// Writes a record's response inside `tx`.
 async fn insert_response_in<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     scope: &Scope,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
@@ -230,7 +230,7 @@ async fn insert_response_in<D: Dialect>(
 /// wins the key; the others wait for its transaction and then find its row (`None`). A
 /// renewed record loses its old answer, which is not this operation's.
 pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     claim: &NewClaim,
     resource_type: &str,
     resource_id: &str,
@@ -291,7 +291,7 @@ pub(super) fn bind_claim<'q, D: Dialect, O>(
 
 /// Binds a just-claimed record to a refusal the contract replays (`response`), inside `tx`.
 pub(super) async fn bind_error_in<D: Dialect + RecordStatements>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     scope: &Scope,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
@@ -316,7 +316,7 @@ pub(super) async fn begin_settled<D: Dialect + RecordStatements>(
     record_status: &str,
     response: &StoredResponse,
     provider_reference: &str,
-) -> Result<Option<Transaction<'static, D>>, StoreError> {
+) -> Result<Option<WriteTx<D>>, StoreError> {
     let mut tx = store.begin().await?;
     if settle_record_in(
         &mut tx,
@@ -336,7 +336,7 @@ pub(super) async fn begin_settled<D: Dialect + RecordStatements>(
 }
 
 async fn settle_record_in<D: Dialect + RecordStatements>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     scope: &Scope,
     lease_version: i64,
     record_status: &str,
@@ -363,11 +363,7 @@ async fn settle_record_in<D: Dialect + RecordStatements>(
 
 impl<D: Dialect + RecordStatements> SqlStore<D> {
     /// The claim found the key's record: `tx` is rolled back and the record read.
-    pub(super) async fn existing(
-        &self,
-        tx: Transaction<'static, D>,
-        scope: &Scope,
-    ) -> Result<ClaimOutcome, StoreError> {
+    pub(super) async fn existing(&self, tx: WriteTx<D>, scope: &Scope) -> Result<ClaimOutcome, StoreError> {
         tx.rollback().await?;
         self.existing_record(scope).await
     }

@@ -3,7 +3,7 @@
 //! completion, and the reads. The claim and the settling of the record are the idempotency
 //! layer's own (`records.rs`); only the refund's part is here.
 
-use super::dialect::{Dialect, SqlStore};
+use super::dialect::{Dialect, SqlStore, WriteTx};
 use super::error::StoreError;
 use super::operators::insert_audit;
 use super::payments::PaymentStatements;
@@ -17,7 +17,6 @@ use domain::payment::{PaymentId, new_event_id};
 use domain::refund::{NewRefund, RefundId, RefundOf, RefundStatus, RefundView};
 use domain::scope::Scope;
 use domain::tenant::TenantId;
-use sqlx::Transaction;
 
 /// The answer a create_refund key is bound to when its amount is more than the payment has
 /// left to refund, given what remains (only known inside the claim's transaction).
@@ -164,7 +163,7 @@ struct RefundablePaymentRow {
 
 /// The refund's local part inside `tx`, after its key was claimed.
 async fn create_refund_in<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     refund: &NewRefund,
     idempotency_key: &str,
 ) -> Result<RefundStep, StoreError> {
@@ -238,7 +237,7 @@ async fn create_refund_in<D: Dialect>(
 
 /// The refund of the same payment with the same reference, if there is one.
 async fn refund_with_reference<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     refund: &NewRefund,
 ) -> Result<Option<RefundId>, StoreError> {
     let existing: Option<String> =

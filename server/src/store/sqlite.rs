@@ -11,7 +11,7 @@
 
 use super::bulk::BulkStatements;
 use super::console::ConsoleStatements;
-use super::dialect::{Dialect, SqlStore};
+use super::dialect::{Dialect, SqlStore, WriteTx};
 use super::error::StoreError;
 use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements, insert_as_json};
@@ -24,7 +24,7 @@ use super::sealing::SealingStatements;
 use super::target::DialectName;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -50,7 +50,8 @@ pub async fn open_file(path: &Path) -> Result<SqlStore<Sqlite>, StoreError> {
 
 /// Readers never wait for the writer (WAL), and every transaction goes through one
 /// connection: writers queue for it in order, instead of several connections contending for
-/// SQLite's one write lock and retrying on `SQLITE_BUSY`.
+/// SQLite's one write lock and retrying on `SQLITE_BUSY`, and share its commits
+/// (`group_commit.rs`).
 async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = options
         .create_if_missing(true)
@@ -72,7 +73,7 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await?;
-    Ok(SqlStore::with_writer(readers, writer))
+    Ok(SqlStore::with_group_writer(readers, writer))
 }
 
 // Each statement here differs from PostgreSQL's in more than the spellings `store/sql.rs` fills
@@ -251,10 +252,7 @@ impl MetricsStatements for Sqlite {
          excluded.retries, longest_ms = max(retry_delay_buckets.longest_ms, excluded.longest_ms)";
 
     /// One statement per chunk of rows, each chunk bound as a JSON array.
-    async fn append_journal(
-        tx: &mut Transaction<'static, Sqlite>,
-        rows: &[JournalRow<'_>],
-    ) -> Result<(), StoreError> {
+    async fn append_journal(tx: &mut WriteTx<Sqlite>, rows: &[JournalRow<'_>]) -> Result<(), StoreError> {
         insert_as_json(tx, ADD_JOURNAL_ENTRIES, rows).await
     }
 }

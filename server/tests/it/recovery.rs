@@ -308,6 +308,16 @@ fn crash_kills_per_boundary() -> usize {
 /// payment. One payment and one provider call per key, each held once, nothing stuck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_crash_matrix_kills_every_step_boundary_again_and_again() {
+    crash_matrix(DialectName::Postgres).await;
+}
+
+/// The crash matrix on the embedded database, whose writer's callers share commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crash_matrix_on_sqlite_kills_every_step_boundary_again_and_again() {
+    crash_matrix(DialectName::Sqlite).await;
+}
+
+async fn crash_matrix(dialect: DialectName) {
     const CRASH_POINTS: [&str; 4] = [
         "inside_local_transaction",
         "before_provider_call",
@@ -315,7 +325,7 @@ async fn the_crash_matrix_kills_every_step_boundary_again_and_again() {
         "after_completion",
     ];
     let kills = crash_kills_per_boundary();
-    let mut app = TestApp::on(DialectName::Postgres)
+    let mut app = TestApp::on(dialect)
         .tenant("acme", "100000.00")
         .recovering()
         .process()

@@ -1,18 +1,17 @@
 //! What a consumer's batch writes: the ledger's postings for a payment, a refund or a late charge, and a receipt to send.
 
-use crate::store::dialect::{Dialect, RowsAffected};
+use crate::store::dialect::{Dialect, RowsAffected, WriteTx};
 use crate::store::error::StoreError;
 use crate::store::events::EventPayment;
 use crate::store::events::payment_for_events;
 use crate::store::payments::minor_to_decimal;
 use domain::event::EventMessage;
-use sqlx::Transaction;
 
 /// The ledger's side of an authorised payment: its double-entry transaction, the customer's
 /// account debited and the provider's clearing account credited (`ledger_payment_<id>`,
 /// unique, so a payment is booked once). `false`: it was booked before.
 pub(super) async fn book_payment<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     payment_id: &str,
 ) -> Result<bool, StoreError> {
     let EventPayment {
@@ -48,7 +47,7 @@ pub(super) async fn book_payment<D: Dialect>(
 /// A succeeded refund in the ledger, once (`ledger_refund_<refundId>`): the provider clearing
 /// account pays the customer's account back. `false`: it was booked before.
 pub(super) async fn book_refund<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     message: &EventMessage,
 ) -> Result<bool, StoreError> {
     let payload: serde_json::Value = serde_json::from_str(&message.payload)
@@ -93,7 +92,7 @@ pub(super) async fn book_refund<D: Dialect>(
 /// (the payment was declined); it is booked, once (`ledger_late_charge_<paymentId>`), with
 /// the refund that gives it back, so that the customer's account nets to what really moved.
 pub(super) async fn book_late_charge<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     payment_id: &str,
     customer: &str,
     currency: &str,
@@ -128,7 +127,7 @@ pub(super) async fn book_late_charge<D: Dialect>(
 /// A ledger transaction's two postings: `customer_amount` to the customer's account and its
 /// opposite to the provider clearing account of the currency, so that they sum to zero.
 pub(super) async fn post_in<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     transaction_id: &str,
     customer: &str,
     customer_amount: i64,
@@ -155,7 +154,7 @@ pub(super) async fn post_in<D: Dialect>(
 /// The receipt of an authorised payment, pending until the sender delivers it
 /// (`receipt_payment_<id>`, unique). `false`: it was recorded before.
 pub(super) async fn record_receipt<D: Dialect>(
-    tx: &mut Transaction<'static, D>,
+    tx: &mut WriteTx<D>,
     payment_id: &str,
 ) -> Result<bool, StoreError> {
     let EventPayment {

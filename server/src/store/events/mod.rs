@@ -7,7 +7,7 @@ use crate::store::events::ledger::book_refund;
 use crate::store::events::ledger::record_receipt;
 mod ledger;
 
-use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
 
 use super::error::StoreError;
 
@@ -20,8 +20,6 @@ use chrono::{DateTime, Utc};
 use domain::event::EventMessage;
 
 use domain::operator::AuditEntry;
-
-use sqlx::Transaction;
 
 use std::time::Duration;
 
@@ -162,11 +160,11 @@ const CONSUMER_LAG: &str = "select count(*) from outbox_events e where not exist
 /// their inbox rows in the same order and never deadlock. Writing first also takes SQLite's
 /// write lock at once, so two deliveries queue instead of failing to upgrade a read.
 async fn consume_batch<D: Dialect>(
-    mut tx: Transaction<'static, D>,
+    mut tx: WriteTx<D>,
     consumer: &str,
     messages: &[&EventMessage],
     mut apply: impl for<'t> FnMut(
-        &'t mut Transaction<'static, D>,
+        &'t mut WriteTx<D>,
         &'t EventMessage,
     ) -> futures_util::future::BoxFuture<'t, Result<bool, StoreError>>,
 ) -> Result<Vec<bool>, StoreError> {
@@ -213,7 +211,7 @@ struct ClaimedEvent {
 
 /// The tenant, account, amount and currency of an event's payment.
 async fn payment_for_events<D: Dialect>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     payment_id: &str,
 ) -> Result<EventPayment, StoreError> {
     sqlx::query_as("select tenant_id, account_id, amount_minor, currency from payments where id = $1")

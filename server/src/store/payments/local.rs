@@ -1,14 +1,14 @@
 //! create_payment's local writes inside a transaction: the account's hold and the payment
 //! (or the refusal that names why not), the payment's settlement, and the outbox event of each.
 
-use crate::store::dialect::{Dialect, RowsAffected};
+use crate::store::dialect::{Dialect, RowsAffected, WriteTx};
 use crate::store::error::StoreError;
 use crate::store::payments::PaymentStatements;
 use chrono::{DateTime, Utc};
 use domain::claim::{PaymentCompletion, ProviderVerdict, Refusal};
 use domain::money::Currency;
 use domain::payment::{NewPayment, PaymentId, new_event_id};
-use sqlx::{Pool, Transaction};
+use sqlx::Pool;
 
 /// `$1` tenant, `$2` account: the account's currency and balance, locked for the
 /// transaction where the dialect has row locks (SQLite: the claim's insert already holds
@@ -59,7 +59,7 @@ pub(super) enum LocalStep {
 /// balance, the hold, the payment row (PROCESSING) and its PaymentCreated event. Writes
 /// nothing when it refuses.
 pub(super) async fn create_payment_in<D: Dialect + PaymentStatements>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     payment: &NewPayment,
     idempotency_key: Option<&str>,
 ) -> Result<LocalStep, StoreError> {
@@ -153,7 +153,7 @@ pub(super) async fn refusal<D: Dialect>(
 /// The payment's outcome inside `tx`: status and charge id, the hold released on a decline,
 /// and the outcome's event.
 pub(super) async fn settle_payment_in<D: Dialect + PaymentStatements>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     completion: &PaymentCompletion,
 ) -> Result<(), StoreError> {
     let (payment_status, event_type) = payment_outcome(completion.verdict);
@@ -196,7 +196,7 @@ pub(super) fn no_longer_processing(payment_id: &PaymentId) -> StoreError {
 
 /// Gives a payment's held amount back to its account, inside `tx`.
 pub(super) async fn release_hold_in<D: Dialect + PaymentStatements>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     payment_id: &str,
 ) -> Result<(), StoreError> {
     let hold: HoldRow =
@@ -215,7 +215,7 @@ pub(super) async fn release_hold_in<D: Dialect + PaymentStatements>(
 
 /// A payment's event in the outbox, inside the transaction of the change it announces.
 pub(in crate::store) async fn insert_event_in<D: Dialect>(
-    tx: &mut Transaction<'_, D>,
+    tx: &mut WriteTx<D>,
     event_id: &str,
     payment_id: &str,
     event_type: &str,

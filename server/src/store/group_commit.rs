@@ -1,0 +1,268 @@
+//! SQLite's writer: write transactions share commits. With `synchronous=FULL` every SQLite
+//! commit syncs the WAL to disk before it returns, and one writer connection means one commit
+//! at a time, so a sync per transaction bounds the embedded database's writes.
+//!
+//! Here one transaction is open on the writer connection at a time, and each caller's write
+//! transaction is a savepoint inside it: its statements, then `RELEASE`, and it waits. A
+//! committer task commits the open transaction whenever it reaches the writer, which is first in
+//! line after the callers that queued before it (the lock is fair), so every caller that came
+//! while a sync was under way shares the next one. A caller's `commit` returns only after the
+//! commit that holds its work has returned, synced: nothing is acknowledged that a crash can
+//! take back, and a crash takes back only work that nobody was told of. A caller that rolls
+//! back waits for that commit too (it may have read other callers' work of the group). A caller
+//! that fails or goes away has its savepoint rolled back before anyone else uses the
+//! connection.
+//!
+//! Measured before building it (debug build, 8 s of fresh creates offered at 400/s, one
+//! instance on the embedded file): the backlog at the end was 4.3-4.7 s with `synchronous=FULL`
+//! and 1.5-2.1 s with `NORMAL` (no sync at commit), so the sync was about a quarter of a create's
+//! serial cost on the writer.
+
+use super::dialect::Dialect;
+use super::error::StoreError;
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, Pool};
+use std::sync::Arc;
+use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+
+/// What a caller hears of the commit that holds its work: `Err` with why it did not commit.
+type Committed = Result<(), String>;
+
+/// The writer connection, between callers.
+struct Writer<D: Database> {
+    /// The writer pool's one connection while a transaction is open; back in its pool between
+    /// transactions, so that closing the store finds it there.
+    connection: Option<PoolConnection<D>>,
+    /// A transaction is open, holding the work of the callers in `waiting`.
+    open: bool,
+    waiting: Vec<oneshot::Sender<Committed>>,
+    /// The last caller went away inside its savepoint: it is rolled back before anything else.
+    abandoned: bool,
+}
+
+/// The writer and its committer.
+pub(super) struct GroupCommit<D: Database> {
+    pool: Pool<D>,
+    writer: Arc<Mutex<Writer<D>>>,
+    wake_committer: Arc<Notify>,
+    committer: tokio::task::JoinHandle<()>,
+}
+
+/// A caller's write transaction: a savepoint inside the open transaction, with the writer held
+/// until it commits or goes away.
+pub struct Member<D: Database> {
+    writer: OwnedMutexGuard<Writer<D>>,
+    wake_committer: Arc<Notify>,
+    released: bool,
+}
+
+impl<D: Dialect> GroupCommit<D> {
+    /// Group commits over `pool`, a pool of one connection.
+    pub(super) fn over(pool: Pool<D>) -> GroupCommit<D> {
+        let writer = Arc::new(Mutex::new(Writer {
+            connection: None,
+            open: false,
+            waiting: Vec::new(),
+            abandoned: false,
+        }));
+        let wake_committer = Arc::new(Notify::new());
+        let committer = tokio::spawn({
+            let (writer, wake_committer) = (Arc::clone(&writer), Arc::clone(&wake_committer));
+            async move {
+                loop {
+                    wake_committer.notified().await;
+                    writer.lock().await.commit_group().await;
+                }
+            }
+        });
+        GroupCommit {
+            pool,
+            writer,
+            wake_committer,
+            committer,
+        }
+    }
+
+    /// A write transaction: the writer (in line behind the callers and the committer before
+    /// this one), the group's transaction begun if none is open, and this caller's savepoint.
+    /// Run on a task of its own, so that a caller that goes away meanwhile cannot leave the
+    /// connection half way through `BEGIN` (the member it did not receive is dropped, and
+    /// rolled back).
+    pub(super) async fn begin(&self) -> Result<Member<D>, StoreError> {
+        let (pool, writer, wake_committer) = (
+            self.pool.clone(),
+            Arc::clone(&self.writer),
+            Arc::clone(&self.wake_committer),
+        );
+        tokio::spawn(async move {
+            let mut writer = writer.lock_owned().await;
+            writer.settle_abandoned().await;
+            if !writer.open {
+                let mut connection = match writer.connection.take() {
+                    Some(connection) => connection,
+                    None => pool.acquire().await?,
+                };
+                sqlx::query("begin immediate").execute(&mut *connection).await?;
+                writer.connection = Some(connection);
+                writer.open = true;
+            }
+            let mut member = Member {
+                writer,
+                wake_committer,
+                released: false,
+            };
+            sqlx::query("savepoint idem_member").execute(&mut *member).await?;
+            Ok(member)
+        })
+        .await
+        .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?
+    }
+
+    /// Commits what is open and gives the connection back to its pool.
+    pub(super) async fn close(&self) {
+        self.writer.lock().await.commit_group().await;
+        self.committer.abort();
+    }
+}
+
+impl<D: Dialect> Writer<D> {
+    fn connection(&mut self) -> Option<&mut D::Connection> {
+        self.connection.as_deref_mut()
+    }
+
+    /// Rolls back the savepoint of a caller that went away inside it.
+    async fn settle_abandoned(&mut self) {
+        if !std::mem::take(&mut self.abandoned) {
+            return;
+        }
+        let Some(connection) = self.connection() else {
+            return;
+        };
+        let undone = async {
+            sqlx::query("rollback to idem_member")
+                .execute(&mut *connection)
+                .await?;
+            sqlx::query("release idem_member").execute(&mut *connection).await
+        };
+        if let Err(error) = undone.await {
+            // The connection's state is not known: the whole group is undone, and told so.
+            self.abort_group(&format!("rolling back a caller's savepoint: {error}"))
+                .await;
+        }
+    }
+
+    /// Commits the open transaction (after rolling back an abandoned savepoint) and tells every
+    /// caller whose work it holds.
+    async fn commit_group(&mut self) {
+        self.settle_abandoned().await;
+        if !self.open {
+            return;
+        }
+        let committed = match self.connection() {
+            Some(connection) => sqlx::query("commit").execute(connection).await,
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        match committed {
+            Ok(_) => {
+                self.open = false;
+                for caller in self.waiting.drain(..) {
+                    // A caller that went away meanwhile has nothing to hear.
+                    let _ = caller.send(Ok(()));
+                }
+                // Back to the pool between transactions.
+                self.connection = None;
+            }
+            Err(error) => self.abort_group(&format!("commit: {error}")).await,
+        }
+    }
+
+    /// Rolls back the open transaction, tells its callers it did not commit, and closes the
+    /// connection (the pool opens a fresh one for the next transaction).
+    async fn abort_group(&mut self, why: &str) {
+        tracing::error!(
+            why,
+            "the writer's transaction is rolled back: its callers are told it did not commit"
+        );
+        if let Some(mut connection) = self.connection.take() {
+            let _ = sqlx::query("rollback").execute(&mut *connection).await;
+            let _ = connection.close().await;
+        }
+        self.open = false;
+        self.abandoned = false;
+        for caller in self.waiting.drain(..) {
+            let _ = caller.send(Err(why.to_owned()));
+        }
+    }
+}
+
+impl<D: Dialect> Member<D> {
+    /// Releases the savepoint into the group's transaction and waits for the commit that
+    /// holds it.
+    pub(super) async fn commit(self) -> Result<(), StoreError> {
+        self.finish(&["release idem_member"]).await
+    }
+
+    /// Rolls this caller's savepoint back, and waits for the group's commit all the same: what
+    /// the caller read inside it may be other callers' work of the same group (a claim that
+    /// found a key another caller had just claimed, say), which it may then read elsewhere
+    /// only once committed.
+    pub(super) async fn rollback(self) -> Result<(), StoreError> {
+        self.finish(&["rollback to idem_member", "release idem_member"])
+            .await
+    }
+
+    /// Ends the savepoint with `statements` and waits for the commit of the group's
+    /// transaction. The statements run on a task of its own (a caller that goes away cannot
+    /// stop them half way); a caller that goes away while waiting leaves its work to be
+    /// committed.
+    async fn finish(mut self, statements: &'static [&'static str]) -> Result<(), StoreError> {
+        let (told, committed) = oneshot::channel();
+        tokio::spawn(async move {
+            for statement in statements {
+                sqlx::query(statement).execute(&mut *self).await?;
+            }
+            self.released = true;
+            self.writer.waiting.push(told);
+            self.wake_committer.notify_one();
+            Ok::<(), StoreError>(())
+        })
+        .await
+        .map_err(|stopped| StoreError::Corrupt(format!("ending a transaction: {stopped}")))??;
+        match committed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(StoreError::NotCommitted(why)),
+            Err(_) => Err(StoreError::NotCommitted("the writer stopped".to_owned())),
+        }
+    }
+}
+
+impl<D: Database> Drop for Member<D> {
+    fn drop(&mut self) {
+        if !self.released {
+            self.writer.abandoned = true;
+        }
+        // The committer closes the transaction even when no caller is left to ask for it, so
+        // that the write lock is never held for nobody.
+        self.wake_committer.notify_one();
+    }
+}
+
+impl<D: Dialect> std::ops::Deref for Member<D> {
+    type Target = D::Connection;
+
+    fn deref(&self) -> &D::Connection {
+        self.writer
+            .connection
+            .as_deref()
+            .expect("a member holds the writer while its transaction is open")
+    }
+}
+
+impl<D: Dialect> std::ops::DerefMut for Member<D> {
+    fn deref_mut(&mut self) -> &mut D::Connection {
+        self.writer
+            .connection
+            .as_deref_mut()
+            .expect("a member holds the writer while its transaction is open")
+    }
+}

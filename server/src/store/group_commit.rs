@@ -23,7 +23,11 @@ use super::error::StoreError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+
+/// How long a caller waits for the writer before it is told the database is unavailable.
+const WRITER_WAIT: Duration = Duration::from_secs(10);
 
 /// What a caller hears of the commit that holds its work: `Err` with why it did not commit.
 type Committed = Result<(), String>;
@@ -95,7 +99,11 @@ impl<D: Dialect> GroupCommit<D> {
             Arc::clone(&self.wake_committer),
         );
         tokio::spawn(async move {
-            let mut writer = writer.lock_owned().await;
+            // As long as the writer pool's acquire would wait: a writer that never comes back
+            // (a caller that waits on the writer while holding it) fails closed, never hangs.
+            let mut writer = tokio::time::timeout(WRITER_WAIT, writer.lock_owned())
+                .await
+                .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?;
             writer.settle_abandoned().await;
             if !writer.open {
                 let mut connection = match writer.connection.take() {

@@ -133,6 +133,14 @@ impl<D: Dialect> GroupCommit<D> {
     }
 }
 
+impl<D: Database> Drop for GroupCommit<D> {
+    /// A store dropped without `close` takes its committer with it, and with it the last
+    /// handle on the writer pool.
+    fn drop(&mut self) {
+        self.committer.abort();
+    }
+}
+
 impl<D: Dialect> Writer<D> {
     fn connection(&mut self) -> Option<&mut D::Connection> {
         self.connection.as_deref_mut()

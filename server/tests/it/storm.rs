@@ -54,13 +54,18 @@ async fn paid_once_per_key(app: &TestApp, keys: usize) {
     );
 }
 
-async fn storm(dialect: DialectName, servers: usize, size: Size) {
-    let Size { keys, per_key } = size;
-    let app = TestApp::on(dialect)
+/// Idem as a real process, without a rate limit, over an account that pays every storm.
+async fn stormed(dialect: DialectName) -> TestApp {
+    TestApp::on(dialect)
         .tenant("acme", "1000000.00")
         .with(Serve::RateLimitPerSec(0))
         .process()
-        .await;
+        .await
+}
+
+async fn storm(dialect: DialectName, servers: usize, size: Size) {
+    let Size { keys, per_key } = size;
+    let app = stormed(dialect).await;
     let mut others = Vec::new();
     for _ in 1..servers {
         others.push(app.spawn_server(&[]).await);
@@ -151,11 +156,7 @@ async fn duplicates_at_every_concurrency_over_two_instances_pay_once_per_key() {
 /// the key's one payment, exactly one of them fresh; one charge per key.
 async fn client_storm(dialect: DialectName, size: Size) {
     let Size { keys, per_key } = size;
-    let app = TestApp::on(dialect)
-        .tenant("acme", "1000000.00")
-        .with(Serve::RateLimitPerSec(0))
-        .process()
-        .await;
+    let app = stormed(dialect).await;
     let other = app.spawn_server(&[]).await;
     let clients: Vec<Client> = [app.address, other.address]
         .iter()

@@ -2,7 +2,9 @@
 //! real traffic: the request journal and its conflict diff, the recovery queue, and guarded
 //! reconciliation (roles on the server, typed reason, version re-check, audit).
 
-use crate::support::{AN_HOUR, Console, DialectName, Serve, TestApp, TestDatabase, conformance, ms};
+use crate::support::{
+    AN_HOUR, Console, DialectName, Serve, TestApp, TestDatabase, audited, audited_for, conformance, ms,
+};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 
@@ -380,8 +382,7 @@ async fn a_payment_the_provider_never_charged_is_marked_failed_and_its_key_execu
     );
     app.db
         .expect_i64(
-            "select count(*) from audit_log where action = 'reconcile.mark_failed_and_release_key' \
-             and result = 'ok' and actor = 'otto' and reason like '%OPS-12%'",
+            &audited_for("reconcile.mark_failed_and_release_key", "otto", "ok", "OPS-12"),
             1,
             "audited with the release",
         )
@@ -513,14 +514,6 @@ fn pending_id(requested: Result<Value, String>) -> String {
 }
 
 const CUSTOMER_WORD: &str = "customer says the card was never charged";
-
-/// Counts the audit entries of `action` by `actor` with `result`.
-fn audited(action: &str, actor: &str, result: &str) -> String {
-    format!(
-        "select count(*) from audit_log where action = '{action}' and actor = '{actor}' \
-         and result = '{result}'"
-    )
-}
 
 const STILL_UNKNOWN: &str = "select count(*) from idempotency_records \
      where idempotency_key = 'k-unprovable' and status = 'UNKNOWN_REQUIRES_RECOVERY'";
@@ -823,8 +816,7 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     assert_eq!(job["state"], "Finished", "{job}");
     app.db
         .expect_i64(
-            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
-             and actor = 'otto' and result = 'ok' and reason like '%OPS-30%'",
+            &audited_for("reconcile.apply_provider_result", "otto", "ok", "OPS-30"),
             1,
             "applied in the name of the operator who started it",
         )
@@ -840,10 +832,7 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
         assert_eq!(message, format!("not applied: {starter} {why}"));
         app.db
             .expect_i64(
-                &format!(
-                    "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
-                 and actor = '{starter}' and result = 'refused'"
-                ),
+                &audited("reconcile.apply_provider_result", starter, "refused"),
                 1,
                 "the refusal is audited",
             )

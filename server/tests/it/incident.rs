@@ -3,7 +3,7 @@
 //! server, and which a named bulk job clears by filter against the provider's evidence,
 //! group by group, with every item applied and audited or untouched and reported.
 
-use crate::support::{Console, Serve, TestApp, TestDatabase, conformance, ms};
+use crate::support::{Console, Serve, TestApp, TestDatabase, audited_for, conformance, ms};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -475,8 +475,7 @@ async fn an_outage_is_cleared_by_filter_as_a_named_job_group_by_group(db: TestDa
     );
     app.db
         .expect_i64(
-            "select count(*) from audit_log where action = 'reconcile.apply_provider_result' \
-                 and actor = 'otto' and result = 'ok' and reason like '%OPS-77%'",
+            &audited_for("reconcile.apply_provider_result", "otto", "ok", "OPS-77"),
             4,
             "one audit entry per item applied",
         )

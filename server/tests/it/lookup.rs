@@ -59,17 +59,9 @@ async fn a_key_finds_the_payment_it_made_and_nothing_else(db: TestDatabase) {
 
     // The payment as it is now, in the caller's version: what GET /payments/{id} says.
     for version in ["2026-05-01", "2026-09-01"] {
-        let now: Value = app
-            .http
-            .get(app.url(&format!("/payments/{id}")))
-            .bearer_auth(app.key("acme"))
-            .header("api-version", version)
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
+        let now = app
+            .read_as("acme", &format!("/payments/{id}"), Some(version))
+            .await;
         let listed = data(found(&app, "acme", "/payments", "k-made", Some(version)).await).await;
         assert_eq!(listed, vec![now], "{version}");
     }

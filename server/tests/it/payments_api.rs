@@ -322,15 +322,7 @@ async fn get_reads_the_current_payment_and_only_for_its_tenant() {
     let fresh: Value = fresh.json().await.expect("json");
     assert_eq!(fresh, created);
 
-    let v3: Value = api
-        .as_tenant(Method::GET, &path, "acme")
-        .header("api-version", "2026-09-01")
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let v3 = api.read_as("acme", &path, Some("2026-09-01")).await;
     assert_eq!(v3["id"], created["paymentId"]);
     assert_eq!(v3["state"], "PENDING");
 

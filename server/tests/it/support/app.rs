@@ -14,7 +14,7 @@ use super::console::{Console, OPERATOR_PASSWORD, create_operator};
 use super::process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, admin, idem_command};
 use super::settings::{Serve, ms, secs};
 use super::sim::Sim;
-use super::{DialectName, TestDatabase};
+use super::{DialectName, TestDatabase, eventually};
 use clap::Parser;
 use domain::operator::OperatorRole;
 use idem::admin::AdminError;
@@ -344,18 +344,12 @@ impl TestApp {
     /// Polls the metrics of the instance at `metrics_address` until the sum of `name` with
     /// `labels` is `wanted`; panics naming it after 60 s.
     pub async fn until_metric(&self, metrics_address: SocketAddr, name: &str, labels: &[&str], wanted: f64) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let value = metric(&self.metrics_at(metrics_address).await, name, labels);
-            if value == wanted {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{name}{labels:?} still {value}, not {wanted}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        eventually(
+            &format!("{name}{labels:?} to be {wanted}"),
+            async || metric(&self.metrics_at(metrics_address).await, name, labels),
+            |value| *value == wanted,
+        )
+        .await;
     }
 
     /// The API key of a tenant the setup named.
@@ -387,6 +381,15 @@ impl TestApp {
     /// A request to `path` with `api_key`.
     pub fn request(&self, method: Method, path: &str, api_key: &str) -> RequestBuilder {
         self.http.request(method, self.url(path)).bearer_auth(api_key)
+    }
+
+    /// `GET path` as `tenant`, in `api_version` when given: its JSON body.
+    pub async fn read_as(&self, tenant: &str, path: &str, api_version: Option<&str>) -> Value {
+        let mut request = self.as_tenant(Method::GET, path, tenant);
+        if let Some(version) = api_version {
+            request = request.header("api-version", version);
+        }
+        request.send().await.expect("GET").json().await.expect("json")
     }
 
     /// A request to `path` as `tenant` (one the setup named).

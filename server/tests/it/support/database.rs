@@ -195,17 +195,7 @@ impl TestDatabase {
     /// Polls `query_i64(sql)` until `wanted` holds (workers run on their own schedule);
     /// panics naming `what` after 60 s.
     pub async fn eventually_i64(&self, sql: &str, wanted: impl Fn(i64) -> bool, what: &str) -> i64 {
-        // A bound against a hang, not a timing target: with several tests at once on two cores a
-        // worker's pass can wait its turn for seconds.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let value = self.query_i64(sql).await;
-            if wanted(value) {
-                return value;
-            }
-            assert!(std::time::Instant::now() < deadline, "{what}: still {value}");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        super::eventually(what, || self.query_i64(sql), |value| wanted(*value)).await
     }
 
     /// Makes the database disappear under a running store (PostgreSQL only).
@@ -275,4 +265,17 @@ impl Violation {
             Violation::Check => "CHECK constraint failed",
         }
     }
+}
+
+/// Counts the audit entries of `action` by `actor` with `result`.
+pub fn audited(action: &str, actor: &str, result: &str) -> String {
+    format!(
+        "select count(*) from audit_log where action = '{action}' and actor = '{actor}' \
+         and result = '{result}'"
+    )
+}
+
+/// [`audited`], of the entries whose reason names `mark` (a ticket, say).
+pub fn audited_for(action: &str, actor: &str, result: &str, mark: &str) -> String {
+    format!("{} and reason like '%{mark}%'", audited(action, actor, result))
 }

@@ -16,12 +16,33 @@ mod sim;
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 pub use cluster::{Cluster, Forwarder};
 pub use console::{Console, OPERATOR_PASSWORD, create_operator, server_function_sources, session_cookie};
-pub use database::{TestDatabase, Violation};
+pub use database::{TestDatabase, Violation, audited, audited_for};
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};
 pub use prometheus::Prometheus;
 pub use settings::{A_DAY, AN_HOUR, Serve, ms, secs};
 pub use sim::Sim;
+
+/// Reads `observe` until what it returns satisfies `wanted`, and returns that: how a test waits
+/// for a worker, another process or a held call. A bound against a hang, not a timing target
+/// (with several tests at once on two cores a worker's pass can wait its turn for seconds): it
+/// panics naming `what` and the last value after 60 s. The pause between reads only keeps the
+/// polling from taking the CPU that what it waits for needs.
+pub async fn eventually<T: std::fmt::Debug, Read: Future<Output = T>>(
+    what: &str,
+    mut observe: impl FnMut() -> Read,
+    wanted: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let value = observe().await;
+        if wanted(&value) {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: still {value:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
 
 /// Cases a property test runs: `PROPTEST_CASES` when set (a longer campaign), else `default`.
 /// (A `with_cases(n)` in the test would override the variable: proptest reads it only for

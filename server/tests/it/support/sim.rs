@@ -98,14 +98,12 @@ impl Sim {
 
     /// Polls until `wanted` calls met a fault (a test's owner is then at the provider).
     pub async fn until_faults_applied(&self, wanted: u64) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while self.faults_applied().await < wanted {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{wanted} faults never applied"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        super::eventually(
+            &format!("{wanted} faults applied"),
+            || self.faults_applied(),
+            |applied| *applied >= wanted,
+        )
+        .await;
     }
 
     /// How many calls met a fault so far.

@@ -5,6 +5,8 @@
 //!   (`KeyedOperation`): one read, then the insert-first claim, or the answer [`decide`]
 //!   gives a request that finds its key's record (compared in the record's fingerprint
 //!   version); a takeover when the record's owner died.
+//! - `verdict.rs`: what a found record says to a request, and carrying it out (the answer,
+//!   a note of an expired retry, or the takeover of a record whose owner is gone).
 //! - `payments.rs` and `refunds.rs`, one shape: an operation's own part: its request, its
 //!   fingerprint, its claim, its provider call and completion, and its resumption after a
 //!   takeover (create_payment's also the tenant without keys).
@@ -35,6 +37,7 @@ mod owner;
 mod payments;
 mod refunds;
 pub mod sealing;
+mod verdict;
 pub mod waiting;
 
 pub use answer::{Answer, Reply, outcome_unknown_code};

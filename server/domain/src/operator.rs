@@ -5,18 +5,8 @@ use std::fmt;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 /// What an operator may do. Ordered: each role may do everything the ones before it may.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize)]
 #[derive(EnumString, IntoStaticStr, Display, VariantArray)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]

@@ -88,7 +88,7 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 /// Every write runs in an explicit transaction, even a single statement: a connection that
 /// came back to the pool in a broken state (a cancelled `begin`, sqlx#4385) can then never
 /// swallow an autocommit write and answer success. The exceptions are create_payment's claim
-/// and completion on PostgreSQL (`RecordStatements::CLAIM_PAYMENT_AT_ONCE`), each one
+/// and completion on PostgreSQL (`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`), each one
 /// statement sent alone to save its BEGIN and COMMIT round trips (the hot path's two writes):
 /// they rely on [`SqlStore::begin`] always finishing, which closes the one way sqlx#4385 left
 /// a pooled connection inside a transaction; a transaction dropped unfinished has its

@@ -12,7 +12,7 @@ use super::metrics::{JournalRow, MetricsStatements};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
 use super::payments::keyed::KeyedPaymentStatements;
-use super::records::RecordStatements;
+use super::records::{RecordStatements, claim_record, settle_record};
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
@@ -73,61 +73,7 @@ impl Dialect for Postgres {
          schemaname = current_schema()";
 }
 
-/// The claim's statement (`RecordStatements::CLAIM_RECORD`), a macro so that create_payment's
-/// claim at once can start with the same text.
-macro_rules! claim_record {
-    () => {
-        "\
-            insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
-                request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
-                response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
-            values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
-                now() + make_interval(secs => $11), $12, now() + make_interval(secs => $13)) \
-            on conflict (tenant_id, operation_name, idempotency_key) do update set \
-                fingerprint_version = excluded.fingerprint_version, \
-                request_fingerprint = excluded.request_fingerprint, \
-                canonical_command = excluded.canonical_command, \
-                status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
-                resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
-                provider_reference = null, response_status_code = null, \
-                response_schema_version = excluded.response_schema_version, \
-                lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
-                locked_until = excluded.locked_until, created_by = excluded.created_by, \
-                created_at = now(), updated_at = now(), completed_at = null, \
-                expires_at = excluded.expires_at, settled_status = null, purged_at = null, \
-                recovery_attempts = 0, next_recovery_at = null, \
-                claimed_as = case when idempotency_records.expires_at <= now() \
-                    then 'after_expiry' else 'after_release' end, \
-                expired_retries = idempotency_records.expired_retries \
-                    + case when idempotency_records.expires_at <= now() then 1 else 0 end \
-            where (idempotency_records.status = 'FAILED_RETRYABLE' \
-                    and idempotency_records.expires_at > now() \
-                    and idempotency_records.fingerprint_version = excluded.fingerprint_version \
-                    and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
-                or ($14 and idempotency_records.expires_at <= now() \
-                    and idempotency_records.status in \
-                        ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
-            returning lease_version, expires_at, claimed_as"
-    };
-}
-
-/// The owner's fenced settling of its record (`RecordStatements::SETTLE_RECORD`), a macro so
-/// that create_payment's completion at once can start with the same text.
-macro_rules! settle_record {
-    () => {
-        "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
-             response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
-             now(), updated_at = now() where tenant_id = $4 and operation_name = $5 and idempotency_key \
-             = $6 and lease_version = $7 and status = 'IN_PROGRESS'"
-    };
-}
-
 impl RecordStatements for Postgres {
-    // Two spellings: the text of a macro that `CLAIM_PAYMENT_AT_ONCE` starts with: `concat!` takes
-    // literals, not a statement expanded at run time.
-    const CLAIM_RECORD: &'static str = claim_record!();
-    // Two spellings: likewise the start of `COMPLETE_PAYMENT_AT_ONCE`.
-    const SETTLE_RECORD: &'static str = settle_record!();
     // Two spellings: the backoff is computed from a column (`make_interval` here, a shifted count
     // of seconds in SQLite's text), not from a parameter.
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \

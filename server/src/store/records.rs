@@ -76,23 +76,74 @@ pub trait RecordStore: Send + Sync {
     async fn note_expired_retry(&self, scope: &Scope) -> Result<(), StoreError>;
 }
 
+/// The claim, one statement: `insert … on conflict (scope) do update … where … returning`.
+/// `$1`..`$6` scope and fingerprint (version, hex, canonical), `$7` resource type, `$8`
+/// resource id, `$9` response schema version, `$10` lease owner, `$11` lease seconds, `$12`
+/// created by, `$13` window seconds, `$14` whether a settled record past its window is renewed
+/// (`new_operation`). An existing record is taken for the new operation in the same
+/// statement, with a higher lease version, only when it is settled and past its window
+/// under `new_operation`, or was released by an operator (FAILED_RETRYABLE) and this retry
+/// repeats it exactly (same fingerprint, same version); any other record is left alone and
+/// nothing is returned. Returns the lease version, the expiry and how it was claimed
+/// (`new`, `after_expiry`, `after_release`).
+///
+/// A template (`store/sql.rs`), and a macro: PostgreSQL's create_payment claim at once
+/// (`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`) starts with the same text, and
+/// `concat!` takes literals.
+macro_rules! claim_record {
+    () => {
+        "\
+            insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
+                request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
+                response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
+            values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
+                {now+$11}, $12, {now+$13}) \
+            on conflict (tenant_id, operation_name, idempotency_key) do update set \
+                fingerprint_version = excluded.fingerprint_version, \
+                request_fingerprint = excluded.request_fingerprint, \
+                canonical_command = excluded.canonical_command, \
+                status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
+                resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
+                provider_reference = null, response_status_code = null, \
+                response_schema_version = excluded.response_schema_version, \
+                lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
+                locked_until = excluded.locked_until, created_by = excluded.created_by, \
+                created_at = {now}, updated_at = {now}, completed_at = null, \
+                expires_at = excluded.expires_at, settled_status = null, purged_at = null, \
+                recovery_attempts = 0, next_recovery_at = null, \
+                claimed_as = case when idempotency_records.expires_at <= {now} \
+                    then 'after_expiry' else 'after_release' end, \
+                expired_retries = idempotency_records.expired_retries \
+                    + case when idempotency_records.expires_at <= {now} then 1 else 0 end \
+            where (idempotency_records.status = 'FAILED_RETRYABLE' \
+                    and idempotency_records.expires_at > {now} \
+                    and idempotency_records.fingerprint_version = excluded.fingerprint_version \
+                    and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
+                or ($14 and idempotency_records.expires_at <= {now} \
+                    and idempotency_records.status in \
+                        ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
+            returning lease_version, expires_at, claimed_as"
+    };
+}
+
+/// The owner's fenced settling of its record: `$1` status, `$2` response status, `$3`
+/// provider reference, `$4`..`$6` scope, `$7` lease version: IN_PROGRESS at that version ->
+/// settled. A template and a macro, like [`claim_record`], for
+/// `KeyedPaymentStatements::COMPLETE_PAYMENT_AT_ONCE`.
+macro_rules! settle_record {
+    () => {
+        "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
+             response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
+             {now}, updated_at = {now} where tenant_id = $4 and operation_name = $5 and idempotency_key \
+             = $6 and lease_version = $7 and status = 'IN_PROGRESS'"
+    };
+}
+
+pub(super) use {claim_record, settle_record};
+
 /// Record statements that differ by dialect (the database's clock and interval arithmetic).
 /// Placeholders are `$1`, `$2`, … in order of first use, which both dialects bind positionally.
 pub trait RecordStatements {
-    /// The claim, one statement: `insert … on conflict (scope) do update … where … returning`.
-    /// `$1`..`$6` scope and fingerprint (version, hex, canonical), `$7` payment id, `$8`
-    /// response schema version, `$9` lease owner, `$10` lease seconds, `$11` created by, `$12`
-    /// window seconds, `$13` whether a settled record past its window is renewed
-    /// (`new_operation`). An existing record is taken for the new operation in the same
-    /// statement, with a higher lease version, only when it is settled and past its window
-    /// under `new_operation`, or was released by an operator (FAILED_RETRYABLE) and this retry
-    /// repeats it exactly (same fingerprint, same version); any other record is left alone and
-    /// nothing is returned. Returns the lease version, the expiry and how it was claimed
-    /// (`new`, `after_expiry`, `after_release`).
-    const CLAIM_RECORD: &'static str;
-    /// `$1` status, `$2` response status, `$3` provider reference, `$4`..`$6` scope, `$7`
-    /// lease version: IN_PROGRESS at that version -> settled.
-    const SETTLE_RECORD: &'static str;
     /// `$1`..`$3` scope, `$4` lease version, `$5` the failed send's cause (null after a failed
     /// look-up: the cause stays), `$6` the failure in words: IN_PROGRESS at that version ->
     /// unknown outcome, attempt counted, next look backed off, the failure and its time noted.
@@ -140,7 +191,7 @@ const LOOK_UP_RECORD: &str = "select r.status, r.progress_step, cast(r.fingerpri
      and s.idempotency_key = r.idempotency_key where r.tenant_id = $1 and r.operation_name = $2 \
      and r.idempotency_key = $3";
 
-/// A row of [`RecordStatements::CLAIM_RECORD`].
+/// A row of [`claim_record`]'s statement.
 #[derive(sqlx::FromRow)]
 struct ClaimedRecord {
     lease_version: i64,
@@ -236,10 +287,14 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
     resource_id: &str,
 ) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
     let scope = &claim.scope;
-    let inserted: Option<ClaimedRecord> =
-        bind_claim(sqlx::query_as(D::CLAIM_RECORD), claim, resource_type, resource_id)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let inserted: Option<ClaimedRecord> = bind_claim(
+        sqlx::query_as(D::sql(claim_record!())),
+        claim,
+        resource_type,
+        resource_id,
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
     let Some(ClaimedRecord {
         lease_version,
         expires_at,
@@ -264,7 +319,7 @@ pub(super) async fn claim_record_in<D: Dialect + RecordStatements>(
     Ok(Some((lease_version, expires_at, claimed_as)))
 }
 
-/// [`RecordStatements::CLAIM_RECORD`]'s parameters, `$1`..`$14`.
+/// [`claim_record`]'s parameters, `$1`..`$14`.
 pub(super) fn bind_claim<'q, D: Dialect, O>(
     query: QueryAs<'q, D, O, <D as Database>::Arguments<'q>>,
     claim: &'q NewClaim,
@@ -343,7 +398,7 @@ async fn settle_record_in<D: Dialect + RecordStatements>(
     response: &StoredResponse,
     provider_reference: &str,
 ) -> Result<bool, StoreError> {
-    let settled = sqlx::query(D::SETTLE_RECORD)
+    let settled = sqlx::query(D::sql(settle_record!()))
         .bind(record_status)
         .bind(i32::from(response.status))
         .bind(provider_reference)

@@ -94,42 +94,6 @@ impl Dialect for Sqlite {
 }
 
 impl RecordStatements for Sqlite {
-    const CLAIM_RECORD: &'static str = "\
-        insert into idempotency_records (tenant_id, operation_name, idempotency_key, fingerprint_version, \
-            request_fingerprint, canonical_command, status, progress_step, resource_type, resource_id, \
-            response_schema_version, lease_owner, lease_version, locked_until, created_by, expires_at) \
-        values ($1, $2, $3, $4, $5, $6, 'IN_PROGRESS', 'PROVIDER_REQUEST_SENT', $7, $8, $9, $10, 1, \
-            strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $11 || ' seconds'), $12, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', $13 || ' seconds')) \
-        on conflict (tenant_id, operation_name, idempotency_key) do update set \
-            fingerprint_version = excluded.fingerprint_version, \
-            request_fingerprint = excluded.request_fingerprint, \
-            canonical_command = excluded.canonical_command, \
-            status = 'IN_PROGRESS', progress_step = 'PROVIDER_REQUEST_SENT', \
-            resource_type = excluded.resource_type, resource_id = excluded.resource_id, \
-            provider_reference = null, response_status_code = null, \
-            response_schema_version = excluded.response_schema_version, \
-            lease_owner = excluded.lease_owner, lease_version = idempotency_records.lease_version + 1, \
-            locked_until = excluded.locked_until, created_by = excluded.created_by, \
-            created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), completed_at = null, \
-            expires_at = excluded.expires_at, settled_status = null, purged_at = null, \
-            recovery_attempts = 0, next_recovery_at = null, \
-            claimed_as = case when idempotency_records.expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-                then 'after_expiry' else 'after_release' end, \
-            expired_retries = idempotency_records.expired_retries \
-                + case when idempotency_records.expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') then 1 else 0 end \
-        where (idempotency_records.status = 'FAILED_RETRYABLE' \
-                and idempotency_records.expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-                and idempotency_records.fingerprint_version = excluded.fingerprint_version \
-                and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
-            or ($14 and idempotency_records.expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-                and idempotency_records.status in \
-                    ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
-        returning lease_version, expires_at, claimed_as";
-    const SETTLE_RECORD: &'static str = "update idempotency_records set status = $1, progress_step = 'COMPLETED', \
-         response_status_code = $2, provider_reference = $3, locked_until = null, completed_at = \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
-         where tenant_id = $4 and operation_name = $5 and idempotency_key = $6 and lease_version = \
-         $7 and status = 'IN_PROGRESS'";
     const MARK_UNKNOWN: &'static str = "update idempotency_records set status = 'UNKNOWN_REQUIRES_RECOVERY', progress_step = \
          'UNKNOWN_REQUIRES_RECOVERY', locked_until = null, updated_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), recovery_attempts = recovery_attempts + 1, \

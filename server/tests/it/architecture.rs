@@ -385,7 +385,10 @@ fn no_source_file_is_over_500_lines() {
     let mut read = 0;
     for dir in ["server/src", "app/src"] {
         for file in sources(&workspace.join(dir)) {
-            let lines = std::fs::read_to_string(&file).expect("read source").lines().count();
+            let lines = std::fs::read_to_string(&file)
+                .expect("read source")
+                .lines()
+                .count();
             assert!(lines <= 500, "{} has {lines} lines", file.display());
             read += 1;
         }

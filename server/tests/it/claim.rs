@@ -1,19 +1,18 @@
 //! The insert-first claim of create_payment, on both databases.
 
-use crate::support::{TestDatabase, conformance};
+use crate::support::{TestDatabase, conformance, seed_tenant};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, StoredResponse};
-use domain::command::{AccountId, CreatePayment};
+use domain::command::CreatePayment;
 use domain::expiry::AfterExpiry;
 use domain::fingerprint::{Fingerprint, FingerprintInput};
 use domain::key::IdempotencyKey;
-use domain::money::{Balance, Currency};
-use domain::payment::NewAccount;
+use domain::money::Currency;
 use domain::payment::{NewPayment, PaymentId};
 use domain::record::{ClaimedAs, ProgressStep, RecordStatus, StoredRecord};
 use domain::recovery::{ProviderFailure, UnknownCause};
 use domain::scope::Scope;
-use domain::tenant::{TenantId, TenantName};
+use domain::tenant::TenantId;
 use idem::auth::api_key::NewApiKey;
 use idem::store::Store;
 use std::collections::BTreeMap;
@@ -28,29 +27,7 @@ struct Fixture {
 
 async fn fixture(db: &TestDatabase, balance: &str) -> Fixture {
     let store = db.migrated_store().await;
-    let tenant_id = TenantId::generate();
-    store
-        .create_tenant(
-            &tenant_id,
-            &TenantName::parse("acme").expect("name"),
-            true,
-            &crate::support::test_audit(),
-        )
-        .await
-        .expect("tenant");
-    let key = NewApiKey::generate();
-    store
-        .create_api_key(&tenant_id, &key, &crate::support::test_audit())
-        .await
-        .expect("api key");
-    store
-        .create_account(&NewAccount {
-            tenant_id: tenant_id.clone(),
-            id: AccountId::parse("acc_1").expect("id"),
-            balance: Balance::parse(balance, Currency::Eur).expect("balance"),
-        })
-        .await
-        .expect("account");
+    let (tenant_id, key) = seed_tenant(store.as_ref(), "acme", balance).await;
     Fixture {
         store,
         tenant_id,
@@ -307,30 +284,11 @@ async fn the_same_key_in_another_tenant_is_another_operation(db: TestDatabase) {
         fixture.claim("shared-key", &request_body("10.00", "inv-1")).await,
         ClaimOutcome::Claimed { .. }
     ));
-    let other = TenantId::generate();
-    fixture
-        .store
-        .create_tenant(
-            &other,
-            &TenantName::parse("globex").expect("name"),
-            true,
-            &crate::support::test_audit(),
-        )
-        .await
-        .expect("tenant");
-    fixture
-        .store
-        .create_account(&NewAccount {
-            tenant_id: other.clone(),
-            id: AccountId::parse("acc_1").expect("id"),
-            balance: Balance::parse("100.00", Currency::Eur).expect("balance"),
-        })
-        .await
-        .expect("account");
+    let (tenant_id, key) = seed_tenant(fixture.store.as_ref(), "globex", "100.00").await;
     let globex = Fixture {
         store: fixture.store.clone(),
-        tenant_id: other,
-        key: NewApiKey::generate(),
+        tenant_id,
+        key,
     };
     assert!(matches!(
         globex.claim("shared-key", &request_body("10.00", "inv-1")).await,

@@ -3,7 +3,7 @@
 //! server, and which a named bulk job clears by filter against the provider's evidence,
 //! group by group, with every item applied and audited or untouched and reported.
 
-use crate::support::{Console, Serve, TestApp, TestDatabase, audited_for, conformance, ms};
+use crate::support::{Console, Serve, TestApp, TestDatabase, audited_for, conformance, eventually, ms};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -294,32 +294,64 @@ async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: Te
     );
 }
 
-/// Polls a running bulk job until at least `wanted` of its items are done (or 15 s pass);
-/// how many are.
-async fn items_done(console: &Console, id: &str, wanted: u64) -> u64 {
-    let mut done = 0;
-    for _ in 0..300 {
-        done = console.json("bulk/job", &[("id", id)]).await["done"]
-            .as_u64()
-            .unwrap_or_default();
-        if done >= wanted {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    done
+/// Waits until at least `wanted` of a running bulk job's items are done; how many are.
+async fn items_done_at_least(console: &Console, id: &str, wanted: u64) -> u64 {
+    eventually(
+        &format!("{wanted} items of bulk job {id} done"),
+        || async { console.json("bulk/job", &[("id", id)]).await["done"].as_u64() },
+        |done| done.is_some_and(|done| done >= wanted),
+    )
+    .await
+    .unwrap_or_default()
 }
 
-/// Polls a bulk job until it is in `state`; the job.
+/// Waits until a bulk job is in `state`; the job.
 async fn job_in_state(console: &Console, id: &str, state: &str) -> Value {
-    for _ in 0..600 {
-        let job = console.json("bulk/job", &[("id", id)]).await;
-        if job["state"] == state {
-            return job;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("bulk job {id} never got {state}");
+    eventually(
+        &format!("bulk job {id} {state}"),
+        || async { console.json("bulk/job", &[("id", id)]).await },
+        |job| job["state"] == state,
+    )
+    .await
+}
+
+/// `count` payments keyed `{prefix}00`, `{prefix}01`, … left unknown, selected and
+/// previewed, and a resend of them all applied (`ticket` in its reason) while every charge
+/// takes the provider `delay_ms`: the console that applied it, and the job's id.
+async fn resend_under_way(
+    app: &TestApp,
+    prefix: &str,
+    count: usize,
+    delay_ms: u64,
+    ticket: &str,
+) -> (Console, String) {
+    let keys: Vec<String> = (0..count).map(|n| format!("{prefix}{n:02}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    unknown_payments(app, "fail_before_accept", &keys, "10.00").await;
+    let operator = app.console("otto", OperatorRole::Operator).await;
+    let id = select(&operator, json!({})).await;
+    job_in_state(&operator, &id, "Previewed").await;
+    app.sim
+        .fault(&json!({ "mode": "latency", "rate": 1.0, "delayMs": delay_ms }))
+        .await;
+    let resend = json!({
+        "id": id,
+        "name": format!("resend ({ticket})"),
+        "reason": format!("the provider has no charge for them ({ticket})"),
+        "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
+    });
+    operator.post_json("bulk/apply", &resend).await.expect("applied");
+    (operator, id)
+}
+
+/// How many times a retried charge of `key` was applied and audited.
+async fn charges_retried(app: &TestApp, tenant_id: &str, key: &str) -> i64 {
+    app.db
+        .query_i64(&format!(
+            "select count(*) from audit_log where action = 'reconcile.retry_charge' and result = 'ok' \
+             and target = '{tenant_id}/create_payment/{key}'"
+        ))
+        .await
 }
 
 /// A job's group by operation and evidence.
@@ -607,24 +639,9 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
         .with(Serve::BulkResumeEvery(ms(200)))
         .process()
         .await;
-    let keys: Vec<String> = (0..12).map(|n| format!("k-k{n:02}")).collect();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    unknown_payments(&app, "fail_before_accept", &keys, "10.00").await;
-    let operator = app.console("otto", OperatorRole::Operator).await;
-    let id = select(&operator, json!({})).await;
-    job_in_state(&operator, &id, "Previewed").await;
     // Every charge sent again takes the provider 300 ms: the job is killed mid-way.
-    app.sim
-        .fault(&json!({ "mode": "latency", "rate": 1.0, "delayMs": 300 }))
-        .await;
-    let resend = json!({
-        "id": id,
-        "name": "resend after the outage",
-        "reason": "the provider has no charge for them (OPS-79)",
-        "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
-    });
-    operator.post_json("bulk/apply", &resend).await.expect("applied");
-    let done = items_done(&operator, &id, 3).await;
+    let (operator, id) = resend_under_way(&app, "k-k", 12, 300, "OPS-79").await;
+    let done = items_done_at_least(&operator, &id, 3).await;
     assert!((3..12).contains(&done), "killed mid-job, after {done} items");
     app.stop();
     app.restart(&[]).await;
@@ -638,13 +655,7 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
     for item in job["first_items"].as_array().expect("items") {
         let key = item["record"]["key"].as_str().expect("key");
         let result = &item["result"];
-        let audited = app
-            .db
-            .query_i64(&format!(
-                "select count(*) from audit_log where action = 'reconcile.retry_charge' and result = 'ok' \
-                 and target = '{tenant_id}/create_payment/{key}'"
-            ))
-            .await;
+        let audited = charges_retried(&app, &tenant_id, key).await;
         if result["ok"] == true {
             assert_eq!(result["status"], "COMPLETED", "{item}");
             assert_eq!(audited, 1, "applied and audited once: {item}");
@@ -668,23 +679,8 @@ async fn a_bulk_job_whose_instance_is_killed_leaves_every_item_applied_and_audit
 
 async fn a_provider_that_goes_down_mid_job_leaves_the_rest_untouched_and_reported(db: TestDatabase) {
     let app = outage(db).await;
-    let keys: Vec<String> = (0..10).map(|n| format!("k-d{n:02}")).collect();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    unknown_payments(&app, "fail_before_accept", &keys, "10.00").await;
-    let operator = app.console("otto", OperatorRole::Operator).await;
-    let id = select(&operator, json!({})).await;
-    job_in_state(&operator, &id, "Previewed").await;
-    app.sim
-        .fault(&json!({ "mode": "latency", "rate": 1.0, "delayMs": 200 }))
-        .await;
-    let resend = json!({
-        "id": id,
-        "name": "resend during a wobbly provider",
-        "reason": "the provider has no charge for them (OPS-80)",
-        "choices": [{ "operation": "create_payment", "evidence": "NoCharge", "action": "RetryCharge" }],
-    });
-    operator.post_json("bulk/apply", &resend).await.expect("applied");
-    let done = items_done(&operator, &id, 2).await;
+    let (operator, id) = resend_under_way(&app, "k-d", 10, 200, "OPS-80").await;
+    let done = items_done_at_least(&operator, &id, 2).await;
     assert!(
         (2..10).contains(&done),
         "the provider goes down mid-job, after {done} items"
@@ -703,13 +699,7 @@ async fn a_provider_that_goes_down_mid_job_leaves_the_rest_untouched_and_reporte
     for item in job["first_items"].as_array().expect("items") {
         let key = item["record"]["key"].as_str().expect("key");
         let result = &item["result"];
-        let applied = app
-            .db
-            .query_i64(&format!(
-                "select count(*) from audit_log where action = 'reconcile.retry_charge' and result = 'ok' \
-                 and target = '{tenant_id}/create_payment/{key}'"
-            ))
-            .await;
+        let applied = charges_retried(&app, &tenant_id, key).await;
         let status: String = app
             .db
             .query_one(&format!(

@@ -91,6 +91,13 @@ async fn read_refund(api: &TestApp, refund_id: &str, tenant: &str) -> Value {
     read.json().await.expect("json")
 }
 
+/// A new refund of `amount` under `key`, made by the provider; its body.
+async fn refunded(api: &TestApp, payment_id: &str, key: &str, amount: &str, reference: &str) -> Value {
+    let response = api.refund(payment_id, key, refund_body(amount, reference)).await;
+    assert_eq!(response.status(), 201);
+    response.json().await.expect("json")
+}
+
 fn refund_body(amount: &str, reference: &str) -> String {
     json!({ "amount": amount, "reference": reference }).to_string()
 }
@@ -270,12 +277,7 @@ async fn refunds_never_sum_above_the_payment_and_a_refusal_over_it_binds_the_key
 async fn a_reference_is_refunded_once_whatever_the_key(dialect: DialectName) {
     let api = api(dialect, &[]).await;
     let payment_id = paid(&api, "10.00").await;
-    let first: Value = api
-        .refund(&payment_id, "k-1", refund_body("1.00", "rf-1"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let first = refunded(&api, &payment_id, "k-1", "1.00", "rf-1").await;
     let duplicate = expect_error(
         api.refund(&payment_id, "k-2", refund_body("1.00", "rf-1")).await,
         409,
@@ -302,12 +304,7 @@ async fn a_reference_is_refunded_once_whatever_the_key(dialect: DialectName) {
 async fn another_tenants_or_an_unknown_payment_is_not_found_and_nothing_is_recorded(dialect: DialectName) {
     let api = api(dialect, &[]).await;
     let payment_id = paid(&api, "10.00").await;
-    let refund: Value = api
-        .refund(&payment_id, "k-1", refund_body("1.00", "rf-1"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let refund = refunded(&api, &payment_id, "k-1", "1.00", "rf-1").await;
     let refund_id = refund["refundId"].as_str().expect("id");
 
     let as_globex = api
@@ -549,12 +546,7 @@ async fn a_refund_retried_after_its_window_is_rejected_by_default(dialect: Diale
     // Idem in this one reads.
     let api = setup(dialect, &[Serve::RefundWindow(secs(1))]).process().await;
     let payment_id = paid(&api, "10.00").await;
-    let refund: Value = api
-        .refund(&payment_id, "k-1", refund_body("1.00", "rf-1"))
-        .await
-        .json()
-        .await
-        .expect("json");
+    let refund = refunded(&api, &payment_id, "k-1", "1.00", "rf-1").await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let expired = expect_error(
         api.refund(&payment_id, "k-1", refund_body("1.00", "rf-1")).await,

@@ -438,40 +438,13 @@ mod tenants_and_keys {
 mod account_settings {
     use crate::support::{TestDatabase, conformance};
     use domain::command::AccountId;
-    use domain::money::{Balance, Currency};
-    use domain::payment::NewAccount;
-    use domain::tenant::{TenantId, TenantName};
-    use idem::auth::api_key::NewApiKey;
-    use std::sync::Arc;
+    use domain::money::Currency;
 
     async fn setting_the_default_currency_twice_audits_one_change(db: TestDatabase) {
         let store = db.migrated_store().await;
-        let tenant_id = TenantId::generate();
-        store
-            .create_tenant(
-                &tenant_id,
-                &TenantName::parse("acme").expect("name"),
-                true,
-                &crate::support::test_audit(),
-            )
-            .await
-            .expect("tenant");
+        let (tenant_id, key) = crate::support::seed_tenant(store.as_ref(), "acme", "1.00").await;
         let account = AccountId::parse("acc_1").expect("id");
-        store
-            .create_account(&NewAccount {
-                tenant_id: tenant_id.clone(),
-                id: account.clone(),
-                balance: Balance::parse("1.00", Currency::Eur).expect("balance"),
-            })
-            .await
-            .expect("account");
-        let key = NewApiKey::generate();
-        store
-            .create_api_key(&tenant_id, &key, &crate::support::test_audit())
-            .await
-            .expect("key");
 
-        let store: Arc<dyn idem::store::Store> = store;
         let attempts: Vec<_> = (0..8)
             .map(|_| {
                 let (store, tenant_id, account, key_id) =

@@ -64,7 +64,7 @@ pub trait KeyedPaymentStore: Send + Sync {
 pub trait KeyedPaymentStatements {
     /// create_payment's claim as one statement that is its own transaction (no BEGIN or
     /// COMMIT: one round trip), where the dialect writes several tables in one (PostgreSQL's
-    /// data-modifying `with`): the claim ([`RecordStatements::CLAIM_RECORD`]'s `$1`..`$14`, `$8` the
+    /// data-modifying `with`): the claim ([`claim_record`](crate::store::records::claim_record)'s `$1`..`$14`, `$8` the
     /// payment id), a renewed record's old response deleted, the hold, the payment and its
     /// PaymentCreated event, each only if the one before it happened. `$15` amount, `$16`
     /// account, `$17` currency, `$18` merchant reference, `$19` channel, `$20` event id, `$21`
@@ -74,7 +74,7 @@ pub trait KeyedPaymentStatements {
     /// `idem:not_held` and writes nothing. `None`: the dialect takes the claim's steps one by
     /// one.
     const CLAIM_PAYMENT_AT_ONCE: Option<&'static str>;
-    /// create_payment's completion as one statement likewise: [`RecordStatements::SETTLE_RECORD`]'s
+    /// create_payment's completion as one statement likewise: [`settle_record`](crate::store::records::settle_record)'s
     /// `$1`..`$7`, then the response (`$8` headers, `$9` body), the payment's outcome (`$10`
     /// status, `$11` payment id; `$3` the charge id), its hold given back when `$12` (a
     /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records it
@@ -240,7 +240,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         payment: &NewPayment,
         insufficient_funds: &StoredResponse,
     ) -> Result<ClaimOutcome, StoreError> {
-        if let Some(statement) = D::CLAIM_PAYMENT_AT_ONCE
+        if let Some(statement) = D::CLAIM_PAYMENT_AT_ONCE.map(D::sql)
             && let Some(outcome) = self.claim_payment_at_once(statement, claim, payment).await?
         {
             return Ok(outcome);
@@ -289,7 +289,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
             ProviderVerdict::Authorized => "COMPLETED",
             ProviderVerdict::Declined => "FAILED_REPLAYABLE",
         };
-        if let Some(statement) = D::COMPLETE_PAYMENT_AT_ONCE {
+        if let Some(statement) = D::COMPLETE_PAYMENT_AT_ONCE.map(D::sql) {
             return self
                 .complete_payment_at_once(statement, scope, lease_version, record_status, completion)
                 .await;

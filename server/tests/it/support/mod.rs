@@ -78,3 +78,33 @@ pub(crate) use conformance;
 pub fn test_audit() -> domain::operator::AuditEntry {
     domain::operator::AuditEntry::new("test", "test.setup")
 }
+
+/// A tenant named `name` made in `store`, with an API key and the account `acc_1` holding
+/// `balance` EUR: its id and key.
+pub async fn seed_tenant(
+    store: &dyn idem::store::Store,
+    name: &str,
+    balance: &str,
+) -> (domain::tenant::TenantId, idem::auth::api_key::NewApiKey) {
+    use domain::money::{Balance, Currency};
+    let tenant_id = domain::tenant::TenantId::generate();
+    let tenant_name = domain::tenant::TenantName::parse(name).expect("name");
+    store
+        .create_tenant(&tenant_id, &tenant_name, true, &test_audit())
+        .await
+        .expect("tenant");
+    let key = idem::auth::api_key::NewApiKey::generate();
+    store
+        .create_api_key(&tenant_id, &key, &test_audit())
+        .await
+        .expect("api key");
+    store
+        .create_account(&domain::payment::NewAccount {
+            tenant_id: tenant_id.clone(),
+            id: domain::command::AccountId::parse("acc_1").expect("id"),
+            balance: Balance::parse(balance, Currency::Eur).expect("balance"),
+        })
+        .await
+        .expect("account");
+    (tenant_id, key)
+}

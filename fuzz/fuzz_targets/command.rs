@@ -4,18 +4,12 @@
 #![no_main]
 
 use domain::command::CreatePayment;
-use domain::fingerprint::{Fingerprint, FingerprintInput};
+use domain::fingerprint::Fingerprint;
 use domain::refund::RefundBody;
 use libfuzzer_sys::fuzz_target;
-use std::collections::BTreeMap;
 
 fn fingerprint_of(command: &CreatePayment) -> Fingerprint {
-    Fingerprint::compute(&FingerprintInput {
-        operation: CreatePayment::OPERATION,
-        path_params: BTreeMap::new(),
-        api_version: "2026-05-01",
-        command,
-    })
+    Fingerprint::compute(&command.fingerprint_input("2026-05-01"))
 }
 
 fuzz_target!(|body: &[u8]| {

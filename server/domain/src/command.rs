@@ -1,7 +1,7 @@
 //! The create-payment command, parsed strictly from the request body and normalised, so that
 //! every equivalent spelling of one payment is one value (and so one fingerprint).
 
-use crate::fingerprint::{CanonicalCommand, CanonicalValue};
+use crate::fingerprint::{CanonicalCommand, CanonicalValue, FingerprintInput};
 use crate::money::{Amount, Currency};
 use crate::scope::Operation;
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -121,6 +121,18 @@ const KNOWN_FIELDS: &[&str] = &["accountId", "amount", "currency", "merchantRefe
 
 impl CreatePayment {
     pub const OPERATION: Operation = Operation::CreatePayment;
+
+    /// What this command's fingerprint is computed from, sent in `api_version` (empty when
+    /// the request named none and the tenant's pinned version was used): create_payment has
+    /// no path parameters.
+    pub fn fingerprint_input<'a>(&'a self, api_version: &'a str) -> FingerprintInput<'a, CreatePayment> {
+        FingerprintInput {
+            operation: CreatePayment::OPERATION,
+            path_params: BTreeMap::new(),
+            api_version,
+            command: self,
+        }
+    }
 
     /// Parses the JSON body. Every problem is reported at once, each with its field: unknown
     /// fields, repeated fields, missing fields, wrong types (a JSON number for an amount is

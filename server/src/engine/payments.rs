@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, UnkeyedOutcome};
 use domain::command::CreatePayment;
-use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use domain::fingerprint::{Fingerprint, FingerprintVersion};
 use domain::key::IdempotencyKey;
 use domain::outcome::Outcome;
 use domain::payment::{NewPayment, PaymentId, new_event_id};
@@ -25,7 +25,6 @@ use domain::representation::{ApiVersion, PaymentStatus, PaymentView};
 use domain::scope::Scope;
 use domain::tenant::{Principal, TenantId};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -268,19 +267,12 @@ fn new_payment(request: &CreatePaymentRequest) -> NewPayment {
 
 /// A create_payment's fingerprint in `version`.
 fn fingerprint(request: &CreatePaymentRequest, version: FingerprintVersion) -> Fingerprint {
-    Fingerprint::compute_in(
-        version,
-        &FingerprintInput {
-            operation: CreatePayment::OPERATION,
-            path_params: BTreeMap::new(),
-            api_version: if request.api_version_requested {
-                request.api_version.as_str()
-            } else {
-                ""
-            },
-            command: &request.command,
-        },
-    )
+    let api_version = if request.api_version_requested {
+        request.api_version.as_str()
+    } else {
+        ""
+    };
+    Fingerprint::compute_in(version, &request.command.fingerprint_input(api_version))
 }
 
 /// What the completion writes for the provider's answer: the payment's outcome and its event,

@@ -10,7 +10,7 @@
 //! the clock and row locks are spelled is written once beside its use, with placeholders
 //! `Dialect::sql` fills in (`sql.rs`); one that differs in more (JSON parameters, physical
 //! row ids, epoch buckets) is an associated constant, grouped by concern (`RecordStatements`
-//! in `records.rs`, …), declared and documented beside its use and written out in each
+//! in `records/`, …), declared and documented beside its use and written out in each
 //! dialect's file. A concern's store is implemented for every `D: Dialect` with its
 //! statements, so that this file knows no concern.
 

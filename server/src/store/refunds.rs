@@ -1,7 +1,7 @@
 //! Refunds, for the engine and the API: the claim of a create_refund key with the refund's
 //! local transaction (its payment locked, the amount counted against what remains), its
 //! completion, and the reads. The claim and the settling of the record are the idempotency
-//! layer's own (`records.rs`); only the refund's part is here.
+//! layer's own (`records/`); only the refund's part is here.
 
 use super::dialect::{Dialect, SqlStore, WriteTx};
 use super::error::StoreError;

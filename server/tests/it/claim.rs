@@ -5,7 +5,7 @@ use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, PaymentCompletion, ProviderVerdict, Refusal, StoredResponse};
 use domain::command::CreatePayment;
 use domain::expiry::AfterExpiry;
-use domain::fingerprint::{Fingerprint, FingerprintInput};
+use domain::fingerprint::Fingerprint;
 use domain::key::IdempotencyKey;
 use domain::money::Currency;
 use domain::payment::{NewPayment, PaymentId};
@@ -15,7 +15,6 @@ use domain::scope::Scope;
 use domain::tenant::TenantId;
 use idem::auth::api_key::NewApiKey;
 use idem::store::Store;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,12 +37,7 @@ async fn fixture(db: &TestDatabase, balance: &str) -> Fixture {
 impl Fixture {
     fn attempt(&self, idempotency_key: &str, body: &str) -> (NewClaim, NewPayment) {
         let command = CreatePayment::parse_json(body.as_bytes()).expect("valid command");
-        let fingerprint = Fingerprint::compute(&FingerprintInput {
-            operation: CreatePayment::OPERATION,
-            path_params: BTreeMap::new(),
-            api_version: "2026-05-01",
-            command: &command,
-        });
+        let fingerprint = Fingerprint::compute(&command.fingerprint_input("2026-05-01"));
         let claim = NewClaim {
             scope: Scope {
                 tenant_id: self.tenant_id.clone(),

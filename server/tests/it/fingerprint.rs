@@ -2,18 +2,12 @@
 //! needs a new fingerprint version) and properties over generated commands.
 
 use domain::command::CreatePayment;
-use domain::fingerprint::{Fingerprint, FingerprintInput, FingerprintVersion};
+use domain::fingerprint::{Fingerprint, FingerprintVersion};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 fn fingerprint(body: &str, api_version: &str) -> Fingerprint {
     let command = CreatePayment::parse_json(body.as_bytes()).expect("a valid command");
-    Fingerprint::compute(&FingerprintInput {
-        operation: CreatePayment::OPERATION,
-        path_params: BTreeMap::new(),
-        api_version,
-        command: &command,
-    })
+    Fingerprint::compute(&command.fingerprint_input(api_version))
 }
 
 #[test]

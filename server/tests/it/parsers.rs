@@ -6,19 +6,13 @@
 //! (and proptest keeps its seed), to become a regression test here.
 
 use domain::command::CreatePayment;
-use domain::fingerprint::{Fingerprint, FingerprintInput};
+use domain::fingerprint::Fingerprint;
 use domain::key::IdempotencyKey;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 
 fn fingerprint_of(command: &CreatePayment) -> Fingerprint {
-    Fingerprint::compute(&FingerprintInput {
-        operation: CreatePayment::OPERATION,
-        path_params: BTreeMap::new(),
-        api_version: "2026-05-01",
-        command,
-    })
+    Fingerprint::compute(&command.fingerprint_input("2026-05-01"))
 }
 
 /// A field name: one of the command's, a near miss, or anything.

@@ -2,7 +2,7 @@
 //! of a scoped key with the payment's local transaction, the owner's completion, and an
 //! operator's release of a key the provider never charged. Each is one statement that is its
 //! own transaction where the dialect can write several tables in one (PostgreSQL), and the
-//! record's steps (`records.rs`) with the payment's (`mod.rs`) in one transaction otherwise.
+//! record's steps (`records/claim.rs`) with the payment's (`mod.rs`) in one transaction otherwise.
 
 use super::PaymentStatements;
 use super::local::{

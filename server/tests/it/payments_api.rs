@@ -1364,14 +1364,7 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     assert_eq!(payment["status"], "PENDING");
     let id = payment["paymentId"].as_str().expect("id").to_owned();
     let fresh = || async {
-        let read: Value = api
-            .as_tenant(Method::GET, &format!("/payments/{id}"), "acme")
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
+        let read = api.read_as("acme", &format!("/payments/{id}"), None).await;
         read["status"].as_str().expect("status").to_owned()
     };
     assert_eq!(fresh().await, "PENDING", "not settled until the provider says so");

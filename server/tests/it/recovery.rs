@@ -3,9 +3,9 @@
 //! answer is what every later replay returns.
 
 use crate::support::{
-    AN_HOUR, DialectName, Serve, Setup, TestApp, answer_after_takeover, expect_error, expect_replay,
+    AN_HOUR, DialectName, Serve, Setup, TestApp, answer_after_takeover, eventually, expect_error,
+    expect_replay,
 };
-use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -264,23 +264,12 @@ async fn a_payment_without_a_key_whose_answer_was_lost_is_settled_by_the_worker(
     let first: Value = first.json().await.expect("json");
     let payment_path = format!("/payments/{}", first["paymentId"].as_str().expect("id"));
 
-    let mut state = Value::Null;
-    for _ in 0..60 {
-        let payment: Value = app
-            .request(Method::GET, &payment_path, api_key)
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
-        state = payment["status"].clone();
-        if state == "PENDING" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(state, "PENDING", "the worker asked the provider and settled it");
+    eventually(
+        "the worker asked the provider and settled it",
+        || async { app.read_as("keyless", &payment_path, None).await["status"].clone() },
+        |status| status == "PENDING",
+    )
+    .await;
     let charges = app.sim.charges().await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0].create_calls, 1, "found, not sent again");

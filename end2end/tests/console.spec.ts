@@ -206,6 +206,19 @@ async function payThenRelease(page: Page, request: APIRequestContext, key: strin
   await expect(page.locator("p[data-result]")).toContainText("key released");
 }
 
+/**
+ * A payment released as "nothing was charged" whose charge the provider then makes (after the
+ * release), found by the settlement pass: its record page open, the late charge unresolved.
+ */
+async function lateChargeFound(page: Page, request: APIRequestContext, key: string) {
+  await payThenRelease(page, request, key, { mode: "accept_late", count: 1, held: true });
+  await releaseLateCharges(request);
+  await expect(async () => {
+    await openRecord(page, key);
+    await expect(page.locator('[data-late-charge="unresolved"]')).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 30_000 });
+}
+
 /** The provider records the late charges it held (`accept_late` with `held`). */
 async function releaseLateCharges(request: APIRequestContext) {
   const released = await request.post(`${simUrl}/_sim/late-charges`);
@@ -228,15 +241,7 @@ test("a payment the provider never charged is marked failed and its key executes
 
 test("a charge the provider made after the release is found, refunded, and marked so", async ({ page, request }) => {
   const key = `late-${Date.now()}`;
-  // "Nothing was charged", then the provider takes the request, after the release.
-  await payThenRelease(page, request, key, { mode: "accept_late", count: 1, held: true });
-  await releaseLateCharges(request);
-
-  // The settlement pass watches released payments and finds the charge.
-  await expect(async () => {
-    await openRecord(page, key);
-    await expect(page.locator('[data-late-charge="unresolved"]')).toBeVisible({ timeout: 1_000 });
-  }).toPass({ timeout: 30_000 });
+  await lateChargeFound(page, request, key);
   await page.getByLabel("Refund reference (goes into the audit log)").fill("refund re_e2e (OPS-41)");
   await page.getByRole("button", { name: "Mark refunded" }).click();
   await expect(page.locator("p[data-result]")).toContainText("marked refunded");
@@ -245,12 +250,7 @@ test("a charge the provider made after the release is found, refunded, and marke
 
 test("a late charge is refunded from the record page, once, through the refunds operation", async ({ page, request }) => {
   const key = `late-refund-${Date.now()}`;
-  await payThenRelease(page, request, key, { mode: "accept_late", count: 1, held: true });
-  await releaseLateCharges(request);
-  await expect(async () => {
-    await openRecord(page, key);
-    await expect(page.locator('[data-late-charge="unresolved"]')).toBeVisible({ timeout: 1_000 });
-  }).toPass({ timeout: 30_000 });
+  await lateChargeFound(page, request, key);
 
   const refund = page.getByRole("group", { name: "Refund the late charge" });
   await refund.getByRole("button", { name: "Preview the refund" }).click();

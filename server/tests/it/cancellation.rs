@@ -221,9 +221,9 @@ async fn a_store_write_cancelled_at_any_point_leaves_no_connection_in_a_transact
         }
         // Checked each time, before the next write (which would end a leaked transaction): a
         // transaction being rolled back is fine, one left behind stays.
-        db.eventually_i64(
+        db.eventually_equals(
             IDLE_IN_TRANSACTION,
-            |count| count == 0,
+            0,
             &format!(
                 "a write cut off after {} µs left its connection inside a transaction",
                 round * 10
@@ -332,11 +332,7 @@ async fn console_writes_cut_off_at_any_point_leave_nothing_half_done() {
     );
 
     app.db
-        .eventually_i64(
-            IDLE_IN_TRANSACTION,
-            |count| count == 0,
-            "no connection left inside a transaction",
-        )
+        .eventually_equals(IDLE_IN_TRANSACTION, 0, "no connection left inside a transaction")
         .await;
     // Nothing half done: the currency was set (some changes ran to their end), every
     // change of the default currency has its audit row, every reveal answered was audited.

@@ -69,16 +69,12 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     // Three requests with a row each (the first, the conflict, the unknown outcome) and the
     // replay counted.
     app.db
-        .eventually_i64(
-            "select count(*) from idempotency_requests",
-            |count| count == 3,
-            "journal flushed",
-        )
+        .eventually_equals("select count(*) from idempotency_requests", 3, "journal flushed")
         .await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays",
-            |count| count == 1,
+            1,
             "replay counted",
         )
         .await;
@@ -257,9 +253,9 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
     app.set(Serve::OutboxEvery(ms(100)));
     app.restart(&[]).await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from outbox_events where published_at is null and dead_at is null",
-            |count| count == 0,
+            0,
             "the live events are published",
         )
         .await;
@@ -289,9 +285,9 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
         .expect("re-driven");
     assert_eq!(results[0]["ok"], true, "{results}");
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from ledger_transactions",
-            |count| count == 1,
+            1,
             "delivered after the re-drive",
         )
         .await;
@@ -489,6 +485,32 @@ async fn an_unprovable_unknown_outcome(app: &TestApp, fault: &str) -> Value {
     preview
 }
 
+/// An installation (with `settings`) with an unprovable unknown outcome (`fault` made it
+/// unknown), its preview, and two admins, ada and bob.
+struct Unprovable {
+    app: TestApp,
+    preview: Value,
+    ada: Console,
+    bob: Console,
+}
+
+async fn unprovable(settings: Vec<Serve>, fault: &str) -> Unprovable {
+    let mut setup = installation(TestDatabase::create(DialectName::Postgres).await);
+    for setting in settings {
+        setup = setup.with(setting);
+    }
+    let app = setup.process().await;
+    let preview = an_unprovable_unknown_outcome(&app, fault).await;
+    let ada = app.console("ada", OperatorRole::Admin).await;
+    let bob = app.console("bob", OperatorRole::Admin).await;
+    Unprovable {
+        app,
+        preview,
+        ada,
+        bob,
+    }
+}
+
 /// An override of the previewed record's outcome, requested by `admin`: the request, or the
 /// refusal.
 async fn request_override(
@@ -520,13 +542,13 @@ const STILL_UNKNOWN: &str = "select count(*) from idempotency_records \
 
 #[tokio::test]
 async fn an_override_without_provider_evidence_needs_a_second_admin() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .process()
-        .await;
-    let preview = an_unprovable_unknown_outcome(&app, "drop_response_after_accept").await;
+    let Unprovable {
+        app,
+        preview,
+        ada,
+        bob,
+    } = unprovable(Vec::new(), "drop_response_after_accept").await;
     let operator = app.console("otto", OperatorRole::Operator).await;
-    let ada = app.console("ada", OperatorRole::Admin).await;
-    let bob = app.console("bob", OperatorRole::Admin).await;
     let charged = json!({ "Charged": { "charge_id": "ch_from_the_statement" } });
     let statement = "provider statement line 42 shows the charge (OPS-21)";
 
@@ -613,13 +635,13 @@ async fn an_override_without_provider_evidence_needs_a_second_admin() {
 
 #[tokio::test]
 async fn a_rejected_override_changes_nothing_and_a_disabled_requester_is_vouched_for_by_nobody() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .process()
-        .await;
-    let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
+    let Unprovable {
+        app,
+        preview,
+        ada,
+        bob,
+    } = unprovable(Vec::new(), "fail_before_accept").await;
     let operator = app.console("otto", OperatorRole::Operator).await;
-    let ada = app.console("ada", OperatorRole::Admin).await;
-    let bob = app.console("bob", OperatorRole::Admin).await;
     let id = pending_id(request_override(&bob, &preview, json!("NotCharged"), CUSTOMER_WORD).await);
     let rejected = decide(&ada, &id, false, "a customer's word is not evidence")
         .await
@@ -663,12 +685,12 @@ async fn administer(admin: &Console, change: Value) -> (String, Option<String>) 
 
 #[tokio::test]
 async fn one_admin_cannot_approve_their_own_override_under_an_identity_they_made() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .process()
-        .await;
-    let preview = an_unprovable_unknown_outcome(&app, "drop_response_after_accept").await;
-    let ada = app.console("ada", OperatorRole::Admin).await;
-    let bob = app.console("bob", OperatorRole::Admin).await;
+    let Unprovable {
+        app,
+        preview,
+        ada,
+        bob,
+    } = unprovable(Vec::new(), "drop_response_after_accept").await;
     let carl = app.console("carl", OperatorRole::Admin).await;
     let charged = json!({ "Charged": { "charge_id": "ch_ada_made_up" } });
     let id = pending_id(request_override(&ada, &preview, charged, "trust me (OPS-99)").await);
@@ -725,13 +747,12 @@ async fn one_admin_cannot_approve_their_own_override_under_an_identity_they_made
 
 #[tokio::test]
 async fn an_override_nobody_decides_within_a_day_expires() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
-        .with(Serve::CleanupEvery(ms(200)))
-        .process()
-        .await;
-    let preview = an_unprovable_unknown_outcome(&app, "fail_before_accept").await;
-    let ada = app.console("ada", OperatorRole::Admin).await;
-    let bob = app.console("bob", OperatorRole::Admin).await;
+    let Unprovable {
+        app,
+        preview,
+        ada,
+        bob,
+    } = unprovable(vec![Serve::CleanupEvery(ms(200))], "fail_before_accept").await;
     let id = pending_id(request_override(&bob, &preview, json!("NotCharged"), CUSTOMER_WORD).await);
     app.db
         .execute(&format!(
@@ -747,12 +768,12 @@ async fn an_override_nobody_decides_within_a_day_expires() {
         .expect_err("expired");
     assert!(late.contains("expired unanswered"), "{late}");
     app.db
-        .eventually_i64(
+        .eventually_equals(
             &format!(
                 "select count(*) from override_requests where id = '{id}' and state = 'rejected' \
                  and decided_by is null and decision_reason like 'expired%'"
             ),
-            |count| count == 1,
+            1,
             "expired by the cleanup worker",
         )
         .await;
@@ -804,9 +825,9 @@ async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
     app.db.execute(&jobs).await.expect("orphaned jobs");
 
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from bulk_jobs where finished_at is not null",
-            |count| count == 3,
+            3,
             "resumed and finished",
         )
         .await;
@@ -878,9 +899,9 @@ async fn released_then_charged_late(app: &TestApp, operator: &Console) -> (Strin
         "the provider takes it now"
     );
     app.db
-        .eventually_i64(
+        .eventually_equals(
             &format!("select count(*) from payments where id = '{released}' and late_charge_id is not null"),
-            |count| count == 1,
+            1,
             "the late charge is found by the watch",
         )
         .await;
@@ -1180,9 +1201,9 @@ async fn override_decisions_whose_browser_went_away_still_apply() {
         }
     }
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from override_requests where state = 'applied'",
-            |applied| applied == RECORDS as i64,
+            RECORDS as i64,
             "every approval runs to its end",
         )
         .await;
@@ -1249,10 +1270,10 @@ async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
         .await;
     assert!(cut.is_err(), "the browser went away: {cut:?}");
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from idempotency_records where idempotency_key = 'k-cut' \
              and status = 'COMPLETED'",
-            |count| count == 1,
+            1,
             "the reconciliation completed the record",
         )
         .await;
@@ -1390,11 +1411,7 @@ async fn a_late_charge_is_refunded_once_from_the_console(db: TestDatabase) {
     );
     // The ledger books the late charge with its refund: the customer nets to zero.
     app.db
-        .eventually_i64(
-            "select count(*) from ledger_transactions where entry_type in ('late_charge', 'refund_succeeded')",
-            |count| count == 2,
-            "the late charge and its refund are booked",
-        )
+        .eventually_equals("select count(*) from ledger_transactions where entry_type in ('late_charge', 'refund_succeeded')", 2, "the late charge and its refund are booked")
         .await;
     assert_eq!(
         app.db

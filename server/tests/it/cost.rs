@@ -182,10 +182,10 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
     // memory (other tests in this process may count hits too: at least these).
     assert!(hits().await - hits_before >= 9.0);
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays where \
              idempotency_key = 'k-journal'",
-            |replays| replays == 10,
+            10,
             "every replay journalled (counted per key and minute)",
         )
         .await;
@@ -197,9 +197,9 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
         "the first request has a row of its own, a replay none"
     );
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'replay'",
-            |replays| replays == 10,
+            10,
             "every replay counted",
         )
         .await;

@@ -162,9 +162,9 @@ async fn an_expired_retry_of_a_tombstone_from_before_the_deploy_is_counted_as_on
     assert_eq!(first.status(), 201);
     let first: Value = first.json().await.expect("json");
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from idempotency_records where idempotency_key = 'k-old' and status = 'EXPIRED'",
-            |count| count == 1,
+            1,
             "the record became a tombstone",
         )
         .await;
@@ -180,16 +180,12 @@ async fn an_expired_retry_of_a_tombstone_from_before_the_deploy_is_counted_as_on
     .await;
     assert_eq!(again["details"]["paymentId"], first["paymentId"]);
     app.db
-        .eventually_i64(
-            "select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'expired_retry'",
-            |count| count == 1,
-            "counted as an expired retry",
-        )
+        .eventually_equals("select cast(coalesce(sum(count), 0) as bigint) from outcome_buckets where outcome = 'expired_retry'", 1, "counted as an expired retry")
         .await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select cast(coalesce(sum(retries), 0) as bigint) from retry_delay_buckets",
-            |count| count == 1,
+            1,
             "a retry of the tombstone's command, compared in its version",
         )
         .await;
@@ -222,9 +218,9 @@ async fn a_storm_over_instances_on_two_versions_pays_once(db: TestDatabase) {
         let first = app.pay_at(instances[first_to], key, &body);
         let storm = async {
             app.db
-                .eventually_i64(
+                .eventually_equals(
                     &format!("select count(*) from idempotency_records where idempotency_key = '{key}'"),
-                    |count| count == 1,
+                    1,
                     "the first request's claim",
                 )
                 .await;

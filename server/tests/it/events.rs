@@ -264,25 +264,25 @@ async fn crash_then_restart_with(crash_point: &str, transport: &[(&str, &str)]) 
 
     app.restart(transport).await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from outbox_events where published_at is null",
-            |count| count == 0,
+            0,
             "everything published after the restart",
         )
         .await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from receipts where sent_at is not null",
-            |count| count == AUTHORISED as i64,
+            AUTHORISED as i64,
             "every receipt recorded and sent",
         )
         .await;
     // Each consumer has its own subscription: the ledger's redelivery (after the broker's ack
     // wait) can come after the receipts are all sent.
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from ledger_transactions",
-            |count| count == AUTHORISED as i64,
+            AUTHORISED as i64,
             "every payment in the ledger",
         )
         .await;
@@ -617,9 +617,9 @@ async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once
         2 * (AUTHORISED + DECLINED),
         "{a:?} {b:?}"
     );
-    db.eventually_i64(
+    db.eventually_equals(
         "select count(*) from consumer_inbox",
-        |count| count == 2 * AUTHORISED as i64,
+        2 * AUTHORISED as i64,
         "both consumers processed every authorisation",
     )
     .await;
@@ -719,9 +719,9 @@ async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
         .await;
     make_payments(&app).await;
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from receipts where sent_at is not null",
-            |count| count == AUTHORISED as i64,
+            AUTHORISED as i64,
             "every receipt mailed",
         )
         .await;

@@ -177,11 +177,7 @@ async fn each_key_paid_once(app: &TestApp, seen: &BTreeMap<String, Seen>) -> Str
         "every charge is a key's payment"
     );
     app.db
-        .eventually_i64(
-            "select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')",
-            |count| count == 0,
-            "nothing left in progress or unknown",
-        )
+        .eventually_equals("select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')", 0, "nothing left in progress or unknown")
         .await;
     let total = |count: fn(&Seen) -> usize| seen.values().map(count).sum::<usize>();
     format!(

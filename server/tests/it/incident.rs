@@ -3,7 +3,9 @@
 //! server, and which a named bulk job clears by filter against the provider's evidence,
 //! group by group, with every item applied and audited or untouched and reported.
 
-use crate::support::{Console, Serve, TestApp, TestDatabase, audited_for, conformance, eventually, ms};
+use crate::support::{
+    Console, Serve, TestApp, TestDatabase, audited_for, conformance, eventually, keys_of, ms,
+};
 use domain::operator::OperatorRole;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -42,15 +44,6 @@ async fn queue(console: &Console, query: Value) -> Result<Value, String> {
     console
         .post_json("recovery-queue", &json!({ "query": query }))
         .await
-}
-
-fn keys_of(page: &Value) -> Vec<String> {
-    page["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|row| row["record"]["key"].as_str().expect("key").to_owned())
-        .collect()
 }
 
 async fn the_recovery_queue_filters_orders_pages_and_counts_on_the_server(db: TestDatabase) {

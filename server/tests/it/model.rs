@@ -173,6 +173,19 @@ struct KeyModel<C> {
     settled: Option<(u16, Vec<u8>)>,
 }
 
+impl<C> KeyModel<C> {
+    /// A settled key answers a retry with its first answer, byte for byte.
+    fn answered_again(&self, settled: &(u16, Vec<u8>), key: &str) {
+        if let Some((status, stored)) = &self.settled {
+            assert_eq!(
+                (&settled.0, &settled.1),
+                (status, stored),
+                "{key}: the settled answer"
+            );
+        }
+    }
+}
+
 #[derive(Default)]
 struct Model {
     payments: BTreeMap<(Tenant, String), KeyModel<u8>>,
@@ -489,13 +502,7 @@ impl System {
             let settled = self
                 .until_settled(deadline, &key, || self.pay(tenant, &key, &body))
                 .await;
-            if let Some((status, stored)) = &known.settled {
-                assert_eq!(
-                    (&settled.0, &settled.1),
-                    (status, stored),
-                    "{key}: the settled answer"
-                );
-            }
+            known.answered_again(&settled, &key);
         }
         let refunds: Vec<(String, KeyModel<(String, u8)>)> = model
             .refunds
@@ -509,38 +516,28 @@ impl System {
                     Ok(self.refund(&payment_id, &key, amount).await)
                 })
                 .await;
-            if let Some((status, stored)) = &known.settled {
-                assert_eq!(
-                    (&settled.0, &settled.1),
-                    (status, stored),
-                    "{key}: the settled answer"
-                );
-            }
+            known.answered_again(&settled, &key);
         }
         self.app
             .db
-            .eventually_i64(
-                "select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')",
-                |count| count == 0,
-                "nothing stuck once recovery has run",
-            )
+            .eventually_equals("select count(*) from idempotency_records where status in ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')", 0, "nothing stuck once recovery has run")
             .await;
         self.app
             .db
-            .eventually_i64(
+            .eventually_equals(
                 "select count(*) from payments p where p.status in ('PENDING', 'SETTLED') and not exists \
                  (select 1 from ledger_transactions t where t.source_payment_id = p.id \
                  and t.entry_type = 'payment_authorized')",
-                |count| count == 0,
+                0,
                 "every authorised payment is booked",
             )
             .await;
         self.app
             .db
-            .eventually_i64(
+            .eventually_equals(
                 "select count(*) from refunds r where r.status = 'SUCCEEDED' and not exists \
                  (select 1 from ledger_transactions t where t.source_refund_id = r.id)",
-                |count| count == 0,
+                0,
                 "every succeeded refund is booked",
             )
             .await;

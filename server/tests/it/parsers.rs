@@ -5,6 +5,7 @@
 //! command parses back to the same fingerprint. A failing case shrinks and prints its input
 //! (and proptest keeps its seed), to become a regression test here.
 
+use crate::support::keys_of;
 use domain::command::CreatePayment;
 use domain::fingerprint::Fingerprint;
 use domain::key::IdempotencyKey;
@@ -217,15 +218,7 @@ fn page_cursors_are_parsed_or_refused_never_a_5xx() {
     let (status, rest) = call("records", records(&cursor));
     assert_eq!(status, 200, "{rest}");
     let rest: Value = serde_json::from_str(&rest).expect("json");
-    let keys = |page: &Value| -> Vec<String> {
-        page["rows"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(|row| row["record"]["key"].as_str().expect("key").to_owned())
-            .collect()
-    };
-    let (all, after) = (keys(&first), keys(&rest));
+    let (all, after) = (keys_of(&first), keys_of(&rest));
     assert_eq!(
         after,
         all[1..],

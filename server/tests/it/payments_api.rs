@@ -120,11 +120,7 @@ async fn a_retry_while_the_first_request_runs_is_told_to_wait() {
     let holding = |key: &'static str| {
         let db = &api.db;
         async move {
-            db.eventually_i64(
-                &format!("select count(*) from idempotency_records where idempotency_key = '{key}' and status = 'IN_PROGRESS'"),
-                |held| held == 1,
-                "the first request holds the key",
-            )
+            db.eventually_equals(&format!("select count(*) from idempotency_records where idempotency_key = '{key}' and status = 'IN_PROGRESS'"), 1, "the first request holds the key")
             .await;
         }
     };
@@ -648,7 +644,7 @@ async fn after_the_window_a_retry_is_a_new_operation_and_the_business_key_still_
 
     // Both retries after the window count: the refused one and the renewal.
     api.db
-        .eventually_i64(EXPIRED_RETRIES, |count| count == 2, "expired retries are counted")
+        .eventually_equals(EXPIRED_RETRIES, 2, "expired retries are counted")
         .await;
     assert_eq!(
         api.db
@@ -695,9 +691,9 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
         |column: &str| format!("select {column} from idempotency_records where idempotency_key = 'k-reject'");
     // The cleanup worker turns the record into a tombstone: body gone, metadata kept.
     api.db
-        .eventually_i64(
+        .eventually_equals(
             &record("count(*) filter (where status = 'EXPIRED')"),
-            |count| count == 1,
+            1,
             "the record became a tombstone",
         )
         .await;
@@ -727,18 +723,12 @@ async fn under_the_reject_policy_an_expired_key_is_refused_then_kept_as_a_tombst
         2,
         "expired retries are noted on the record"
     );
-    api.db
-        .eventually_i64(EXPIRED_RETRIES, |count| count == 2, "and counted")
-        .await;
+    api.db.eventually_equals(EXPIRED_RETRIES, 2, "and counted").await;
     assert_eq!(api.sim.charges().await.len(), 1, "nothing was executed again");
 
     // After retention the row itself goes; the merchant reference still stops a second payment.
     api.db
-        .eventually_i64(
-            &record("count(*)"),
-            |count| count == 0,
-            "the tombstone is deleted",
-        )
+        .eventually_equals(&record("count(*)"), 0, "the tombstone is deleted")
         .await;
     expect_error(
         api.pay("k-reject", BODY).await,
@@ -849,17 +839,17 @@ async fn metrics_are_scraped_in_the_prometheus_format_after_known_traffic() {
     // Three requests with a row each and the replay counted for its key's minute, its delay
     // in the delay buckets.
     api.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from idempotency_requests",
-            |journalled| journalled == 3,
+            3,
             "the three requests that were not replays journalled",
         )
         .await;
     api.db
-        .eventually_i64(
+        .eventually_equals(
             "select cast(coalesce(sum(replays), 0) as bigint) from idempotency_replays where \
              idempotency_key = 'k-m1' and longest_delay_ms >= 0",
-            |replays| replays == 1,
+            1,
             "the replay counted",
         )
         .await;
@@ -1371,9 +1361,9 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
 
     api.sim.settle().await;
     api.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from payments where status = 'SETTLED'",
-            |count| count == 1,
+            1,
             "the settlement worker applies it",
         )
         .await;
@@ -1387,9 +1377,9 @@ async fn settlement_changes_a_fresh_read_but_never_a_replay() {
     assert_eq!(api.pay("k-settle-2", &second).await.status(), 201);
     api.sim.settle().await;
     api.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from payments where status = 'SETTLED'",
-            |count| count == 2,
+            2,
             "the second settles too",
         )
         .await;

@@ -57,9 +57,9 @@ async fn crash_then_recover(crash_point: &str, recoverer: Recoverer) -> bool {
     app.restart(&[]).await;
     if recoverer == Recoverer::WorkerOnly {
         app.db
-            .eventually_i64(
+            .eventually_equals(
                 COMPLETED,
-                |count| count == 1,
+                1,
                 &format!("{crash_point}: the worker alone recovered it"),
             )
             .await;
@@ -162,11 +162,7 @@ async fn fault_then_worker_recovers(faults: &[Value]) {
     assert!(waiting.headers().contains_key("retry-after"));
 
     app.db
-        .eventually_i64(
-            COMPLETED,
-            |count| count == 1,
-            &format!("{faults:?}: the worker resolved it"),
-        )
+        .eventually_equals(COMPLETED, 1, &format!("{faults:?}: the worker resolved it"))
         .await;
 
     let resolved = app.pay("fault-key", BODY).await;
@@ -341,9 +337,9 @@ async fn crash_matrix(dialect: DialectName) {
     app.stop();
 
     app.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from idempotency_records where status <> 'COMPLETED'",
-            |count| count == 0,
+            0,
             "the survivor's worker alone settled every crashed payment",
         )
         .await;

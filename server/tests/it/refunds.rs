@@ -442,9 +442,9 @@ async fn a_lost_refund_answer_is_resolved_by_the_recovery_worker_alone(dialect: 
     let unknown = api.refund(&payment_id, "k-1", refund_body("2.05", "rf-1")).await;
     assert_eq!(unknown.status(), 202);
     api.db
-        .eventually_i64(
+        .eventually_equals(
             "select count(*) from refunds where status = 'SUCCEEDED'",
-            |count| count == 1,
+            1,
             "the worker resolved the refund by asking the provider",
         )
         .await;
@@ -831,9 +831,9 @@ async fn refund_recovered(
     app.restart(&[]).await;
     if recoverer == Recoverer::WorkerOnly {
         app.db
-            .eventually_i64(
+            .eventually_equals(
                 RECOVERED_REFUNDS,
-                |count| count == 1,
+                1,
                 &format!("{crash_point}: the worker alone recovered the refund"),
             )
             .await;

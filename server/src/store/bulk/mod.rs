@@ -15,7 +15,7 @@ pub use reports::{BulkJob, ItemReport, JobCounts, JobGroup};
 
 use super::console::RecordName;
 
-use super::dialect::{Dialect, RowsAffected, SqlStore};
+use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
 
 use super::error::StoreError;
 
@@ -209,6 +209,38 @@ const APPLY_JOB: &str = "update bulk_jobs set state = 'running', name = $2, reas
 const ABORT_JOB: &str = "update bulk_jobs set state = 'aborted', finished_at = {now} where id = $1 and state in \
      ('previewing', 'previewed', 'running', 'paused')";
 
+/// Keeps the runner's lease on `job_id` for another `lease`, in the transaction that records
+/// an item's progress (a runner that stops renewing it is taken over).
+async fn renew_job_in<D: Dialect>(
+    tx: &mut WriteTx<D>,
+    job_id: &str,
+    lease: Duration,
+) -> Result<(), StoreError> {
+    sqlx::query(D::sql(RENEW_JOB))
+        .bind(job_id)
+        .bind(lease.as_secs_f64())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// The job's items that `condition` (SQL over `bulk_job_items`) keeps, in order.
+    async fn bulk_items_where(
+        &self,
+        job_id: &str,
+        condition: &'static str,
+    ) -> Result<Vec<BulkItem>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and {condition} order by position"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(item_of::<D>).collect()
+    }
+}
+
 #[async_trait::async_trait]
 impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     async fn create_bulk_job(&self, job: &NewBulkJob, items: &[FrozenItem]) -> Result<(), StoreError> {
@@ -273,13 +305,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     }
 
     async fn unpreviewed_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and previewed_at is null order by position"
-        ))
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(item_of::<D>).collect()
+        self.bulk_items_where(job_id, "previewed_at is null").await
     }
 
     async fn note_bulk_preview(
@@ -300,11 +326,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             .bind(version)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(D::sql(RENEW_JOB))
-            .bind(job_id)
-            .bind(lease.as_secs_f64())
-            .execute(&mut *tx)
-            .await?;
+        renew_job_in(&mut tx, job_id, lease).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -359,14 +381,8 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
     }
 
     async fn pending_bulk_items(&self, job_id: &str) -> Result<Vec<BulkItem>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and done_at is null \
-             and included and action is not null order by position"
-        ))
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(item_of::<D>).collect()
+        self.bulk_items_where(job_id, "done_at is null and included and action is not null")
+            .await
     }
 
     async fn finish_bulk_item(
@@ -385,11 +401,7 @@ impl<D: Dialect + BulkStatements> BulkStore for SqlStore<D> {
             .bind(result.status.map(RecordStatus::as_str))
             .execute(&mut *tx)
             .await?;
-        sqlx::query(D::sql(RENEW_JOB))
-            .bind(job_id)
-            .bind(lease.as_secs_f64())
-            .execute(&mut *tx)
-            .await?;
+        renew_job_in(&mut tx, job_id, lease).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -199,3 +199,13 @@ pub fn server_function_sources() -> String {
         .map(|path| std::fs::read_to_string(path).expect("an api.rs"))
         .collect()
 }
+
+/// The record keys of a console page of records (the recovery queue's, the records list's).
+pub fn keys_of(page: &serde_json::Value) -> Vec<String> {
+    page["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["record"]["key"].as_str().expect("key").to_owned())
+        .collect()
+}

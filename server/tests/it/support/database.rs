@@ -198,6 +198,11 @@ impl TestDatabase {
         super::eventually(what, || self.query_i64(sql), |value| wanted(*value)).await
     }
 
+    /// [`eventually_i64`](Self::eventually_i64) until `query_i64(sql)` is `wanted`.
+    pub async fn eventually_equals(&self, sql: &str, wanted: i64, what: &str) -> i64 {
+        self.eventually_i64(sql, |value| value == wanted, what).await
+    }
+
     /// Makes the database disappear under a running store (PostgreSQL only).
     pub async fn drop_now(&self) {
         let (name, admin_url) = self

@@ -15,7 +15,9 @@ mod sim;
 
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 pub use cluster::{Cluster, Forwarder};
-pub use console::{Console, OPERATOR_PASSWORD, create_operator, server_function_sources, session_cookie};
+pub use console::{
+    Console, OPERATOR_PASSWORD, create_operator, keys_of, server_function_sources, session_cookie,
+};
 pub use database::{TestDatabase, Violation, audited, audited_for};
 pub use idem::store::DialectName;
 pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};

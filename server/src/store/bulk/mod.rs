@@ -6,7 +6,6 @@
 
 use crate::store::bulk::reports::ITEM_COLUMNS;
 use crate::store::bulk::reports::JOB_COLUMNS;
-use crate::store::bulk::reports::item_of;
 use crate::store::bulk::reports::job_of;
 use crate::store::bulk::reports::report_of;
 mod reports;
@@ -222,23 +221,6 @@ async fn renew_job_in<D: Dialect>(
         .execute(&mut **tx)
         .await?;
     Ok(())
-}
-
-impl<D: Dialect> SqlStore<D> {
-    /// The job's items that `condition` (SQL over `bulk_job_items`) keeps, in order.
-    async fn bulk_items_where(
-        &self,
-        job_id: &str,
-        condition: &'static str,
-    ) -> Result<Vec<BulkItem>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and {condition} order by position"
-        ))
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(item_of::<D>).collect()
-    }
 }
 
 #[async_trait::async_trait]

@@ -3,7 +3,7 @@
 use crate::store::bulk::BulkItem;
 use crate::store::bulk::BulkItemResult;
 use crate::store::console::RecordName;
-use crate::store::dialect::Dialect;
+use crate::store::dialect::{Dialect, SqlStore};
 use crate::store::error::StoreError;
 use chrono::{DateTime, Utc};
 use domain::recovery::{BulkJobState, EvidenceKind, ProviderEvidence, ReconcileAction};
@@ -132,3 +132,20 @@ pub(crate) fn report_of<D: Dialect>(row: &<D as sqlx::Database>::Row) -> Result<
 
 pub(crate) const ITEM_COLUMNS: &str =
     "position, tenant_id, operation_name, idempotency_key, record_version, action";
+
+impl<D: Dialect> SqlStore<D> {
+    /// The job's items that `condition` (SQL over `bulk_job_items`) keeps, in order.
+    pub(super) async fn bulk_items_where(
+        &self,
+        job_id: &str,
+        condition: &'static str,
+    ) -> Result<Vec<BulkItem>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "select {ITEM_COLUMNS} from bulk_job_items where job_id = $1 and {condition} order by position"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(item_of::<D>).collect()
+    }
+}

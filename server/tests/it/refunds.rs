@@ -3,7 +3,8 @@
 //! against the provider simulator over HTTP.
 
 use crate::support::{
-    DialectName, Serve, Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric, secs,
+    DialectName, Serve, Setup, TestApp, answer_after_takeover, eventually, expect_error, expect_replay,
+    metric, secs,
 };
 use domain::event::EventMessage;
 use reqwest::Method;
@@ -547,13 +548,14 @@ async fn a_refund_retried_after_its_window_is_rejected_by_default(dialect: Diale
     let api = setup(dialect, &[Serve::RefundWindow(secs(1))]).process().await;
     let payment_id = paid(&api, "10.00").await;
     let refund = refunded(&api, &payment_id, "k-1", "1.00", "rf-1").await;
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let expired = expect_error(
-        api.refund(&payment_id, "k-1", refund_body("1.00", "rf-1")).await,
-        422,
-        "IDEMPOTENCY_KEY_EXPIRED",
+    // Retries are replays until the window passes; the first one after it is refused.
+    let after_the_window = eventually(
+        "a retry after the refund's window",
+        || api.refund(&payment_id, "k-1", refund_body("1.00", "rf-1")),
+        |retry| retry.status() != 201,
     )
     .await;
+    let expired = expect_error(after_the_window, 422, "IDEMPOTENCY_KEY_EXPIRED").await;
     assert_eq!(expired["details"]["resourceId"], refund["refundId"]);
     let noted = api
         .db

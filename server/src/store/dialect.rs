@@ -182,25 +182,18 @@ impl<D: Dialect> SqlStore<D> {
     /// would then run in that transaction and hold its locks. On its own task `begin` always
     /// finishes; a caller cancelled meanwhile drops the transaction it did not receive, and
     /// dropping rolls it back.
+    ///
+    /// SQLite's writer shares commits (`group_commit.rs`), and its group's transaction is
+    /// `BEGIN IMMEDIATE`: the write lock is held from the start, so that a cleanup batch's
+    /// time after `begin` is the time it holds the lock.
     pub(super) async fn begin(&self) -> Result<WriteTx<D>, StoreError> {
-        self.begin_with(None).await
-    }
-
-    /// [`begin`](Self::begin) with this dialect's own `BEGIN` statement (a shared commit's
-    /// transaction is always `BEGIN IMMEDIATE`).
-    pub(super) async fn begin_with(&self, statement: Option<&'static str>) -> Result<WriteTx<D>, StoreError> {
         if let Some(group) = &self.group {
             return Ok(WriteTx::Shared(group.begin().await?));
         }
         let pool = self.writer.clone();
-        let begun = tokio::spawn(async move {
-            match statement {
-                Some(statement) => pool.begin_with(statement).await,
-                None => pool.begin().await,
-            }
-        })
-        .await
-        .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?;
+        let begun = tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?;
         Ok(WriteTx::Alone(begun?))
     }
 

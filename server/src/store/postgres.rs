@@ -325,8 +325,6 @@ impl BulkStatements for Postgres {
 
 impl RetentionStatements for Postgres {
     // Row locks are taken by the statements themselves, bounded by the timeouts below.
-    // Two spellings: SQLite takes its write lock at `begin immediate`, before the first read.
-    const BEGIN_CLEANUP: &'static str = "begin";
     const BOUND_CLEANUP: &'static [&'static str] = &[
         "select set_config('statement_timeout', $1, true)",
         "select set_config('lock_timeout', $1, true)",

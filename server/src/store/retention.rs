@@ -55,9 +55,6 @@ pub trait RetentionStore: Send + Sync {
 
 /// Retention statements that differ by dialect.
 pub trait RetentionStatements {
-    /// How a cleanup transaction starts: SQLite takes its one write lock at once (`BEGIN
-    /// IMMEDIATE`), so that the time after it is the time the lock is held.
-    const BEGIN_CLEANUP: &'static str;
     /// Statements run first in a cleanup transaction to bound it, `$1` the bound as text
     /// (`"250ms"`); empty where the dialect has no such setting.
     const BOUND_CLEANUP: &'static [&'static str];
@@ -91,7 +88,7 @@ impl<D: Dialect + RetentionStatements> SqlStore<D> {
         bound: Duration,
         statement: Query<'q, D, <D as Database>::Arguments<'q>>,
     ) -> Result<BatchOutcome, StoreError> {
-        let mut tx = self.begin_with(Some(D::BEGIN_CLEANUP)).await?;
+        let mut tx = self.begin().await?;
         let holding_since = Instant::now();
         let bound = format!("{}ms", bound.as_millis().max(1));
         for setting in D::BOUND_CLEANUP {

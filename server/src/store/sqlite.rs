@@ -232,7 +232,6 @@ impl BulkStatements for Sqlite {
 }
 
 impl RetentionStatements for Sqlite {
-    const BEGIN_CLEANUP: &'static str = "begin immediate";
     // SQLite has no statement timeout: a batch is bounded by its size alone.
     const BOUND_CLEANUP: &'static [&'static str] = &[];
     const PURGE_BATCH: &'static str = "update idempotency_records set settled_status = status, status = 'EXPIRED', \

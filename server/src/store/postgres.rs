@@ -11,7 +11,7 @@ use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
-use super::payments::keyed::KeyedPaymentStatements;
+use super::payments::keyed::{AtOnce, KeyedPaymentStatements};
 use super::records::{RecordStatements, claim_record, settle_record};
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
@@ -85,9 +85,9 @@ impl RecordStatements for Postgres {
 }
 
 impl KeyedPaymentStatements for Postgres {
-    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
+    const CLAIM_PAYMENT_AT_ONCE: AtOnce = AtOnce::Statement(concat!(
         "with claimed as (",
-        claim_record!(),
+        claim_record!(returning),
         "), renewed as (\
             delete from idempotency_responses where tenant_id = $1 and operation_name = $2 \
                 and idempotency_key = $3 and exists (select 1 from claimed where claimed_as <> 'new')), \
@@ -108,7 +108,7 @@ impl KeyedPaymentStatements for Postgres {
             when p.created_at is null then idem_refuse('idem:not_held') end as refused \
         from claimed c left join payment p on true"
     ));
-    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str> = Some(concat!(
+    const COMPLETE_PAYMENT_AT_ONCE: AtOnce = AtOnce::Statement(concat!(
         "with settled as (",
         settle_record!(),
         " returning 1), \

@@ -17,8 +17,8 @@ use super::events::EventStatements;
 use super::metrics::{JournalRow, MetricsStatements, insert_as_json};
 use super::operators::OperatorStatements;
 use super::payments::PaymentStatements;
-use super::payments::keyed::KeyedPaymentStatements;
-use super::records::RecordStatements;
+use super::payments::keyed::{AtOnce, KeyedPaymentStatements};
+use super::records::{RecordStatements, claim_record, settle_record};
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
@@ -104,9 +104,46 @@ impl RecordStatements for Sqlite {
     // One writer at a time and no round trips: the steps one by one cost SQLite nothing more.
 }
 
+// Scripts, not statements: SQLite has no data-modifying `with` and raises only in triggers, so
+// each step is a statement of its own, guarded by the one before it: `changes()` is the rows
+// the statement before wrote, and the claimed record is the one naming this request's new
+// payment id (`$8`). The last statement returns the row only when every step was written.
 impl KeyedPaymentStatements for Sqlite {
-    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str> = None;
-    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str> = None;
+    const CLAIM_PAYMENT_AT_ONCE: AtOnce = AtOnce::Script(concat!(
+        claim_record!(),
+        "; delete from idempotency_responses where tenant_id = $1 and operation_name = $2 \
+            and idempotency_key = $3 and exists (select 1 from idempotency_records \
+                where tenant_id = $1 and operation_name = $2 and idempotency_key = $3 \
+                and resource_id = $8 and claimed_as <> 'new'); \
+        update accounts set balance_minor = balance_minor - $15, updated_at = {now} \
+            where tenant_id = $1 and id = $16 and currency = $17 and balance_minor >= $15 \
+            and exists (select 1 from idempotency_records where tenant_id = $1 \
+                and operation_name = $2 and idempotency_key = $3 and resource_id = $8 \
+                and status = 'IN_PROGRESS'); \
+        insert into payments (id, tenant_id, account_id, amount_minor, currency, \
+                merchant_reference, channel, status, idempotency_key) \
+            select $8, $1, $16, $15, $17, $18, $19, 'PROCESSING', $3 where changes() = 1; \
+        insert into outbox_events (id, payment_id, event_type, payload) \
+            select $20, $8, 'PaymentCreated', $21 where changes() = 1; \
+        select r.lease_version, r.expires_at, r.claimed_as, p.created_at \
+            from idempotency_records r join payments p on p.id = $8 join outbox_events e on e.id = $20 \
+            where r.tenant_id = $1 and r.operation_name = $2 and r.idempotency_key = $3 \
+                and r.resource_id = $8"
+    ));
+    const COMPLETE_PAYMENT_AT_ONCE: AtOnce = AtOnce::Script(concat!(
+        settle_record!(),
+        "; insert into idempotency_responses (tenant_id, operation_name, idempotency_key, headers, body) \
+            select $4, $5, $6, $8, $9 where changes() = 1; \
+        update payments set status = $10, provider_charge_id = $3, updated_at = {now} \
+            where id = $11 and status = 'PROCESSING' and changes() = 1; \
+        insert into outbox_events (id, payment_id, event_type, payload) \
+            select $13, $11, $14, $15 where changes() = 1; \
+        update accounts set balance_minor = balance_minor \
+                + (select amount_minor from payments where id = $11), updated_at = {now} \
+            where $12 and changes() = 1 and tenant_id = (select tenant_id from payments where id = $11) \
+                and id = (select account_id from payments where id = $11); \
+        select count(*) as records from outbox_events where id = $13"
+    ));
 }
 
 impl PaymentStatements for Sqlite {

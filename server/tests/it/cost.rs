@@ -3,8 +3,8 @@
 //! stops working on every instance within the bound the cache states.
 
 use crate::support::{
-    A_DAY, AN_HOUR, Cluster, DialectName, Serve, Setup, TestApp, TestDatabase, expect_error, expect_replay,
-    ms,
+    A_DAY, AN_HOUR, Cluster, DialectName, Serve, Setup, StatementLog, TestApp, TestDatabase, expect_error,
+    expect_replay, ms,
 };
 use idem::http::api_keys::VERIFIED_FOR;
 use sqlx::Connection;
@@ -205,14 +205,10 @@ async fn replays_from_memory_are_journalled_and_counted_like_any_other() {
         .await;
 }
 
-/// The round trips a fresh create costs PostgreSQL on the request path: the look-up, the claim
-/// and the completion, each one statement sent alone (no BEGIN, no COMMIT), counted with
-/// pg_stat_statements on a cluster of the test's own while every background job waits.
-#[tokio::test]
-async fn a_fresh_create_is_three_round_trips_on_postgres() {
-    let cluster = Cluster::counting_statements();
-    let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
-    let app = [
+/// `setup` with every background job waiting an hour, so that what a test counts is the
+/// requests' own statements.
+fn with_background_jobs_waiting(setup: Setup) -> Setup {
+    [
         Serve::OutboxEvery(AN_HOUR),
         Serve::JournalFlushEvery(AN_HOUR),
         Serve::MetricsFlushEvery(AN_HOUR),
@@ -223,9 +219,19 @@ async fn a_fresh_create_is_three_round_trips_on_postgres() {
         Serve::InstanceHeartbeat(AN_HOUR),
     ]
     .into_iter()
-    .fold(TestApp::on_database(db).tenant("acme", "1000.00"), Setup::with)
-    .in_process()
-    .await;
+    .fold(setup, Setup::with)
+}
+
+/// The round trips a fresh create costs PostgreSQL on the request path: the look-up, the claim
+/// and the completion, each one statement sent alone (no BEGIN, no COMMIT), counted with
+/// pg_stat_statements on a cluster of the test's own while every background job waits.
+#[tokio::test]
+async fn a_fresh_create_is_three_round_trips_on_postgres() {
+    let cluster = Cluster::counting_statements();
+    let db = TestDatabase::create_on(&Cluster::url_via(cluster.port)).await;
+    let app = with_background_jobs_waiting(TestApp::on_database(db).tenant("acme", "1000.00"))
+        .in_process()
+        .await;
     // The key is verified and every statement prepared by now; the count starts here.
     assert_eq!(app.pay("k-warm", BODY).await.status(), 201);
     app.db
@@ -269,5 +275,51 @@ async fn a_fresh_create_is_three_round_trips_on_postgres() {
         total,
         3 * creates,
         "three round trips each, nothing else: {statements:#?}"
+    );
+}
+
+/// What a fresh create sends SQLite, counted from sqlx's statement log: the look-up, then the
+/// claim and the completion each as one script (`KeyedPaymentStatements`'s `AtOnce::Script`)
+/// inside its savepoint of a group commit. A step sent on its own (the hold, the payment,
+/// the event, the response) would mean the script fell back to the steps one by one.
+#[tokio::test]
+async fn a_fresh_create_is_two_scripts_on_sqlite() {
+    let statements = StatementLog::install();
+    let app = with_background_jobs_waiting(TestApp::on(DialectName::Sqlite).tenant("acme", "1000.00"))
+        .in_process()
+        .await;
+    // The key is verified and every statement prepared by now; the count starts here.
+    assert_eq!(app.pay("k-warm", BODY).await.status(), 201);
+    statements.take();
+    let creates = 20;
+    for n in 0..creates {
+        let body = BODY.replace("invoice-1", &format!("invoice-c{n}"));
+        assert_eq!(app.pay(&format!("k-c{n}"), body).await.status(), 201);
+    }
+    let sent = statements.take();
+    drop(app);
+    let count = |is: &dyn Fn(&str) -> bool| sent.iter().filter(|statement| is(statement)).count();
+    let look_ups = count(&|s| s.starts_with("select r.status"));
+    let claims =
+        count(&|s| s.starts_with("insert into idempotency_records") && s.contains("insert into payments"));
+    let completions =
+        count(&|s| s.starts_with("update idempotency_records") && s.contains("update payments"));
+    let savepoints = count(&|s| s == "savepoint idem_member");
+    let releases = count(&|s| s == "release idem_member");
+    let groups = count(&|s| s == "begin immediate");
+    let commits = count(&|s| s == "commit");
+    assert_eq!(
+        (look_ups, claims, completions, savepoints, releases),
+        (creates, creates, creates, 2 * creates, 2 * creates),
+        "a look-up, and two scripts each in a savepoint: {sent:#?}"
+    );
+    assert!(
+        groups == commits && (1..=2 * creates).contains(&groups),
+        "every savepoint inside a group that commits: {sent:#?}"
+    );
+    assert_eq!(
+        look_ups + claims + completions + savepoints + releases + groups + commits,
+        sent.len(),
+        "nothing else: {sent:#?}"
     );
 }

@@ -21,6 +21,8 @@ use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, KeyRelease, NewClaim, PaymentCompletion, ProviderVerdict, StoredResponse};
 use domain::payment::{NewPayment, new_event_id};
 use domain::scope::Scope;
+use sqlx::Database;
+use sqlx::query::QueryAs;
 
 #[async_trait::async_trait]
 pub trait KeyedPaymentStore: Send + Sync {
@@ -62,25 +64,45 @@ pub trait KeyedPaymentStore: Send + Sync {
 
 /// create_payment's statements that differ by dialect.
 pub trait KeyedPaymentStatements {
-    /// create_payment's claim as one statement that is its own transaction (no BEGIN or
-    /// COMMIT: one round trip), where the dialect writes several tables in one (PostgreSQL's
-    /// data-modifying `with`): the claim ([`claim_record`](crate::store::records::claim_record)'s `$1`..`$14`, `$8` the
-    /// payment id), a renewed record's old response deleted, the hold, the payment and its
-    /// PaymentCreated event, each only if the one before it happened. `$15` amount, `$16`
-    /// account, `$17` currency, `$18` merchant reference, `$19` channel, `$20` event id, `$21`
-    /// event payload. Returns the claim's lease version, expiry and how it was claimed, with
-    /// the payment's creation time ([`ClaimedAtOnce`]). No row: the key's record exists. When
-    /// no hold can be taken (the account refuses, or lacks the funds) it raises
-    /// `idem:not_held` and writes nothing. `None`: the dialect takes the claim's steps one by
-    /// one.
-    const CLAIM_PAYMENT_AT_ONCE: Option<&'static str>;
-    /// create_payment's completion as one statement likewise: [`settle_record`](crate::store::records::settle_record)'s
+    /// create_payment's claim at once: the claim ([`claim_record`](crate::store::records::claim_record)'s
+    /// `$1`..`$14`, `$8` the payment id), a renewed record's old response deleted, the hold,
+    /// the payment and its PaymentCreated event, each only if the one before it happened.
+    /// `$15` amount, `$16` account, `$17` currency, `$18` merchant reference, `$19` channel,
+    /// `$20` event id, `$21` event payload. Returns the claim's lease version, expiry and how
+    /// it was claimed, with the payment's creation time ([`ClaimedAtOnce`]).
+    /// - [`AtOnce::Statement`]: no row means the key's record exists. When no hold can be
+    ///   taken (the account refuses, or lacks the funds) it raises `idem:not_held` and writes
+    ///   nothing.
+    /// - [`AtOnce::Script`]: no row means some step was not written (the record exists, or no
+    ///   hold): the transaction is rolled back.
+    ///
+    /// Either way the claim's steps one by one then decide and name the refusal.
+    const CLAIM_PAYMENT_AT_ONCE: AtOnce;
+    /// create_payment's completion at once likewise: [`settle_record`](crate::store::records::settle_record)'s
     /// `$1`..`$7`, then the response (`$8` headers, `$9` body), the payment's outcome (`$10`
     /// status, `$11` payment id; `$3` the charge id), its hold given back when `$12` (a
-    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns how many records it
-    /// settled ([`Settled`]): 0 for an owner fenced out. A record settled whose payment is no
-    /// longer PROCESSING raises `idem:payment_not_processing` and writes nothing.
-    const COMPLETE_PAYMENT_AT_ONCE: Option<&'static str>;
+    /// decline), its event (`$13` id, `$14` type, `$15` payload). Returns a count ([`Settled`]).
+    /// - [`AtOnce::Statement`]: the records it settled, 0 for an owner fenced out. A record
+    ///   settled whose payment is no longer PROCESSING raises `idem:payment_not_processing`
+    ///   and writes nothing.
+    /// - [`AtOnce::Script`]: 1 when every step was written; 0 otherwise, and the transaction is
+    ///   rolled back for the steps one by one to tell a fenced-out owner from a payment no
+    ///   longer PROCESSING.
+    const COMPLETE_PAYMENT_AT_ONCE: AtOnce;
+}
+
+/// How a dialect sends create_payment's claim or its completion in one go: the hot path's two
+/// writes, which the steps one by one (`create_payment_in`, `settle_payment_in`) would send as
+/// five to seven statements.
+pub enum AtOnce {
+    /// One statement that is its own transaction (PostgreSQL's data-modifying `with`): one
+    /// round trip, without BEGIN or COMMIT.
+    Statement(&'static str),
+    /// Statements in one string, inside a write transaction (SQLite): sqlx runs them all in one
+    /// command to the connection's worker thread and binds each statement's numbered
+    /// parameters from the same arguments, so the transaction is three hand-offs (savepoint,
+    /// script, release) instead of seven.
+    Script(&'static str),
 }
 
 /// A row of [`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`].
@@ -131,102 +153,164 @@ impl From<AtOnceRefusal> for StoreError {
     }
 }
 
+impl ClaimedAtOnce {
+    fn outcome(self) -> Result<ClaimOutcome, StoreError> {
+        Ok(ClaimOutcome::Claimed {
+            lease_version: self.lease_version,
+            expires_at: self.expires_at,
+            created_at: self.created_at,
+            claimed_as: StoreError::parse_stored("claimed_as", &self.claimed_as)?,
+        })
+    }
+}
+
+/// [`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`]'s parameters.
+fn bind_claim_payment<'q, D: Dialect, O>(
+    query: QueryAs<'q, D, O, <D as Database>::Arguments<'q>>,
+    claim: &'q NewClaim,
+    payment: &'q NewPayment,
+    event_id: &'q str,
+    event: &'q str,
+) -> QueryAs<'q, D, O, <D as Database>::Arguments<'q>> {
+    bind_claim(query, claim, "payment", payment.id.as_str())
+        .bind(payment.amount.minor_units())
+        .bind(payment.account_id.as_str())
+        .bind(payment.amount.currency().code())
+        .bind(payment.merchant_reference.as_str())
+        .bind(payment.channel.as_str())
+        .bind(event_id)
+        .bind(event)
+}
+
+/// [`KeyedPaymentStatements::COMPLETE_PAYMENT_AT_ONCE`]'s parameters.
+fn bind_completion<'q, D: Dialect, O>(
+    query: QueryAs<'q, D, O, <D as Database>::Arguments<'q>>,
+    scope: &'q Scope,
+    lease_version: i64,
+    record_status: &'q str,
+    completion: &'q PaymentCompletion,
+) -> QueryAs<'q, D, O, <D as Database>::Arguments<'q>> {
+    let (payment_status, event_type) = payment_outcome(completion.verdict);
+    query
+        .bind(record_status)
+        .bind(i32::from(completion.response.status))
+        .bind(completion.provider_charge_id.as_str())
+        .bind(scope.tenant_id.as_str())
+        .bind(scope.operation.as_str())
+        .bind(scope.key.as_str())
+        .bind(lease_version)
+        .bind(completion.response.headers_json())
+        .bind(completion.response.body.as_slice())
+        .bind(payment_status)
+        .bind(completion.payment_id.as_str())
+        .bind(completion.verdict == ProviderVerdict::Declined)
+        .bind(completion.event_id.as_str())
+        .bind(event_type)
+        .bind(completion.event_payload.as_str())
+}
+
 impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements> SqlStore<D> {
-    /// create_payment's claim as one statement that is its own transaction
-    /// ([`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`]), for the common case: the key is free and
-    /// the account takes the hold. `None` when it is not that case and nothing was written:
-    /// the claim's steps one by one then decide and name the refusal.
+    /// create_payment's claim at once ([`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`]), for
+    /// the common case: the key is free and the account takes the hold. `None` when it is not
+    /// that case and nothing was written: the claim's steps one by one then decide and name
+    /// the refusal.
     async fn claim_payment_at_once(
         &self,
-        statement: &'static str,
         claim: &NewClaim,
         payment: &NewPayment,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
         let event_id = new_event_id();
         let event = payment.created_event(&event_id);
+        let query = |sql| bind_claim_payment(sqlx::query_as(D::sql(sql)), claim, payment, &event_id, &event);
+        let statement = match D::CLAIM_PAYMENT_AT_ONCE {
+            AtOnce::Statement(statement) => statement,
+            AtOnce::Script(script) => {
+                let mut tx = self.begin().await?;
+                let claimed: Option<ClaimedAtOnce> = match query(script).fetch_optional(&mut *tx).await {
+                    Ok(claimed) => claimed,
+                    // The merchant reference is taken by another payment.
+                    Err(error) => match StoreError::from(error) {
+                        StoreError::AlreadyExists => None,
+                        error => return Err(error),
+                    },
+                };
+                crash_point(CrashPoint::InsideLocalTransaction);
+                let Some(claimed) = claimed else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                tx.commit().await?;
+                return claimed.outcome().map(Some);
+            }
+        };
         // A crash here or while the statement runs leaves nothing, as inside a transaction:
         // the statement is one.
         crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed: Result<Option<ClaimedAtOnce>, sqlx::Error> =
-            bind_claim(sqlx::query_as(statement), claim, "payment", payment.id.as_str())
-                .bind(payment.amount.minor_units())
-                .bind(payment.account_id.as_str())
-                .bind(payment.amount.currency().code())
-                .bind(payment.merchant_reference.as_str())
-                .bind(payment.channel.as_str())
-                .bind(event_id.as_str())
-                .bind(event.as_str())
-                .fetch_optional(&self.writer)
-                .await;
-        let claimed = match claimed {
+        let claimed: Option<ClaimedAtOnce> = match query(statement).fetch_optional(&self.writer).await {
             Ok(claimed) => claimed,
             Err(error) => match AtOnceRefusal::of(&error) {
                 Some(AtOnceRefusal::NotHeld) => return Ok(None),
                 Some(refusal) => return Err(refusal.into()),
                 None => match StoreError::from(error) {
-                    // The merchant reference is taken by another payment.
                     StoreError::AlreadyExists => return Ok(None),
                     error => return Err(error),
                 },
             },
         };
-        let Some(claimed) = claimed else {
-            return self.existing_record(&claim.scope).await.map(Some);
-        };
-        Ok(Some(ClaimOutcome::Claimed {
-            lease_version: claimed.lease_version,
-            expires_at: claimed.expires_at,
-            created_at: claimed.created_at,
-            claimed_as: StoreError::parse_stored("claimed_as", &claimed.claimed_as)?,
-        }))
+        match claimed {
+            Some(claimed) => claimed.outcome().map(Some),
+            None => self.existing_record(&claim.scope).await.map(Some),
+        }
     }
 
-    /// create_payment's completion as one statement
-    /// ([`KeyedPaymentStatements::COMPLETE_PAYMENT_AT_ONCE`]): its own transaction, or with an
-    /// operator's audit entry beside it in one.
+    /// create_payment's completion at once ([`KeyedPaymentStatements::COMPLETE_PAYMENT_AT_ONCE`]),
+    /// with an operator's audit entry beside it in one transaction. `None` when a script wrote
+    /// nothing: the steps one by one then tell why.
     async fn complete_payment_at_once(
         &self,
-        statement: &'static str,
         scope: &Scope,
         lease_version: i64,
         record_status: &str,
         completion: &PaymentCompletion,
-    ) -> Result<bool, StoreError> {
-        let (payment_status, event_type) = payment_outcome(completion.verdict);
-        let query = sqlx::query_as(statement)
-            .bind(record_status)
-            .bind(i32::from(completion.response.status))
-            .bind(completion.provider_charge_id.as_str())
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.operation.as_str())
-            .bind(scope.key.as_str())
-            .bind(lease_version)
-            .bind(completion.response.headers_json())
-            .bind(completion.response.body.as_slice())
-            .bind(payment_status)
-            .bind(completion.payment_id.as_str())
-            .bind(completion.verdict == ProviderVerdict::Declined)
-            .bind(completion.event_id.as_str())
-            .bind(event_type)
-            .bind(completion.event_payload.as_str());
+    ) -> Result<Option<bool>, StoreError> {
+        let (sql, alone) = match D::COMPLETE_PAYMENT_AT_ONCE {
+            AtOnce::Statement(statement) => (statement, true),
+            AtOnce::Script(script) => (script, false),
+        };
+        // Nothing written: a statement's fence held this owner out; a script leaves it to the
+        // steps one by one.
+        let nothing_written = alone.then_some(false);
+        let query = bind_completion(
+            sqlx::query_as(D::sql(sql)),
+            scope,
+            lease_version,
+            record_status,
+            completion,
+        );
         let refused = |error: sqlx::Error| match AtOnceRefusal::of(&error) {
             Some(AtOnceRefusal::PaymentNotProcessing) => no_longer_processing(&completion.payment_id),
             Some(refusal) => refusal.into(),
             None => StoreError::from(error),
         };
-        let Some(audit) = &completion.audit else {
+        if alone && completion.audit.is_none() {
             let settled: Settled = query.fetch_one(&self.writer).await.map_err(refused)?;
-            return Ok(settled.records > 0);
-        };
+            return Ok(if settled.records > 0 {
+                Some(true)
+            } else {
+                nothing_written
+            });
+        }
         let mut tx = self.begin().await?;
         let settled: Settled = query.fetch_one(&mut *tx).await.map_err(refused)?;
         if settled.records == 0 {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(nothing_written);
         }
-        insert_audit(&mut tx, audit).await?;
+        if let Some(audit) = &completion.audit {
+            insert_audit(&mut tx, audit).await?;
+        }
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(true))
     }
 }
 
@@ -240,9 +324,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         payment: &NewPayment,
         insufficient_funds: &StoredResponse,
     ) -> Result<ClaimOutcome, StoreError> {
-        if let Some(statement) = D::CLAIM_PAYMENT_AT_ONCE.map(D::sql)
-            && let Some(outcome) = self.claim_payment_at_once(statement, claim, payment).await?
-        {
+        if let Some(outcome) = self.claim_payment_at_once(claim, payment).await? {
             return Ok(outcome);
         }
         let scope = &claim.scope;
@@ -289,10 +371,11 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
             ProviderVerdict::Authorized => "COMPLETED",
             ProviderVerdict::Declined => "FAILED_REPLAYABLE",
         };
-        if let Some(statement) = D::COMPLETE_PAYMENT_AT_ONCE.map(D::sql) {
-            return self
-                .complete_payment_at_once(statement, scope, lease_version, record_status, completion)
-                .await;
+        if let Some(settled) = self
+            .complete_payment_at_once(scope, lease_version, record_status, completion)
+            .await?
+        {
+            return Ok(settled);
         }
         let Some(mut tx) = begin_settled(
             self,

@@ -22,12 +22,12 @@ use sqlx::query::QueryAs;
 /// statement, with a higher lease version, only when it is settled and past its window
 /// under `new_operation`, or was released by an operator (FAILED_RETRYABLE) and this retry
 /// repeats it exactly (same fingerprint, same version); any other record is left alone and
-/// nothing is returned. Returns the lease version, the expiry and how it was claimed
-/// (`new`, `after_expiry`, `after_release`).
+/// nothing is returned. `claim_record!(returning)` returns the lease version, the expiry and
+/// how it was claimed (`new`, `after_expiry`, `after_release`).
 ///
-/// A template (`store/sql.rs`), and a macro: PostgreSQL's create_payment claim at once
-/// (`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`) starts with the same text, and
-/// `concat!` takes literals.
+/// A template (`store/sql.rs`), and a macro: create_payment's claim at once
+/// (`KeyedPaymentStatements::CLAIM_PAYMENT_AT_ONCE`) starts with the same text in both
+/// dialects, and `concat!` takes literals.
 macro_rules! claim_record {
     () => {
         "\
@@ -59,8 +59,10 @@ macro_rules! claim_record {
                     and idempotency_records.request_fingerprint = excluded.request_fingerprint) \
                 or ($14 and idempotency_records.expires_at <= {now} \
                     and idempotency_records.status in \
-                        ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED')) \
-            returning lease_version, expires_at, claimed_as"
+                        ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE', 'EXPIRED'))"
+    };
+    (returning) => {
+        concat!(claim_record!(), " returning lease_version, expires_at, claimed_as")
     };
 }
 
@@ -125,7 +127,7 @@ pub(in crate::store) async fn claim_record_in<D: Dialect + RecordStatements>(
 ) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
     let scope = &claim.scope;
     let inserted: Option<ClaimedRecord> = bind_claim(
-        sqlx::query_as(D::sql(claim_record!())),
+        sqlx::query_as(D::sql(claim_record!(returning))),
         claim,
         resource_type,
         resource_id,

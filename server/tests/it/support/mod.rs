@@ -12,6 +12,7 @@ mod process;
 mod prometheus;
 mod settings;
 mod sim;
+mod statements;
 
 pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
 pub use cluster::{Cluster, Forwarder};
@@ -24,6 +25,7 @@ pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_com
 pub use prometheus::Prometheus;
 pub use settings::{A_DAY, AN_HOUR, Serve, ms, secs};
 pub use sim::Sim;
+pub use statements::StatementLog;
 
 /// Reads `observe` until what it returns satisfies `wanted`, and returns that: how a test waits
 /// for a worker, another process or a held call. A bound against a hang, not a timing target

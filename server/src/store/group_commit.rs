@@ -3,7 +3,10 @@
 //! at a time, so a sync per transaction bounds the embedded database's writes.
 //!
 //! Here one transaction is open on the writer connection at a time, and each caller's write
-//! transaction is a savepoint inside it: its statements, then `RELEASE`, and it waits. A
+//! transaction is a savepoint inside it: its statements, and it waits. A caller that commits
+//! leaves its savepoint open: the next caller's nests inside it, and the group's `COMMIT`
+//! releases them all, so a commit costs the writer no statement of its own. A caller that
+//! rolls back is always the innermost savepoint, since it holds the writer until it ends. A
 //! committer task commits the open transaction whenever it reaches the writer, which is first in
 //! line after the callers that queued before it (the lock is fair), so every caller that came
 //! while a sync was under way shares the next one. A caller's `commit` returns only after the
@@ -119,7 +122,13 @@ impl<D: Dialect> GroupCommit<D> {
                 wake_committer,
                 released: false,
             };
-            sqlx::query("savepoint idem_member").execute(&mut *member).await?;
+            if let Err(error) = sqlx::query("savepoint idem_member").execute(&mut *member).await {
+                // Not knowing whether it opened, a rollback to `idem_member` could reach the
+                // savepoint of a caller before this one, whose work is committed with the
+                // group: the whole group is undone instead, and its callers told.
+                member.abort(&format!("opening a savepoint: {error}")).await;
+                return Err(error.into());
+            }
             Ok(member)
         })
         .await
@@ -212,10 +221,9 @@ impl<D: Dialect> Writer<D> {
 }
 
 impl<D: Dialect> Member<D> {
-    /// Releases the savepoint into the group's transaction and waits for the commit that
-    /// holds it.
+    /// Leaves the savepoint to the group's commit and waits for that commit.
     pub(super) async fn commit(self) -> Result<(), StoreError> {
-        self.finish(&["release idem_member"]).await
+        self.finish(None).await
     }
 
     /// Rolls this caller's savepoint back, and waits for the group's commit all the same: what
@@ -223,19 +231,23 @@ impl<D: Dialect> Member<D> {
     /// found a key another caller had just claimed, say), which it may then read elsewhere
     /// only once committed.
     pub(super) async fn rollback(self) -> Result<(), StoreError> {
-        self.finish(&["rollback to idem_member", "release idem_member"])
+        self.finish(Some("rollback to idem_member; release idem_member"))
             .await
     }
 
-    /// Ends the savepoint with `statements` and waits for the commit of the group's
+    /// Ends the savepoint with `statements`, if any, and waits for the commit of the group's
     /// transaction. The statements run on a task of its own (a caller that goes away cannot
     /// stop them half way); a caller that goes away while waiting leaves its work to be
     /// committed.
-    async fn finish(mut self, statements: &'static [&'static str]) -> Result<(), StoreError> {
+    async fn finish(mut self, statements: Option<&'static str>) -> Result<(), StoreError> {
         let (told, committed) = oneshot::channel();
         tokio::spawn(async move {
-            for statement in statements {
-                sqlx::query(statement).execute(&mut *self).await?;
+            if let Some(statements) = statements
+                && let Err(error) = sqlx::query(statements).execute(&mut *self).await
+            {
+                // Which of the statements ran is not known; see `abort`.
+                self.abort(&format!("ending a savepoint: {error}")).await;
+                return Err(error.into());
             }
             self.released = true;
             self.writer.waiting.push(told);
@@ -249,6 +261,14 @@ impl<D: Dialect> Member<D> {
             Ok(Err(why)) => Err(StoreError::NotCommitted(why)),
             Err(_) => Err(StoreError::NotCommitted("the writer stopped".to_owned())),
         }
+    }
+
+    /// Undoes the whole group when this caller's savepoint is in a state not known: a rollback
+    /// to `idem_member` might reach the savepoint of a caller before it. Nothing is left of
+    /// this caller to roll back.
+    async fn abort(&mut self, why: &str) {
+        self.writer.abort_group(why).await;
+        self.released = true;
     }
 }
 
@@ -280,5 +300,71 @@ impl<D: Dialect> std::ops::DerefMut for Member<D> {
             .connection
             .as_deref_mut()
             .expect("a member holds the writer while its transaction is open")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GroupCommit;
+    use sqlx::Sqlite;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+    async fn waiting(group: &GroupCommit<Sqlite>, callers: usize) {
+        while group.writer.lock().await.waiting.len() < callers {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Callers of one group: the first commits (its savepoint left open), the second rolls
+    /// back inside it, the third goes away inside its own. The group's commit keeps the
+    /// first caller's work and only that.
+    #[tokio::test]
+    async fn a_caller_rolled_back_inside_a_committed_callers_savepoint_undoes_only_its_own() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("group.db"))
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("open");
+        sqlx::query("create table t (n integer)")
+            .execute(&pool)
+            .await
+            .expect("table");
+        let group = GroupCommit::over(pool.clone());
+        // The group's commit is the test's to make.
+        group.committer.abort();
+        let insert = |n: i64| sqlx::query("insert into t (n) values ($1)").bind(n);
+
+        let mut first = group.begin().await.expect("begin");
+        insert(1).execute(&mut *first).await.expect("insert");
+        let first = tokio::spawn(first.commit());
+        waiting(&group, 1).await;
+
+        let mut second = group.begin().await.expect("begin");
+        insert(2).execute(&mut *second).await.expect("insert");
+        let second = tokio::spawn(second.rollback());
+        waiting(&group, 2).await;
+
+        let mut third = group.begin().await.expect("begin");
+        insert(3).execute(&mut *third).await.expect("insert");
+        drop(third);
+
+        let mut writer = group.writer.lock().await;
+        assert!(writer.open, "all three in one open transaction");
+        writer.commit_group().await;
+        drop(writer);
+        first.await.expect("first").expect("first committed");
+        second
+            .await
+            .expect("second")
+            .expect("second rolled back and told of the commit");
+        let kept: Vec<i64> = sqlx::query_scalar("select n from t")
+            .fetch_all(&pool)
+            .await
+            .expect("read");
+        assert_eq!(kept, vec![1]);
     }
 }

@@ -117,6 +117,17 @@ pub struct ValidationFailed {
     pub problems: Vec<FieldProblem>,
 }
 
+#[cfg(test)]
+impl ValidationFailed {
+    /// Each problem as (field, problem), for a test to compare with a list.
+    pub(crate) fn pairs(self) -> Vec<(String, String)> {
+        self.problems
+            .into_iter()
+            .map(|problem| (problem.field, problem.problem))
+            .collect()
+    }
+}
+
 const KNOWN_FIELDS: &[&str] = &["accountId", "amount", "currency", "merchantReference", "channel"];
 
 impl CreatePayment {
@@ -317,10 +328,7 @@ mod tests {
     fn problems(body: &str) -> Vec<(String, String)> {
         CreatePayment::parse_json(body.as_bytes())
             .expect_err("invalid")
-            .problems
-            .into_iter()
-            .map(|problem| (problem.field, problem.problem))
-            .collect()
+            .pairs()
     }
 
     #[test]

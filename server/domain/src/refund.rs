@@ -263,10 +263,7 @@ mod tests {
     fn problems(body: &str) -> Vec<(String, String)> {
         RefundBody::parse_json(body.as_bytes())
             .expect_err("invalid")
-            .problems
-            .into_iter()
-            .map(|problem| (problem.field, problem.problem))
-            .collect()
+            .pairs()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! is now, found through the key's record, a tombstone's too.
 
 use super::error::ErrorResponse;
-use super::openapi::{ApiVersionName, ErrorBody, PaymentsFound, RefundsFound};
+use super::openapi::{AnyRequestRefusals, ApiVersionName, ErrorBody, PaymentsFound, RefundsFound};
 use super::payments::{api_version, authenticate};
 use super::{AppState, Caller};
 use axum::extract::{RawQuery, State};
@@ -29,9 +29,7 @@ use domain::tenant::Principal;
     responses(
         (status = 200, description = "The payment the key made, as it is now and in the caller's version (PROCESSING while the key runs); `data` is empty when the key made none, or is another tenant's. Records nothing.", body = PaymentsFound),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID or UNSUPPORTED_API_VERSION", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        AnyRequestRefusals,
     )
 )]
 pub async fn find_payments(
@@ -69,9 +67,7 @@ pub async fn find_payments(
     responses(
         (status = 200, description = "The refund the key made, as it is now (PROCESSING while the key runs); `data` is empty when the key made none, or is another tenant's. Records nothing.", body = RefundsFound),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING or IDEMPOTENCY_KEY_INVALID", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        AnyRequestRefusals,
     )
 )]
 pub async fn find_refunds(

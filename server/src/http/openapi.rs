@@ -7,7 +7,7 @@
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Content, HeaderBuilder, Object, Ref, ResponseBuilder, Type};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -296,6 +296,45 @@ pub struct ErrorBody {
     message: String,
     retryable: bool,
     details: Option<serde_json::Value>,
+}
+
+/// The refusals any authenticated request of the API may answer instead of its own (listed in
+/// its `responses` beside those).
+#[derive(IntoResponses)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub enum AnyRequestRefusals {
+    #[response(status = 401, description = "UNAUTHENTICATED")]
+    Unauthenticated(ErrorBody),
+    #[response(status = 429, description = "RATE_LIMITED",
+        headers(("Retry-After" = String, description = "seconds")))]
+    RateLimited(ErrorBody),
+    #[response(status = 503, description = "UNAVAILABLE",
+        headers(("Retry-After" = String, description = "seconds")))]
+    Unavailable(ErrorBody),
+}
+
+/// The refusals a keyed request may answer before its operation runs, or instead of it,
+/// whatever the operation.
+#[derive(IntoResponses)]
+#[allow(dead_code, reason = "a description of the wire format")]
+pub enum KeyedRefusals {
+    #[response(
+        status = 401,
+        description = "UNAUTHENTICATED: missing, unknown or revoked API key. Nothing recorded."
+    )]
+    Unauthenticated(ErrorBody),
+    #[response(status = 429, description = "RATE_LIMITED. Nothing recorded.",
+        headers(("Retry-After" = String, description = "seconds")))]
+    RateLimited(ErrorBody),
+    #[response(
+        status = 500,
+        description = "INTERNAL_ERROR before any side effect; a retry executes."
+    )]
+    Internal(ErrorBody),
+    #[response(status = 503,
+        description = "UNAVAILABLE: the idempotency store is unreachable, or the request timed out; a retry gets the answer.",
+        headers(("Retry-After" = String, description = "seconds")))]
+    Unavailable(ErrorBody),
 }
 
 #[derive(ToSchema, serde::Serialize)]

@@ -3,8 +3,8 @@
 
 use super::error::ErrorResponse;
 use super::openapi::{
-    ApiVersionName, CreatePaymentBody, CurrencyCode, DefaultCurrencySettings, Discovery, ErrorBody,
-    OutcomeUnknownBody, Payment,
+    AnyRequestRefusals, ApiVersionName, CreatePaymentBody, CurrencyCode, DefaultCurrencySettings, Discovery,
+    ErrorBody, KeyedRefusals, OutcomeUnknownBody, Payment,
 };
 use super::{AppState, Caller};
 use crate::auth::api_key::PresentedKey;
@@ -52,7 +52,6 @@ use std::time::Duration;
         (status = 202, description = "PAYMENT_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = OutcomeUnknownBody,
             headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait"))),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED: missing, unknown or revoked API key. Nothing recorded.", body = ErrorBody),
         (status = 402, description = "PAYMENT_DECLINED (details.paymentId); replayed for the same key.", body = ErrorBody,
             headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 404, description = "ACCOUNT_NOT_FOUND (also another tenant's account). Nothing recorded.", body = ErrorBody),
@@ -60,10 +59,7 @@ use std::time::Duration;
             headers(("Retry-After" = String, description = "seconds, while the first request runs"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait and was held until N seconds passed"))),
         (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
         (status = 422, description = "INSUFFICIENT_FUNDS (binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 500, description = "INTERNAL_ERROR before any side effect; a retry executes.", body = ErrorBody),
-        (status = 503, description = "UNAVAILABLE: the idempotency store is unreachable, or the request timed out; a retry gets the answer.", body = ErrorBody,
-            headers(("Retry-After" = String, description = "seconds"))),
+        KeyedRefusals,
     )
 )]
 pub async fn create_payment(
@@ -139,10 +135,8 @@ pub(super) fn api_version(headers: &HeaderMap, principal: &Principal) -> Result<
     responses(
         (status = 200, description = "The payment now, in the caller's version.", body = Payment),
         (status = 400, description = "UNSUPPORTED_API_VERSION", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "PAYMENT_NOT_FOUND (also another tenant's payment)", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        AnyRequestRefusals,
     )
 )]
 pub async fn get_payment(
@@ -192,11 +186,9 @@ pub struct DefaultCurrencyBody {
     responses(
         (status = 200, description = "The account's settings (the same when nothing changed).", body = DefaultCurrencySettings),
         (status = 400, description = "VALIDATION_FAILED (details.fields)", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        AnyRequestRefusals,
     )
 )]
 pub async fn set_default_currency(

@@ -4,7 +4,10 @@
 //! read in its payment's currency); nothing is recorded before all of them pass.
 
 use super::error::ErrorResponse;
-use super::openapi::{ApiVersionName, ErrorBody, Refund, RefundBodySchema, RefundOutcomeUnknownBody};
+use super::openapi::{
+    AnyRequestRefusals, ApiVersionName, ErrorBody, KeyedRefusals, Refund, RefundBodySchema,
+    RefundOutcomeUnknownBody,
+};
 use super::payments::{api_version, authenticate, idempotency_key, preferences, render};
 use super::{AppState, Caller};
 use crate::auth::source::Source;
@@ -43,7 +46,6 @@ use domain::refund::{RefundBody, RefundOf};
         (status = 202, description = "REFUND_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = RefundOutcomeUnknownBody,
             headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait"))),
         (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED. Nothing recorded.", body = ErrorBody),
         (status = 402, description = "REFUND_DECLINED (details.refundId); replayed for the same key.", body = ErrorBody,
             headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 404, description = "PAYMENT_NOT_FOUND (also another tenant's payment). Nothing recorded.", body = ErrorBody),
@@ -51,10 +53,7 @@ use domain::refund::{RefundBody, RefundOf};
             headers(("Retry-After" = String, description = "seconds, while the first request runs"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait and was held until N seconds passed"))),
         (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
         (status = 422, description = "REFUND_EXCEEDS_REMAINING (details.remaining; binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED. Nothing recorded.", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 500, description = "INTERNAL_ERROR before any side effect; a retry executes.", body = ErrorBody),
-        (status = 503, description = "UNAVAILABLE: the idempotency store is unreachable, or the request timed out; a retry gets the answer.", body = ErrorBody,
-            headers(("Retry-After" = String, description = "seconds"))),
+        KeyedRefusals,
     )
 )]
 pub async fn create_refund(
@@ -116,10 +115,8 @@ async fn parse_create_refund(
     params(("refundId" = String, Path, description = "The refund's id (rf_…)")),
     responses(
         (status = 200, description = "The refund now.", body = Refund),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "REFUND_NOT_FOUND (also another tenant's refund)", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
-        (status = 503, description = "UNAVAILABLE", body = ErrorBody, headers(("Retry-After" = String, description = "seconds"))),
+        AnyRequestRefusals,
     )
 )]
 pub async fn get_refund(

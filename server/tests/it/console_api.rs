@@ -274,11 +274,9 @@ async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
         "dead_letters": [[letter["event_id"].clone(), letter["dead_at"].clone()]],
         "reason": "broker is back (ticket OPS-9)",
     });
-    let refused = viewer
-        .post_json("events/redrive", &frozen)
-        .await
-        .expect_err("a viewer");
-    assert!(refused.contains("needs the operator role"), "{refused}");
+    viewer
+        .expect_refused_without("operator", "events/redrive", &frozen)
+        .await;
     let results = operator
         .post_json("events/redrive", &frozen)
         .await
@@ -1035,11 +1033,9 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
 
     // Bulk reconciliation and override decisions are for their roles only.
     let select = json!({ "selection": { "Records": [record("k-bulk")] } });
-    let refused = viewer
-        .post_json("bulk/select", &select)
-        .await
-        .expect_err("a viewer");
-    assert!(refused.contains("needs the operator role"), "{refused}");
+    viewer
+        .expect_refused_without("operator", "bulk/select", &select)
+        .await;
     let job = operator
         .post_json("bulk/select", &select)
         .await
@@ -1054,11 +1050,9 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
         "reason": "provider shows the charge (OPS-50)",
         "choices": [{ "operation": "create_payment", "evidence": "Succeeded", "action": "ApplyProviderResult" }],
     });
-    let refused = viewer
-        .post_json("bulk/apply", &apply)
-        .await
-        .expect_err("a viewer");
-    assert!(refused.contains("needs the operator role"), "{refused}");
+    viewer
+        .expect_refused_without("operator", "bulk/apply", &apply)
+        .await;
     let form = [
         ("id", "ovr_none"),
         ("approve", "true"),

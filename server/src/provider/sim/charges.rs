@@ -4,13 +4,12 @@ use crate::provider::sim::FindByKey;
 use crate::provider::sim::KeyReused;
 use crate::provider::sim::NotRecorded;
 use crate::provider::sim::Simulator;
-use crate::provider::sim::create_call;
 use crate::provider::sim::look_up;
-use crate::provider::sim::read_create;
+use crate::provider::sim::read_and_answer_create;
 use crate::provider::{Charge, ChargeRequest, ChargeStatus};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use domain::money::Amount;
 use serde::{Deserialize, Serialize};
 
@@ -41,16 +40,16 @@ pub(super) async fn create_charge(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let (key, request, amount) = match read_create::<ChargeRequest>(&headers, &body) {
-        Ok(read) => read,
-        Err(refused) => return refused.into_response(),
-    };
-    let reference = request.reference.clone();
-    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
-        record_charge(sim, key, amount, request.reference, declined)
-            .map(|charge| public_charge(&charge))
-            .map_err(|KeyReused| NotRecorded::KeyReused)
-    })
+    read_and_answer_create(
+        &sim,
+        &headers,
+        &body,
+        |sim, key, amount, request: ChargeRequest, declined| {
+            record_charge(sim, key, amount, request.reference, declined)
+                .map(|charge| public_charge(&charge))
+                .map_err(|KeyReused| NotRecorded::KeyReused)
+        },
+    )
     .await
 }
 

@@ -283,6 +283,9 @@ trait CreateBody: serde::de::DeserializeOwned {
 
     /// The amount and its currency, as sent.
     fn amount(&self) -> (&str, &str);
+
+    /// The caller's reference, which faults are queued for.
+    fn reference(&self) -> &str;
 }
 
 impl CreateBody for ChargeRequest {
@@ -291,6 +294,10 @@ impl CreateBody for ChargeRequest {
     fn amount(&self) -> (&str, &str) {
         (&self.amount, &self.currency)
     }
+
+    fn reference(&self) -> &str {
+        &self.reference
+    }
 }
 
 impl CreateBody for RefundRequest {
@@ -298,6 +305,10 @@ impl CreateBody for RefundRequest {
 
     fn amount(&self) -> (&str, &str) {
         (&self.amount, &self.currency)
+    }
+
+    fn reference(&self) -> &str {
+        &self.reference
     }
 }
 
@@ -321,6 +332,25 @@ enum NotRecorded {
     /// The provider refuses the request itself (a refund over what its charge has left, a
     /// charge it does not know): nothing was recorded.
     Refused(Refused),
+}
+
+/// A create call's request read (its key, body and amount), then answered as [`create_call`]
+/// does, `record` taking the key, the amount, the body and whether it is declined.
+async fn read_and_answer_create<B: CreateBody + Send + 'static, T: Serialize>(
+    sim: &Simulator,
+    headers: &HeaderMap,
+    body: &[u8],
+    record: impl FnOnce(&Simulator, String, Amount, B, bool) -> Result<T, NotRecorded> + Send + 'static,
+) -> Response {
+    let (key, request, amount) = match read_create::<B>(headers, body) {
+        Ok(read) => read,
+        Err(refused) => return refused.into_response(),
+    };
+    let reference = request.reference().to_owned();
+    create_call(sim, key.clone(), &reference, amount, move |sim, declined| {
+        record(sim, key, amount, request, declined)
+    })
+    .await
 }
 
 /// A create call (a charge or a refund) as the simulator answers it: a queued fault for its

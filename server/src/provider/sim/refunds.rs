@@ -6,13 +6,12 @@ use crate::provider::sim::FindByKey;
 use crate::provider::sim::NotRecorded;
 use crate::provider::sim::Simulator;
 use crate::provider::sim::amount_of;
-use crate::provider::sim::create_call;
 use crate::provider::sim::look_up;
-use crate::provider::sim::read_create;
+use crate::provider::sim::read_and_answer_create;
 use crate::provider::{ChargeStatus, ProviderRefund, RefundRequest};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use domain::money::Amount;
 use serde::{Deserialize, Serialize};
 
@@ -44,14 +43,14 @@ pub(super) async fn create_refund(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let (key, request, amount) = match read_create::<RefundRequest>(&headers, &body) {
-        Ok(read) => read,
-        Err(refused) => return refused.into_response(),
-    };
-    let reference = request.reference.clone();
-    create_call(&sim, key.clone(), &reference, amount, move |sim, declined| {
-        record_refund(sim, key, amount, request, declined).map(|refund| public_refund(&refund))
-    })
+    read_and_answer_create(
+        &sim,
+        &headers,
+        &body,
+        |sim, key, amount, request: RefundRequest, declined| {
+            record_refund(sim, key, amount, request, declined).map(|refund| public_refund(&refund))
+        },
+    )
     .await
 }
 

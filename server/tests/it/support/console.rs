@@ -163,6 +163,18 @@ impl Console {
         answer(response).await
     }
 
+    /// Posts `body` to `endpoint` and expects the refusal of a caller without `role`.
+    pub async fn expect_refused_without(&self, role: &str, endpoint: &str, body: &Value) {
+        let refused = self
+            .post_json(endpoint, body)
+            .await
+            .expect_err("refused for its role");
+        assert!(
+            refused.contains(&format!("needs the {role} role")),
+            "{endpoint}: {refused}"
+        );
+    }
+
     /// The tenant of the record found under `key`.
     pub async fn tenant_of(&self, key: &str) -> String {
         let found = self.json("find", &[("needle", key)]).await;

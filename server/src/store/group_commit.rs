@@ -3,10 +3,7 @@
 //! at a time, so a sync per transaction bounds the embedded database's writes.
 //!
 //! Here one transaction is open on the writer connection at a time, and each caller's write
-//! transaction is a savepoint inside it: its statements, and it waits. A caller that commits
-//! leaves its savepoint open: the next caller's nests inside it, and the group's `COMMIT`
-//! releases them all, so a commit costs the writer no statement of its own. A caller that
-//! rolls back is always the innermost savepoint, since it holds the writer until it ends. A
+//! transaction is a savepoint inside it: its statements, then `RELEASE`, and it waits. A
 //! committer task commits the open transaction whenever it reaches the writer, which is first in
 //! line after the callers that queued before it (the lock is fair), so every caller that came
 //! while a sync was under way shares the next one. A caller's `commit` returns only after the
@@ -122,13 +119,7 @@ impl<D: Dialect> GroupCommit<D> {
                 wake_committer,
                 released: false,
             };
-            if let Err(error) = sqlx::query("savepoint idem_member").execute(&mut *member).await {
-                // Not knowing whether it opened, a rollback to `idem_member` could reach the
-                // savepoint of a caller before this one, whose work is committed with the
-                // group: the whole group is undone instead, and its callers told.
-                member.abort(&format!("opening a savepoint: {error}")).await;
-                return Err(error.into());
-            }
+            sqlx::query("savepoint idem_member").execute(&mut *member).await?;
             Ok(member)
         })
         .await
@@ -221,9 +212,10 @@ impl<D: Dialect> Writer<D> {
 }
 
 impl<D: Dialect> Member<D> {
-    /// Leaves the savepoint to the group's commit and waits for that commit.
+    /// Releases the savepoint into the group's transaction and waits for the commit that
+    /// holds it.
     pub(super) async fn commit(self) -> Result<(), StoreError> {
-        self.finish(None).await
+        self.finish(&["release idem_member"]).await
     }
 
     /// Rolls this caller's savepoint back, and waits for the group's commit all the same: what
@@ -231,23 +223,19 @@ impl<D: Dialect> Member<D> {
     /// found a key another caller had just claimed, say), which it may then read elsewhere
     /// only once committed.
     pub(super) async fn rollback(self) -> Result<(), StoreError> {
-        self.finish(Some("rollback to idem_member; release idem_member"))
+        self.finish(&["rollback to idem_member", "release idem_member"])
             .await
     }
 
-    /// Ends the savepoint with `statements`, if any, and waits for the commit of the group's
+    /// Ends the savepoint with `statements` and waits for the commit of the group's
     /// transaction. The statements run on a task of its own (a caller that goes away cannot
     /// stop them half way); a caller that goes away while waiting leaves its work to be
     /// committed.
-    async fn finish(mut self, statements: Option<&'static str>) -> Result<(), StoreError> {
+    async fn finish(mut self, statements: &'static [&'static str]) -> Result<(), StoreError> {
         let (told, committed) = oneshot::channel();
         tokio::spawn(async move {
-            if let Some(statements) = statements
-                && let Err(error) = sqlx::query(statements).execute(&mut *self).await
-            {
-                // Which of the statements ran is not known; see `abort`.
-                self.abort(&format!("ending a savepoint: {error}")).await;
-                return Err(error.into());
+            for statement in statements {
+                sqlx::query(statement).execute(&mut *self).await?;
             }
             self.released = true;
             self.writer.waiting.push(told);
@@ -261,14 +249,6 @@ impl<D: Dialect> Member<D> {
             Ok(Err(why)) => Err(StoreError::NotCommitted(why)),
             Err(_) => Err(StoreError::NotCommitted("the writer stopped".to_owned())),
         }
-    }
-
-    /// Undoes the whole group when this caller's savepoint is in a state not known: a rollback
-    /// to `idem_member` might reach the savepoint of a caller before it. Nothing is left of
-    /// this caller to roll back.
-    async fn abort(&mut self, why: &str) {
-        self.writer.abort_group(why).await;
-        self.released = true;
     }
 }
 
@@ -315,11 +295,10 @@ mod tests {
         }
     }
 
-    /// Callers of one group: the first commits (its savepoint left open), the second rolls
-    /// back inside it, the third goes away inside its own. The group's commit keeps the
-    /// first caller's work and only that.
+    /// Callers of one group: the first commits, the second rolls back, the third goes away
+    /// inside its savepoint. The group's commit keeps the first caller's work and only that.
     #[tokio::test]
-    async fn a_caller_rolled_back_inside_a_committed_callers_savepoint_undoes_only_its_own() {
+    async fn callers_rolled_back_in_a_group_undo_only_their_own_work() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let options = SqliteConnectOptions::new()
             .filename(dir.path().join("group.db"))

@@ -36,6 +36,16 @@ pub struct TenantListing {
     pub name: String,
 }
 
+/// Which outcome counts a series sums: buckets of `step_seconds` (epoch seconds) in
+/// `[from_epoch, to_epoch)`, of one tenant and one operation or (`None`) of all.
+pub struct OutcomeSeries<'a> {
+    pub step_seconds: i64,
+    pub from_epoch: i64,
+    pub to_epoch: i64,
+    pub tenant: Option<&'a str>,
+    pub operation: Option<&'a str>,
+}
+
 /// One bucket's count of one outcome (a row of [`ConsoleStatements::OUTCOME_SERIES`]).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct OutcomeCount {
@@ -59,16 +69,8 @@ pub struct RecordGauges {
 
 #[async_trait::async_trait]
 pub trait ConsoleStore: Send + Sync {
-    /// Sums of outcome counts per `step`-second bucket (epoch seconds) and outcome name, in
-    /// `[from, to)`; `tenant`/`operation` `None` for all.
-    async fn outcome_series(
-        &self,
-        step: i64,
-        from_epoch: i64,
-        to_epoch: i64,
-        tenant: Option<&str>,
-        operation: Option<&str>,
-    ) -> Result<Vec<OutcomeCount>, StoreError>;
+    /// Sums of outcome counts per bucket and outcome name ([`OutcomeSeries`]).
+    async fn outcome_series(&self, series: &OutcomeSeries<'_>) -> Result<Vec<OutcomeCount>, StoreError>;
 
     /// `max_attempts`: the recovery worker's limit (records at it need an operator).
     async fn record_gauges(&self, max_attempts: i32) -> Result<RecordGauges, StoreError>;
@@ -173,20 +175,13 @@ struct DelayBucketRow {
 
 #[async_trait::async_trait]
 impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
-    async fn outcome_series(
-        &self,
-        step: i64,
-        from_epoch: i64,
-        to_epoch: i64,
-        tenant: Option<&str>,
-        operation: Option<&str>,
-    ) -> Result<Vec<OutcomeCount>, StoreError> {
+    async fn outcome_series(&self, series: &OutcomeSeries<'_>) -> Result<Vec<OutcomeCount>, StoreError> {
         Ok(sqlx::query_as(D::OUTCOME_SERIES)
-            .bind(step)
-            .bind(from_epoch)
-            .bind(to_epoch)
-            .bind(tenant.unwrap_or_default())
-            .bind(operation.unwrap_or_default())
+            .bind(series.step_seconds)
+            .bind(series.from_epoch)
+            .bind(series.to_epoch)
+            .bind(series.tenant.unwrap_or_default())
+            .bind(series.operation.unwrap_or_default())
             .fetch_all(&self.pool)
             .await?)
     }

@@ -786,7 +786,14 @@ async fn an_override_nobody_decides_within_a_day_expires() {
 
 #[tokio::test]
 async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+    // The default lease, not `recovering()`'s 1 s: on a loaded machine an 800 ms provider
+    // timeout outlived that lease now and then, and the recovery worker took the payment over
+    // and settled it from the provider before any job ran (this test failed that way once).
+    let app = TestApp::on_database(TestDatabase::create(DialectName::Postgres).await)
+        .tenant("acme", "100.00")
+        .with(Serve::ProviderTimeout(ms(800)))
+        .with(Serve::RecoveryMaxAttempts(0))
+        .with(Serve::RateLimitPerSec(0))
         .process()
         .await;
     app.sim

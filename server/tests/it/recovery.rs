@@ -7,7 +7,6 @@ use crate::support::{
     expect_replay,
 };
 use serde_json::{Value, json};
-use std::time::Duration;
 
 const BODY: &str =
     r#"{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-crash"}"#;
@@ -209,7 +208,14 @@ async fn many_retries_after_a_crash_make_one_takeover_and_one_charge() {
     app.restart(&[]).await;
     let second = app.spawn_server(&[]).await;
     let addresses = [app.address, second.address];
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    app.db
+        .eventually_equals(
+            "select count(*) from idempotency_records \
+             where idempotency_key = 'race-key' and locked_until < now()",
+            1,
+            "the dead owner's lease is over",
+        )
+        .await;
     let retries = (0..16).map(|index| {
         app.http
             .post(format!("http://{}/payments", addresses[index % 2]))

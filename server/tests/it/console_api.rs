@@ -35,11 +35,19 @@ fn record_form<'a>(tenant: &'a str, key: &'a str) -> Vec<(&'static str, &'a str)
 
 /// A real `idem serve` whose recovery worker leaves unknown outcomes to operators, with its
 /// provider simulator and a tenant holding 100.00 on acc_1.
+///
+/// The default lease, not `recovering()`'s 1 s: on a loaded machine an 800 ms provider timeout
+/// outlived that lease now and then, and the worker, which takes over any in-progress record
+/// whose lease is over, settled from the provider a payment that a test meant to leave
+/// unknown (`a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance` failed that way
+/// once).
 fn installation(db: TestDatabase) -> crate::support::Setup {
     TestApp::on_database(db)
         .tenant("acme", "100.00")
-        .recovering()
+        .with(Serve::ProviderTimeout(ms(800)))
+        .with(Serve::RecoveryEvery(ms(200)))
         .with(Serve::RecoveryMaxAttempts(0))
+        .with(Serve::RateLimitPerSec(0))
 }
 
 #[tokio::test]
@@ -786,14 +794,7 @@ async fn an_override_nobody_decides_within_a_day_expires() {
 
 #[tokio::test]
 async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
-    // The default lease, not `recovering()`'s 1 s: on a loaded machine an 800 ms provider
-    // timeout outlived that lease now and then, and the recovery worker took the payment over
-    // and settled it from the provider before any job ran (this test failed that way once).
-    let app = TestApp::on_database(TestDatabase::create(DialectName::Postgres).await)
-        .tenant("acme", "100.00")
-        .with(Serve::ProviderTimeout(ms(800)))
-        .with(Serve::RecoveryMaxAttempts(0))
-        .with(Serve::RateLimitPerSec(0))
+    let app = installation(TestDatabase::create(DialectName::Postgres).await)
         .process()
         .await;
     app.sim

@@ -6,7 +6,8 @@
 use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
 use crate::engine::Reconciled;
 use crate::store::StoreError;
-use crate::store::approvals::NewOverrideRequest;
+use crate::store::approvals::{NewOverrideRequest, OverrideDecision};
+use crate::store::payments::LateChargeResolution;
 use app::backend::{ConsoleActions, ConsoleError};
 use app::events::model::RedriveResult;
 use app::overrides::model::OverrideRequestView;
@@ -278,14 +279,14 @@ impl ConsoleActions for StoreConsole {
             let rejected = audit("ok", "nothing applied".to_owned());
             let decided = console
                 .store
-                .decide_override(
-                    &id,
-                    decision,
-                    &admin.username,
-                    &reason,
-                    (!approve).then_some(&rejected),
-                    OVERRIDE_DECISION_WINDOW,
-                )
+                .decide_override(&OverrideDecision {
+                    id: &id,
+                    state: decision,
+                    decided_by: &admin.username,
+                    reason: &reason,
+                    audit: (!approve).then_some(&rejected),
+                    window: OVERRIDE_DECISION_WINDOW,
+                })
                 .await
                 .map_err(unavailable("override decision"))?;
             if !decided {
@@ -409,13 +410,13 @@ impl ConsoleActions for StoreConsole {
         };
         let resolved = self
             .store
-            .resolve_late_charge(
-                &scope,
-                &payment_id,
-                &operator.username,
-                &reference,
-                &audit("ok", format!("{payment_id}: refunded at the provider")),
-            )
+            .resolve_late_charge(&LateChargeResolution {
+                scope: &scope,
+                payment_id: &payment_id,
+                by: &operator.username,
+                reference: &reference,
+                audit: &audit("ok", format!("{payment_id}: refunded at the provider")),
+            })
             .await
             .map_err(unavailable("late charge resolution"))?;
         if !resolved {

@@ -7,6 +7,7 @@
 
 use super::{StoreConsole, checked_reason, scope_of, unavailable};
 use crate::engine::{Answer, CreateRefundRequest, Reply};
+use crate::store::payments::LateChargeResolution;
 use app::backend::ConsoleError;
 use app::reconcile::model::ReconcileResult;
 use app::records::model::{LateChargeRefundPreview, RecordRef};
@@ -147,13 +148,13 @@ impl StoreConsole {
                 let details = format!("{payment_id}: charge {} refunded by {refund_id}", late.charge_id);
                 let marked = self
                     .store
-                    .resolve_late_charge(
-                        &late.scope,
-                        &payment_id,
-                        &operator.username,
-                        &refund_id,
-                        &audit("ok", details.clone()),
-                    )
+                    .resolve_late_charge(&LateChargeResolution {
+                        scope: &late.scope,
+                        payment_id: &payment_id,
+                        by: &operator.username,
+                        reference: &refund_id,
+                        audit: &audit("ok", details.clone()),
+                    })
                     .await
                     .map_err(unavailable("late charge resolution"))?;
                 if !marked {

@@ -41,6 +41,19 @@ pub struct OverrideRequest {
     pub result: Option<String>,
 }
 
+/// An admin's decision on a pending override request.
+pub struct OverrideDecision<'a> {
+    pub id: &'a str,
+    /// `Approved` or `Rejected`.
+    pub state: OverrideState,
+    pub decided_by: &'a str,
+    pub reason: &'a str,
+    /// Written in the decision's transaction when given.
+    pub audit: Option<&'a AuditEntry>,
+    /// How old a request may be and still be decided.
+    pub window: Duration,
+}
+
 #[async_trait::async_trait]
 pub trait ApprovalStore: Send + Sync {
     /// `Err(AlreadyExists)` when the record has a pending request already. Requests older
@@ -57,18 +70,10 @@ pub trait ApprovalStore: Send + Sync {
 
     async fn override_request(&self, id: &str) -> Result<Option<OverrideRequest>, StoreError>;
 
-    /// Takes the decision (`Approved` or `Rejected`) on a pending request for `decided_by`,
-    /// with `audit` in the same transaction when given. `false` (nothing written) when the
-    /// request is not pending any more, is older than `window`, or `decided_by` made it.
-    async fn decide_override(
-        &self,
-        id: &str,
-        decision: OverrideState,
-        decided_by: &str,
-        reason: &str,
-        audit: Option<&AuditEntry>,
-        window: Duration,
-    ) -> Result<bool, StoreError>;
+    /// Takes the decision on a pending request ([`OverrideDecision`]). `false` (nothing
+    /// written) when the request is not pending any more, is older than the decision's window,
+    /// or its decider made it.
+    async fn decide_override(&self, decision: &OverrideDecision<'_>) -> Result<bool, StoreError>;
 
     /// Rejects every request still pending after `window`, each with an audit entry (by
     /// [`OVERRIDE_EXPIRY_ACTOR`]) in the same transaction; returns how many.
@@ -242,22 +247,14 @@ impl<D: Dialect> ApprovalStore for SqlStore<D> {
         row.map(override_of).transpose()
     }
 
-    async fn decide_override(
-        &self,
-        id: &str,
-        decision: OverrideState,
-        decided_by: &str,
-        reason: &str,
-        audit: Option<&AuditEntry>,
-        window: Duration,
-    ) -> Result<bool, StoreError> {
+    async fn decide_override(&self, decision: &OverrideDecision<'_>) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
         let decided = sqlx::query(D::sql(DECIDE_OVERRIDE))
-            .bind(id)
-            .bind(decision.as_str())
-            .bind(decided_by)
-            .bind(reason)
-            .bind(window.as_secs_f64())
+            .bind(decision.id)
+            .bind(decision.state.as_str())
+            .bind(decision.decided_by)
+            .bind(decision.reason)
+            .bind(decision.window.as_secs_f64())
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -266,7 +263,7 @@ impl<D: Dialect> ApprovalStore for SqlStore<D> {
             tx.rollback().await?;
             return Ok(false);
         }
-        if let Some(audit) = audit {
+        if let Some(audit) = decision.audit {
             insert_audit(&mut tx, audit).await?;
         }
         tx.commit().await?;

@@ -793,7 +793,7 @@ mod console_jobs {
     use idem::console::OVERRIDE_DECISION_WINDOW as DAY;
     use idem::store::Store;
     use idem::store::StoreError;
-    use idem::store::approvals::{NewOverrideRequest, OverrideRequest};
+    use idem::store::approvals::{NewOverrideRequest, OverrideDecision, OverrideRequest};
     use idem::store::bulk::{
         BulkItem, BulkItemResult, FrozenItem, GroupChoice, ItemPreview, JobApproval, NewBulkJob,
     };
@@ -1130,7 +1130,14 @@ mod console_jobs {
 
     async fn decide(store: &dyn Store, by: &str, state: OverrideState, window: Duration) -> bool {
         store
-            .decide_override("ovr_1", state, by, "checked", None, window)
+            .decide_override(&OverrideDecision {
+                id: "ovr_1",
+                state,
+                decided_by: by,
+                reason: "checked",
+                audit: None,
+                window,
+            })
             .await
             .expect("decide")
     }

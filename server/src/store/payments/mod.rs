@@ -34,6 +34,16 @@ use domain::tenant::{ApiKeyId, TenantId};
 
 use std::time::Duration;
 
+/// A late charge refunded: the payment `scope`'s key released, who resolved it, and how
+/// (`reference`: the refund's id, or an operator's words).
+pub struct LateChargeResolution<'a> {
+    pub scope: &'a Scope,
+    pub payment_id: &'a str,
+    pub by: &'a str,
+    pub reference: &'a str,
+    pub audit: &'a AuditEntry,
+}
+
 #[async_trait::async_trait]
 pub trait PaymentStore: Send + Sync {
     /// The current state of a payment of this tenant (`None` for another tenant's).
@@ -90,17 +100,10 @@ pub trait PaymentStore: Send + Sync {
     /// already.
     async fn note_late_charge(&self, payment_id: &str, charge_id: &str) -> Result<bool, StoreError>;
 
-    /// Records that the late charge of `payment_id`, released by `scope`'s key, was refunded
-    /// (`reference` says how), with `audit`, in one transaction; `false` (nothing written) when
-    /// that key released no such payment, it has no late charge, or it was resolved already.
-    async fn resolve_late_charge(
-        &self,
-        scope: &Scope,
-        payment_id: &str,
-        by: &str,
-        reference: &str,
-        audit: &AuditEntry,
-    ) -> Result<bool, StoreError>;
+    /// Records that a late charge was refunded ([`LateChargeResolution`]), with its audit
+    /// entry, in one transaction; `false` (nothing written) when that key released no such
+    /// payment, it has no late charge, or it was resolved already.
+    async fn resolve_late_charge(&self, resolution: &LateChargeResolution<'_>) -> Result<bool, StoreError>;
 
     /// Sets an account's default currency: `None` when the tenant has no such account,
     /// `Some(true)` when it changed (with one audit row), `Some(false)` when it already was
@@ -326,28 +329,21 @@ impl<D: Dialect + PaymentStatements> PaymentStore for SqlStore<D> {
         Ok(noted == 1)
     }
 
-    async fn resolve_late_charge(
-        &self,
-        scope: &Scope,
-        payment_id: &str,
-        by: &str,
-        reference: &str,
-        audit: &AuditEntry,
-    ) -> Result<bool, StoreError> {
+    async fn resolve_late_charge(&self, resolution: &LateChargeResolution<'_>) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
         let resolved = sqlx::query(D::sql(RESOLVE_LATE_CHARGE))
-            .bind(payment_id)
-            .bind(by)
-            .bind(reference)
-            .bind(scope.tenant_id.as_str())
-            .bind(scope.key.as_str())
+            .bind(resolution.payment_id)
+            .bind(resolution.by)
+            .bind(resolution.reference)
+            .bind(resolution.scope.tenant_id.as_str())
+            .bind(resolution.scope.key.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected();
         if resolved != 1 {
             return Ok(false);
         }
-        insert_audit(&mut tx, audit).await?;
+        insert_audit(&mut tx, resolution.audit).await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -3,7 +3,7 @@
 
 use super::{StoreConsole, scope_of, unavailable, views};
 use crate::events::consumers::{LEDGER, RECEIPTS};
-use crate::store::console::{COMPARED_WINDOWS, OutcomeSeries};
+use crate::store::console::{COMPARED_WINDOWS, DashboardSelection};
 use app::audit::model::AuditEntryView;
 use app::backend::{ConsoleError, ConsoleReads};
 use app::dashboard::model::{
@@ -68,13 +68,15 @@ impl ConsoleReads for StoreConsole {
         let (from, to) = epochs_of(range);
         let rows = self
             .store
-            .outcome_series(&OutcomeSeries {
-                step_seconds: step,
-                from_epoch: from,
-                to_epoch: to,
-                tenant: named(&tenant).as_deref(),
-                operation: named(&operation).as_deref(),
-            })
+            .outcome_series(
+                &DashboardSelection {
+                    from_epoch: from,
+                    to_epoch: to,
+                    tenant: named(&tenant).as_deref(),
+                    operation: named(&operation).as_deref(),
+                },
+                step,
+            )
             .await
             .map_err(unavailable("dashboard series"))?;
         let series = Outcome::VARIANTS
@@ -155,10 +157,12 @@ impl ConsoleReads for StoreConsole {
             let rows = self
                 .store
                 .retry_delays(
-                    from,
-                    to,
-                    named(&tenant).as_deref(),
-                    Some(operation.as_str()),
+                    &DashboardSelection {
+                        from_epoch: from,
+                        to_epoch: to,
+                        tenant: named(&tenant).as_deref(),
+                        operation: Some(operation.as_str()),
+                    },
                     compared,
                 )
                 .await

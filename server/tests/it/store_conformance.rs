@@ -692,7 +692,7 @@ mod outcome_buckets {
         use domain::retry_delay::{OTHER_WINDOWS, millis};
         use domain::scope::{Operation, Scope};
         use domain::tenant::TenantId;
-        use idem::store::console::COMPARED_WINDOWS;
+        use idem::store::console::{COMPARED_WINDOWS, DashboardSelection};
         use idem::store::metrics::JournalEntry;
         use std::time::Duration;
         let store = db.migrated_store().await;
@@ -735,7 +735,15 @@ mod outcome_buckets {
         let mut windows = [window; COMPARED_WINDOWS];
         windows[1..].copy_from_slice(&OTHER_WINDOWS);
         let tenant = store
-            .retry_delays(from, to, Some("ten_1"), None, windows)
+            .retry_delays(
+                &DashboardSelection {
+                    from_epoch: from,
+                    to_epoch: to,
+                    tenant: Some("ten_1"),
+                    operation: None,
+                },
+                windows,
+            )
             .await
             .expect("retry delays");
         assert_eq!(tenant.len(), 1, "{tenant:?}");
@@ -755,7 +763,15 @@ mod outcome_buckets {
             );
         }
         let everyone = store
-            .retry_delays(from, to, None, Some("create_payment"), windows)
+            .retry_delays(
+                &DashboardSelection {
+                    from_epoch: from,
+                    to_epoch: to,
+                    tenant: None,
+                    operation: Some("create_payment"),
+                },
+                windows,
+            )
             .await
             .expect("retry delays");
         assert_eq!(everyone[0].summary.retries, 1_010);
@@ -765,7 +781,15 @@ mod outcome_buckets {
             "another tenant's retries after three days"
         );
         let none = store
-            .retry_delays(from, to, None, Some("create_refund"), windows)
+            .retry_delays(
+                &DashboardSelection {
+                    from_epoch: from,
+                    to_epoch: to,
+                    tenant: None,
+                    operation: Some("create_refund"),
+                },
+                windows,
+            )
             .await
             .expect("retry delays");
         assert!(none.is_empty(), "{none:?}");

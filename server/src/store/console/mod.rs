@@ -36,10 +36,9 @@ pub struct TenantListing {
     pub name: String,
 }
 
-/// Which outcome counts a series sums: buckets of `step_seconds` (epoch seconds) in
-/// `[from_epoch, to_epoch)`, of one tenant and one operation or (`None`) of all.
-pub struct OutcomeSeries<'a> {
-    pub step_seconds: i64,
+/// What the dashboard reads: `[from_epoch, to_epoch)` in epoch seconds, of one tenant and one
+/// operation or (`None`) of all.
+pub struct DashboardSelection<'a> {
     pub from_epoch: i64,
     pub to_epoch: i64,
     pub tenant: Option<&'a str>,
@@ -69,8 +68,13 @@ pub struct RecordGauges {
 
 #[async_trait::async_trait]
 pub trait ConsoleStore: Send + Sync {
-    /// Sums of outcome counts per bucket and outcome name ([`OutcomeSeries`]).
-    async fn outcome_series(&self, series: &OutcomeSeries<'_>) -> Result<Vec<OutcomeCount>, StoreError>;
+    /// Sums of the selection's outcome counts per `step_seconds` bucket (epoch seconds) and
+    /// outcome name.
+    async fn outcome_series(
+        &self,
+        selection: &DashboardSelection<'_>,
+        step_seconds: i64,
+    ) -> Result<Vec<OutcomeCount>, StoreError>;
 
     /// `max_attempts`: the recovery worker's limit (records at it need an operator).
     async fn record_gauges(&self, max_attempts: i32) -> Result<RecordGauges, StoreError>;
@@ -104,14 +108,10 @@ pub trait ConsoleStore: Send + Sync {
     /// Released payments whose provider key showed a charge after all, not yet refunded.
     async fn late_charges(&self) -> Result<i64, StoreError>;
 
-    /// The retries journalled in `[from, to)` (epoch seconds) per operation, compared with
-    /// `windows`; `tenant`/`operation` `None` for all.
+    /// The selection's journalled retries per operation, compared with `windows`.
     async fn retry_delays(
         &self,
-        from_epoch: i64,
-        to_epoch: i64,
-        tenant: Option<&str>,
-        operation: Option<&str>,
+        selection: &DashboardSelection<'_>,
         windows: [Duration; COMPARED_WINDOWS],
     ) -> Result<Vec<RetryDelays>, StoreError>;
 }
@@ -175,13 +175,17 @@ struct DelayBucketRow {
 
 #[async_trait::async_trait]
 impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
-    async fn outcome_series(&self, series: &OutcomeSeries<'_>) -> Result<Vec<OutcomeCount>, StoreError> {
+    async fn outcome_series(
+        &self,
+        selection: &DashboardSelection<'_>,
+        step_seconds: i64,
+    ) -> Result<Vec<OutcomeCount>, StoreError> {
         Ok(sqlx::query_as(D::OUTCOME_SERIES)
-            .bind(series.step_seconds)
-            .bind(series.from_epoch)
-            .bind(series.to_epoch)
-            .bind(series.tenant.unwrap_or_default())
-            .bind(series.operation.unwrap_or_default())
+            .bind(step_seconds)
+            .bind(selection.from_epoch)
+            .bind(selection.to_epoch)
+            .bind(selection.tenant.unwrap_or_default())
+            .bind(selection.operation.unwrap_or_default())
             .fetch_all(&self.pool)
             .await?)
     }
@@ -360,17 +364,14 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
 
     async fn retry_delays(
         &self,
-        from_epoch: i64,
-        to_epoch: i64,
-        tenant: Option<&str>,
-        operation: Option<&str>,
+        selection: &DashboardSelection<'_>,
         windows: [Duration; COMPARED_WINDOWS],
     ) -> Result<Vec<RetryDelays>, StoreError> {
         let rows: Vec<DelayBucketRow> = sqlx::query_as(D::RETRY_DELAYS)
-            .bind(from_epoch)
-            .bind(to_epoch)
-            .bind(tenant.unwrap_or_default())
-            .bind(operation.unwrap_or_default())
+            .bind(selection.from_epoch)
+            .bind(selection.to_epoch)
+            .bind(selection.tenant.unwrap_or_default())
+            .bind(selection.operation.unwrap_or_default())
             .fetch_all(&self.pool)
             .await?;
         let windows_ms = windows.map(retry_delay::millis);

@@ -222,14 +222,35 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         let event_id = new_event_id();
         let event = payment.created_event(&event_id);
         let query = |sql| bind_claim_payment(sqlx::query_as(D::sql(sql)), claim, payment, &event_id, &event);
-        let statement = match D::CLAIM_PAYMENT_AT_ONCE {
-            AtOnce::Statement(statement) => statement,
+        match D::CLAIM_PAYMENT_AT_ONCE {
+            AtOnce::Statement(statement) => {
+                // A crash here or while the statement runs leaves nothing, as inside a
+                // transaction: the statement is one.
+                crash_point(CrashPoint::InsideLocalTransaction);
+                let claimed = query(statement).fetch_optional(&self.writer).await;
+                let claimed: Option<ClaimedAtOnce> = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(error) => match AtOnceRefusal::of(&error) {
+                        Some(AtOnceRefusal::NotHeld) => return Ok(None),
+                        Some(refusal) => return Err(refusal.into()),
+                        None => match StoreError::from(error) {
+                            // The merchant reference is taken by another payment.
+                            StoreError::AlreadyExists => return Ok(None),
+                            error => return Err(error),
+                        },
+                    },
+                };
+                match claimed {
+                    Some(claimed) => claimed.outcome().map(Some),
+                    None => self.existing_record(&claim.scope).await.map(Some),
+                }
+            }
             AtOnce::Script(script) => {
                 let mut tx = self.begin().await?;
                 let claimed: Option<ClaimedAtOnce> = match query(script).fetch_optional(&mut *tx).await {
                     Ok(claimed) => claimed,
-                    // The merchant reference is taken by another payment.
                     Err(error) => match StoreError::from(error) {
+                        // The merchant reference is taken by another payment.
                         StoreError::AlreadyExists => None,
                         error => return Err(error),
                     },
@@ -240,26 +261,8 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
                     return Ok(None);
                 };
                 tx.commit().await?;
-                return claimed.outcome().map(Some);
+                claimed.outcome().map(Some)
             }
-        };
-        // A crash here or while the statement runs leaves nothing, as inside a transaction:
-        // the statement is one.
-        crash_point(CrashPoint::InsideLocalTransaction);
-        let claimed: Option<ClaimedAtOnce> = match query(statement).fetch_optional(&self.writer).await {
-            Ok(claimed) => claimed,
-            Err(error) => match AtOnceRefusal::of(&error) {
-                Some(AtOnceRefusal::NotHeld) => return Ok(None),
-                Some(refusal) => return Err(refusal.into()),
-                None => match StoreError::from(error) {
-                    StoreError::AlreadyExists => return Ok(None),
-                    error => return Err(error),
-                },
-            },
-        };
-        match claimed {
-            Some(claimed) => claimed.outcome().map(Some),
-            None => self.existing_record(&claim.scope).await.map(Some),
         }
     }
 
@@ -273,13 +276,12 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         record_status: &str,
         completion: &PaymentCompletion,
     ) -> Result<Option<bool>, StoreError> {
-        let (sql, alone) = match D::COMPLETE_PAYMENT_AT_ONCE {
-            AtOnce::Statement(statement) => (statement, true),
-            AtOnce::Script(script) => (script, false),
+        // What a completion that wrote nothing means: a statement's fence held this owner
+        // out; a script leaves it to the steps one by one to say why.
+        let (sql, nothing_written) = match D::COMPLETE_PAYMENT_AT_ONCE {
+            AtOnce::Statement(statement) => (statement, Some(false)),
+            AtOnce::Script(script) => (script, None),
         };
-        // Nothing written: a statement's fence held this owner out; a script leaves it to the
-        // steps one by one.
-        let nothing_written = alone.then_some(false);
         let query = bind_completion(
             sqlx::query_as(D::sql(sql)),
             scope,
@@ -292,7 +294,9 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
             Some(refusal) => refusal.into(),
             None => StoreError::from(error),
         };
-        if alone && completion.audit.is_none() {
+        // A statement is its own transaction; a script, or an audit entry beside the
+        // statement, needs one.
+        if matches!(D::COMPLETE_PAYMENT_AT_ONCE, AtOnce::Statement(_)) && completion.audit.is_none() {
             let settled: Settled = query.fetch_one(&self.writer).await.map_err(refused)?;
             return Ok(if settled.records > 0 {
                 Some(true)

@@ -5,7 +5,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
-/// The public states of an idempotency record (see `docs/ARCHITECTURE.md`).
+/// The public states of an idempotency record (what each failure leaves: `docs/failure-policy.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[derive(EnumString, IntoStaticStr, Display, VariantArray)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

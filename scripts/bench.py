@@ -172,6 +172,16 @@ def with_section(path, section, markdown_text):
     return text.rstrip("\n") + "\n\n" + markdown_text
 
 
+def publish(out, name, report, section, markdown_text):
+    """Writes `report` to `<out>/<name>.json` and `markdown_text` as `section` of
+    `<out>/benchmarks.md`."""
+    out = Path(out)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    page = out / "benchmarks.md"
+    page.write_text(with_section(page, section, markdown_text))
+    print(f"wrote {page}")
+
+
 def run(command, env=None, check=True):
     return subprocess.run(command, env=env, check=check, capture_output=True, text=True)
 

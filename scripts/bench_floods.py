@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench import FLOODS_SECTION, LUA_COMMON, Idem, run, with_section
+from bench import FLOODS_SECTION, LUA_COMMON, Idem, publish, run
 
 FLOOD_SECONDS = 10
 TRICKLE_EVERY = 0.020
@@ -274,11 +274,7 @@ def main():
         "rows": summary(samples),
         "samples": samples,
     }
-    out = Path(args.out)
-    (out / "benchmarks-floods.json").write_text(json.dumps(report, indent=2) + "\n")
-    page = out / "benchmarks.md"
-    page.write_text(with_section(page, FLOODS_SECTION, markdown(report)))
-    print(f"wrote {page}")
+    publish(args.out, "benchmarks-floods", report, FLOODS_SECTION, markdown(report))
 
 
 if __name__ == "__main__":

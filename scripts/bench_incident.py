@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from bench import INCIDENT_SECTION, Idem, Postgres, http, run, with_section
+from bench import INCIDENT_SECTION, Idem, Postgres, http, publish, run
 
 UNKNOWN = 10_000
 SELECTED = 1_000
@@ -198,10 +198,7 @@ def main():
                 idem.stop()
     finally:
         sim.terminate()
-    (out / "benchmarks-incident.json").write_text(json.dumps(report, indent=2) + "\n")
-    page = out / "benchmarks.md"
-    page.write_text(with_section(page, INCIDENT_SECTION, markdown(report)))
-    print(f"wrote {page}")
+    publish(out, "benchmarks-incident", report, INCIDENT_SECTION, markdown(report))
 
 
 if __name__ == "__main__":

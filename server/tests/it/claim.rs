@@ -449,7 +449,8 @@ async fn a_refused_retry_after_the_window_is_still_noted_on_its_record(db: TestD
         .expect("claim");
     let done = completion(&payment, ProviderVerdict::Authorized);
     assert!(fixture.completes(&claim, 1, &done).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    db.until_passed("idempotency_records", "expires_at", "idempotency_key = 'k1'")
+        .await;
 
     // The same command after the window: renewed, then stopped by its own merchant reference.
     assert_eq!(
@@ -497,7 +498,8 @@ async fn a_stale_owner_is_fenced_out_by_the_one_taker(db: TestDatabase) {
         None,
         "a live lease is not taken"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    db.until_passed("idempotency_records", "locked_until", "idempotency_key = 'k1'")
+        .await;
 
     // Many takers at once: exactly one wins.
     let store = fixture.store.clone();

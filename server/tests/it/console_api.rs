@@ -914,6 +914,19 @@ async fn released_then_charged_late(app: &TestApp, operator: &Console) -> (Strin
     (tenant_id, released)
 }
 
+/// What the console shows of a late charge: the dashboard's count of payments charged after
+/// their release, and the k-late record's released payment.
+async fn late_charge_seen_by(operator: &Console, tenant_id: &str) -> (i64, Value) {
+    let dashboard = operator
+        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
+        .await;
+    let flagged = dashboard["live"]["charged_after_release"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("a count: {}", dashboard["live"]));
+    let detail = operator.json("record", &record_form(tenant_id, "k-late")).await;
+    (flagged, detail["released_payments"][0].clone())
+}
+
 async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refund(db: TestDatabase) {
     let app = installation(db)
         .with(Serve::SettlementEvery(ms(200)))
@@ -922,24 +935,11 @@ async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refu
     let operator = app.console("otto", OperatorRole::Operator).await;
     // 8 s: long after the release, even on a slow machine.
     let (tenant_id, released_payment) = released_then_charged_late(&app, &operator).await;
-    let dashboard = operator
-        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
-        .await;
-    assert_eq!(
-        dashboard["live"]["charged_after_release"], 1,
-        "{}",
-        dashboard["live"]
-    );
-    let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
-    assert_eq!(detail["released_payments"][0]["id"], released_payment.as_str());
-    assert!(
-        detail["released_payments"][0]["late_charge_id"].is_string(),
-        "{detail}"
-    );
-    assert_eq!(
-        detail["released_payments"][0]["late_charge_resolved"],
-        Value::Null
-    );
+    let (flagged, released) = late_charge_seen_by(&operator, &tenant_id).await;
+    assert_eq!(flagged, 1);
+    assert_eq!(released["id"], released_payment.as_str());
+    assert!(released["late_charge_id"].is_string(), "{released}");
+    assert_eq!(released["late_charge_resolved"], Value::Null);
 
     // Refunded at the provider, an operator says so (a viewer may not); the alarm stops.
     fn resolve<'a>(tenant: &'a str, payment: &'a str, reference: &'a str) -> Vec<(&'static str, &'a str)> {
@@ -974,22 +974,12 @@ async fn a_released_payment_the_provider_charges_after_all_is_flagged_for_a_refu
         .await;
     assert_eq!(again.status(), 400, "resolved once");
 
-    let dashboard = operator
-        .json("dashboard", &[("range", "1h"), ("tenant", ""), ("operation", "")])
-        .await;
-    assert_eq!(
-        dashboard["live"]["charged_after_release"], 0,
-        "{}",
-        dashboard["live"]
-    );
-    let detail = operator.json("record", &record_form(&tenant_id, "k-late")).await;
-    let resolution = &detail["released_payments"][0]["late_charge_resolved"];
-    assert_eq!(resolution["by"], "otto", "{detail}");
+    let (flagged, released) = late_charge_seen_by(&operator, &tenant_id).await;
+    assert_eq!(flagged, 0);
+    let resolution = &released["late_charge_resolved"];
+    assert_eq!(resolution["by"], "otto", "{released}");
     assert_eq!(resolution["reference"], "refund re_1 (OPS-41)");
-    assert!(
-        detail["released_payments"][0]["late_charge_id"].is_string(),
-        "the charge stays known"
-    );
+    assert!(released["late_charge_id"].is_string(), "the charge stays known");
     let audited = |result: &str| {
         format!("select count(*) from audit_log where action = 'late_charge.resolve' and result = '{result}'")
     };

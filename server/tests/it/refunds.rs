@@ -574,7 +574,7 @@ async fn a_retry_while_the_refund_runs_is_told_to_wait(dialect: DialectName) {
     let (first, second) = tokio::join!(
         api.refund(&payment_id, "k-1", refund_body("1.06", "rf-1")),
         async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            running(&api, "k-1").await;
             api.refund(&payment_id, "k-1", refund_body("1.06", "rf-1")).await
         }
     );
@@ -585,11 +585,26 @@ async fn a_retry_while_the_refund_runs_is_told_to_wait(dialect: DialectName) {
     let (_, conflicting) = tokio::join!(
         api.refund(&payment_id, "k-2", refund_body("1.06", "rf-2")),
         async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            running(&api, "k-2").await;
             api.refund(&payment_id, "k-2", refund_body("2.00", "rf-2")).await
         }
     );
     expect_error(conflicting, 409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST").await;
+}
+
+/// Waits until the refund under `key` runs: its record is IN_PROGRESS.
+async fn running(api: &TestApp, key: &str) {
+    api.db
+        .eventually_equals(
+            &format!(
+                "select count(*) from idempotency_records \
+                 where operation_name = 'create_refund' and idempotency_key = '{key}' \
+                 and status = 'IN_PROGRESS'"
+            ),
+            1,
+            &format!("the refund under {key} runs"),
+        )
+        .await;
 }
 
 async fn a_succeeded_refund_is_booked_once_and_the_ledger_sums_to_zero(dialect: DialectName) {

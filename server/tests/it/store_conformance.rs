@@ -209,15 +209,22 @@ async fn instances_are_live_while_their_heartbeat_is_recent(db: TestDatabase) {
             },
         ]
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let recent = Duration::from_millis(300);
+    crate::support::eventually(
+        "idem-a's heartbeat older than 300 ms",
+        || store.live_instances(recent),
+        |live| {
+            live.as_ref()
+                .is_ok_and(|live| live.iter().all(|instance| instance.instance_id != "idem-a"))
+        },
+    )
+    .await
+    .expect("live instances");
     store
         .instance_heartbeat("idem-b", &keys(&["k2"]))
         .await
         .expect("heartbeat");
-    let live = store
-        .live_instances(Duration::from_millis(300))
-        .await
-        .expect("live");
+    let live = store.live_instances(recent).await.expect("live");
     assert_eq!(live.len(), 1, "only the recent heartbeat counts: {live:?}");
     assert_eq!(live[0].instance_id, "idem-b");
     store.forget_instance("idem-b").await.expect("forget");
@@ -971,7 +978,7 @@ mod console_jobs {
         );
 
         // The runner stopped: after its lease another takes the rest.
-        tokio::time::sleep(lease * 2).await;
+        db.until_passed("bulk_jobs", "runner_until", "id = 'blk_1'").await;
         let resumed = store.claim_bulk_job(None, lease).await.expect("claim");
         assert_eq!(resumed.map(|job| job.id), Some("blk_1".to_owned()));
         let done = BulkItemResult {
@@ -1005,7 +1012,12 @@ mod console_jobs {
         );
         assert_eq!(reports[1].result, Some(done));
         assert_eq!(reports[2].action, None, "nothing to apply");
-        tokio::time::sleep(lease * 2).await;
+        db.until_passed(
+            "bulk_jobs",
+            "runner_until",
+            "id = 'blk_1' and runner_until is not null",
+        )
+        .await;
         assert_eq!(
             store.claim_bulk_job(None, lease).await.expect("claim"),
             None,

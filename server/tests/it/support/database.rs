@@ -203,6 +203,24 @@ impl TestDatabase {
         self.eventually_i64(sql, |value| value == wanted, what).await
     }
 
+    /// Waits until the database's own clock has passed `column` in every row of `table` that
+    /// `filter` selects: a window or a lease a test made short ends in the database's time,
+    /// which is the time the store compares with.
+    pub async fn until_passed(&self, table: &str, column: &str, filter: &str) {
+        let passed = match &self.target {
+            DatabaseTarget::Postgres { .. } => format!("{column} < now()"),
+            _ => format!("julianday({column}) < julianday('now')"),
+        };
+        let selected = format!("select count(*) from {table} where {filter}");
+        let rows = self.query_i64(&selected).await;
+        self.eventually_equals(
+            &format!("{selected} and {passed}"),
+            rows,
+            &format!("{table}.{column} passed where {filter}"),
+        )
+        .await;
+    }
+
     /// Makes the database disappear under a running store (PostgreSQL only).
     pub async fn drop_now(&self) {
         let (name, admin_url) = self

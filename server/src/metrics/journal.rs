@@ -1,8 +1,9 @@
 //! The request journal: every request that arrived with a key and what it was answered, for
 //! the console's record page (a conflicting retry keeps its command, for the diff). Buffered
-//! in a bounded queue and written every `--journal-flush-ms` in batches, one statement each (and at
-//! shutdown), so a request costs no round trip for it. A crash loses the entries of the last
-//! flush interval: diagnostics only, never a record, a payment or an answer.
+//! in a bounded queue and written every `--journal-flush-ms` (and at shutdown) in transactions
+//! of at most [`ENTRIES_PER_WRITE`] entries, so a request costs no round trip for it. A crash
+//! loses the entries of the last flush interval: diagnostics only, never a record, a payment or
+//! an answer.
 //!
 //! A retry's delay (since its key's first request) is also observed here, as the histogram
 //! `idempotency_retry_delay_seconds` and the longest this instance has seen: the data for
@@ -23,6 +24,13 @@ pub const LONGEST_RETRY_DELAY_SECONDS: &str = "idempotency_retry_delay_max_secon
 
 /// Entries kept while the database cannot take them; past this the oldest are dropped.
 const MAX_PENDING: usize = 100_000;
+
+/// Entries written in one transaction at most. On SQLite a write transaction holds the one
+/// writer, and a payment's claim waits behind it: a flood of conflicting retries (20,000 a
+/// second) made each flush about 2,000 rows that held the writer for about 100 ms, and the
+/// fresh creates that came meanwhile waited that long (docs/performance.md). Between two
+/// chunks the writer goes to whoever queued for it first.
+pub const ENTRIES_PER_WRITE: usize = 256;
 
 #[derive(Default)]
 pub struct RequestJournal {
@@ -98,14 +106,21 @@ fn drop_oldest_beyond_bound(pending: &mut VecDeque<JournalEntry>) {
 impl Buffered for RequestJournal {
     async fn flush(&self, store: &dyn Store) {
         let drained: Vec<JournalEntry> = self.pending().drain(..).collect();
-        if drained.is_empty() {
-            return;
+        let mut written = 0;
+        let mut failure = None;
+        for chunk in drained.chunks(ENTRIES_PER_WRITE) {
+            if let Err(error) = store.add_journal_entries(chunk).await {
+                failure = Some(error);
+                break;
+            }
+            written += chunk.len();
         }
-        if let Err(error) = store.add_journal_entries(&drained).await {
-            tracing::warn!(%error, entries = drained.len(), "request journal not flushed; kept for the next try");
+        if let Some(error) = failure {
+            let unwritten = drained.len() - written;
+            tracing::warn!(%error, entries = unwritten, "request journal not flushed; kept for the next try");
             let mut pending = self.pending();
             let newer = std::mem::take(&mut *pending);
-            pending.extend(drained);
+            pending.extend(drained.into_iter().skip(written));
             pending.extend(newer);
             drop_oldest_beyond_bound(&mut pending);
         }

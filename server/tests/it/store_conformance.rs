@@ -530,6 +530,58 @@ mod outcome_buckets {
         assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
     }
 
+    /// A flood's entries are written a chunk at a time, each chunk a transaction of its own, so
+    /// that on SQLite a payment's claim waits for one chunk at most, not for the whole flush.
+    async fn the_journal_writes_a_flood_in_bounded_transactions(db: TestDatabase) {
+        use domain::key::IdempotencyKey;
+        use domain::scope::{Operation, Scope};
+        use domain::tenant::TenantId;
+        use idem::metrics::Buffered;
+        use idem::metrics::journal::{ENTRIES_PER_WRITE, RequestJournal};
+        use idem::store::metrics::JournalEntry;
+        let store = db.migrated_store().await;
+        let journal = RequestJournal::default();
+        for index in 0..1_000 {
+            journal.record(JournalEntry {
+                scope: Scope {
+                    tenant_id: TenantId::from_stored("ten_1".to_owned()),
+                    operation: Operation::CreatePayment,
+                    key: IdempotencyKey::parse(format!("k-{index}").as_bytes()).expect("key"),
+                },
+                at: Utc::now(),
+                fingerprint: "f".repeat(64),
+                canonical_command: Some("{}".to_owned()),
+                status_code: 409,
+                error_code: Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST".to_owned()),
+                replayed: false,
+                retry_delay: None,
+                window: std::time::Duration::from_secs(86_400),
+            });
+        }
+        journal.flush(store.as_ref()).await;
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests").await,
+            1_000
+        );
+        // A row's id carries its write's random tag: `req_`, 12 hex digits of time, the 12 of
+        // the write, 6 of the position.
+        assert_eq!(ENTRIES_PER_WRITE, 256);
+        assert_eq!(
+            db.query_i64("select count(distinct substr(id, 17, 12)) from idempotency_requests")
+                .await,
+            4,
+            "1,000 entries in writes of 256, 256, 256 and 232"
+        );
+        assert_eq!(
+            db.query_i64(
+                "select max(rows_written) from (select count(*) as rows_written from \
+                 idempotency_requests group by substr(id, 17, 12)) per_write"
+            )
+            .await,
+            256
+        );
+    }
+
     /// More rows than one statement carries: every one is written, in one transaction.
     async fn a_large_flush_writes_every_row(db: TestDatabase) {
         use domain::key::IdempotencyKey;
@@ -805,6 +857,7 @@ mod outcome_buckets {
     conformance!(
         counts_from_several_flushes_add_up_in_their_bucket,
         a_large_flush_writes_every_row,
+        the_journal_writes_a_flood_in_bounded_transactions,
         journal_rows_keep_their_text_exactly,
         retry_delays_are_read_per_operation_against_each_window
     );

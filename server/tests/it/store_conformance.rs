@@ -530,33 +530,37 @@ mod outcome_buckets {
         assert_eq!(db.query_i64("select count(*) from outcome_buckets").await, 2);
     }
 
-    /// A flood's entries are written a chunk at a time, each chunk a transaction of its own, so
-    /// that on SQLite a payment's claim waits for one chunk at most, not for the whole flush.
-    async fn the_journal_writes_a_flood_in_bounded_transactions(db: TestDatabase) {
+    /// A conflicting retry's journal entry, on key `key`.
+    fn conflict_entry(key: &str) -> idem::store::metrics::JournalEntry {
         use domain::key::IdempotencyKey;
         use domain::scope::{Operation, Scope};
         use domain::tenant::TenantId;
+        idem::store::metrics::JournalEntry {
+            scope: Scope {
+                tenant_id: TenantId::from_stored("ten_1".to_owned()),
+                operation: Operation::CreatePayment,
+                key: IdempotencyKey::parse(key.as_bytes()).expect("key"),
+            },
+            at: Utc::now(),
+            fingerprint: "f".repeat(64),
+            canonical_command: Some("{}".to_owned()),
+            status_code: 409,
+            error_code: Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST".to_owned()),
+            replayed: false,
+            retry_delay: None,
+            window: std::time::Duration::from_secs(86_400),
+        }
+    }
+
+    /// A flood's entries are written a chunk at a time, each chunk a transaction of its own, so
+    /// that on SQLite a payment's claim waits for one chunk at most, not for the whole flush.
+    async fn the_journal_writes_a_flood_in_bounded_transactions(db: TestDatabase) {
         use idem::metrics::Buffered;
         use idem::metrics::journal::{ENTRIES_PER_WRITE, RequestJournal};
-        use idem::store::metrics::JournalEntry;
         let store = db.migrated_store().await;
         let journal = RequestJournal::default();
         for index in 0..1_000 {
-            journal.record(JournalEntry {
-                scope: Scope {
-                    tenant_id: TenantId::from_stored("ten_1".to_owned()),
-                    operation: Operation::CreatePayment,
-                    key: IdempotencyKey::parse(format!("k-{index}").as_bytes()).expect("key"),
-                },
-                at: Utc::now(),
-                fingerprint: "f".repeat(64),
-                canonical_command: Some("{}".to_owned()),
-                status_code: 409,
-                error_code: Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST".to_owned()),
-                replayed: false,
-                retry_delay: None,
-                window: std::time::Duration::from_secs(86_400),
-            });
+            journal.record(conflict_entry(&format!("k-{index}")));
         }
         journal.flush(store.as_ref()).await;
         assert_eq!(
@@ -579,6 +583,41 @@ mod outcome_buckets {
             )
             .await,
             256
+        );
+    }
+
+    /// A chunk the database refuses stays queued with every entry after it, and a later flush
+    /// writes them; the chunk written before it is not written again.
+    async fn a_refused_chunk_and_the_rest_wait_for_the_next_flush(db: TestDatabase) {
+        use idem::metrics::Buffered;
+        use idem::metrics::journal::RequestJournal;
+        let store = db.migrated_store().await;
+        let journal = RequestJournal::default();
+        // Refuses the second chunk (entries 256 to 511), which repeats the first entry's key.
+        db.execute("create unique index refuse_a_key_twice on idempotency_requests (idempotency_key)")
+            .await
+            .expect("index");
+        for index in 0..600 {
+            let key = if index == 300 { 0 } else { index };
+            journal.record(conflict_entry(&format!("k-{key}")));
+        }
+        journal.flush(store.as_ref()).await;
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests").await,
+            256,
+            "the first chunk only"
+        );
+        db.execute("drop index refuse_a_key_twice").await.expect("drop");
+        journal.flush(store.as_ref()).await;
+        assert_eq!(
+            db.query_i64("select count(*) from idempotency_requests").await,
+            600
+        );
+        assert_eq!(
+            db.query_i64("select count(distinct idempotency_key) from idempotency_requests")
+                .await,
+            599,
+            "every entry once, `k-0` twice"
         );
     }
 
@@ -858,6 +897,7 @@ mod outcome_buckets {
         counts_from_several_flushes_add_up_in_their_bucket,
         a_large_flush_writes_every_row,
         the_journal_writes_a_flood_in_bounded_transactions,
+        a_refused_chunk_and_the_rest_wait_for_the_next_flush,
         journal_rows_keep_their_text_exactly,
         retry_delays_are_read_per_operation_against_each_window
     );

@@ -105,24 +105,21 @@ fn drop_oldest_beyond_bound(pending: &mut VecDeque<JournalEntry>) {
 #[async_trait::async_trait]
 impl Buffered for RequestJournal {
     async fn flush(&self, store: &dyn Store) {
-        let drained: Vec<JournalEntry> = self.pending().drain(..).collect();
+        let mut drained: Vec<JournalEntry> = self.pending().drain(..).collect();
         let mut written = 0;
-        let mut failure = None;
-        for chunk in drained.chunks(ENTRIES_PER_WRITE) {
+        while written < drained.len() {
+            let chunk = &drained[written..drained.len().min(written + ENTRIES_PER_WRITE)];
             if let Err(error) = store.add_journal_entries(chunk).await {
-                failure = Some(error);
-                break;
+                let unwritten = drained.split_off(written);
+                tracing::warn!(%error, entries = unwritten.len(), "request journal not flushed; kept for the next try");
+                let mut pending = self.pending();
+                let newer = std::mem::take(&mut *pending);
+                pending.extend(unwritten);
+                pending.extend(newer);
+                drop_oldest_beyond_bound(&mut pending);
+                return;
             }
             written += chunk.len();
-        }
-        if let Some(error) = failure {
-            let unwritten = drained.len() - written;
-            tracing::warn!(%error, entries = unwritten, "request journal not flushed; kept for the next try");
-            let mut pending = self.pending();
-            let newer = std::mem::take(&mut *pending);
-            pending.extend(drained.into_iter().skip(written));
-            pending.extend(newer);
-            drop_oldest_beyond_bound(&mut pending);
         }
     }
 }

@@ -8,7 +8,7 @@ use super::error::StoreError;
 use super::operators::insert_audit;
 use super::payments::PaymentStatements;
 use super::payments::local::insert_event_in;
-use super::records::{RecordStatements, begin_settled, bind_error_in, claim_record_in};
+use super::records::{LocalOutcome, RecordStatements, begin_settled, claim_record_in};
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
 use domain::claim::{ClaimOutcome, NewClaim, RefundCompletion, Refusal, StoredResponse};
@@ -295,38 +295,24 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RefundStore for SqlStore
     ) -> Result<ClaimOutcome, StoreError> {
         let scope = &claim.scope;
         let mut tx = self.begin().await?;
-        let Some((lease_version, expires_at, claimed_as)) =
-            claim_record_in(&mut tx, claim, "refund", refund.id.as_str()).await?
-        else {
+        let Some(claimed) = claim_record_in(&mut tx, claim, "refund", refund.id.as_str()).await? else {
             return self.existing(tx, scope).await;
         };
-        let created_at = match create_refund_in(&mut tx, refund, scope.key.as_str()).await? {
-            RefundStep::Created(created_at) => created_at,
+        let local = match create_refund_in(&mut tx, refund, scope.key.as_str()).await? {
+            RefundStep::Created(created_at) => LocalOutcome::Created(created_at),
             RefundStep::ExceedsRemaining(remaining) => {
                 let error = ApiError::RefundExceedsRemaining {
                     remaining: remaining.to_string(),
                 };
-                bind_error_in(&mut tx, scope, &exceeds_remaining(&error)).await?;
-                tx.commit().await?;
-                return Ok(ClaimOutcome::Bound {
+                LocalOutcome::Bound {
+                    response: exceeds_remaining(&error),
                     error,
-                    expires_at,
-                    claimed_as,
-                });
+                }
             }
-            RefundStep::Refused(refusal) => {
-                tx.rollback().await?;
-                self.note_refused_renewal(scope, claimed_as).await?;
-                return Ok(ClaimOutcome::Refused { refusal, claimed_as });
-            }
+            RefundStep::Refused(refusal) => LocalOutcome::Refused(refusal),
         };
-        tx.commit().await?;
-        Ok(ClaimOutcome::Claimed {
-            lease_version,
-            expires_at,
-            created_at,
-            claimed_as,
-        })
+        self.finish_claim(tx, scope, claimed, local, |refusal| std::future::ready(Ok(refusal)))
+            .await
     }
 
     async fn complete_create_refund(

@@ -14,7 +14,7 @@ use crate::store::dialect::{Dialect, RowsAffected, SqlStore};
 use crate::store::error::StoreError;
 use crate::store::operators::insert_audit;
 use crate::store::records::{
-    RELEASE_RECORD, RecordStatements, begin_settled, bind_claim, bind_error_in, claim_record_in,
+    LocalOutcome, RELEASE_RECORD, RecordStatements, begin_settled, bind_claim, claim_record_in,
 };
 use chrono::{DateTime, Utc};
 use domain::api_error::ApiError;
@@ -333,36 +333,21 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         }
         let scope = &claim.scope;
         let mut tx = self.begin().await?;
-        let Some((lease_version, expires_at, claimed_as)) =
-            claim_record_in(&mut tx, claim, "payment", payment.id.as_str()).await?
-        else {
+        let Some(claimed) = claim_record_in(&mut tx, claim, "payment", payment.id.as_str()).await? else {
             return self.existing(tx, scope).await;
         };
-        let created_at = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
-            LocalStep::Created(created_at) => created_at,
-            LocalStep::InsufficientFunds => {
-                bind_error_in(&mut tx, scope, insufficient_funds).await?;
-                tx.commit().await?;
-                return Ok(ClaimOutcome::Bound {
-                    error: ApiError::InsufficientFunds,
-                    expires_at,
-                    claimed_as,
-                });
-            }
-            refused => {
-                tx.rollback().await?;
-                self.note_refused_renewal(scope, claimed_as).await?;
-                let refusal = refusal(&self.pool, refused, payment).await?;
-                return Ok(ClaimOutcome::Refused { refusal, claimed_as });
-            }
+        let local = match create_payment_in(&mut tx, payment, Some(scope.key.as_str())).await? {
+            LocalStep::Created(created_at) => LocalOutcome::Created(created_at),
+            LocalStep::InsufficientFunds => LocalOutcome::Bound {
+                error: ApiError::InsufficientFunds,
+                response: insufficient_funds.clone(),
+            },
+            refused => LocalOutcome::Refused(refused),
         };
-        tx.commit().await?;
-        Ok(ClaimOutcome::Claimed {
-            lease_version,
-            expires_at,
-            created_at,
-            claimed_as,
+        self.finish_claim(tx, scope, claimed, local, |refused| {
+            refusal(&self.pool, refused, payment)
         })
+        .await
     }
 
     async fn complete_create_payment(

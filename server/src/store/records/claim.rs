@@ -7,6 +7,7 @@ use crate::crash::{CrashPoint, crash_point};
 use crate::store::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
 use crate::store::error::StoreError;
 use chrono::{DateTime, Utc};
+use domain::api_error::ApiError;
 use domain::claim::{NewClaim, StoredResponse};
 use domain::expiry::AfterExpiry;
 use domain::record::ClaimedAs;
@@ -94,8 +95,24 @@ struct ClaimedRecord {
     claimed_as: String,
 }
 
-/// The stored response of a settled record: its status, its headers (JSON) and its body.
-/// Writes a record's response inside `tx`.
+/// A record this request claimed: its lease version, its window's end and how it was claimed.
+pub(in crate::store) struct Claimed {
+    pub(super) lease_version: i64,
+    pub(super) expires_at: DateTime<Utc>,
+    pub(super) claimed_as: ClaimedAs,
+}
+
+/// Where an operation's local step, run in its claim's transaction, got to.
+pub(in crate::store) enum LocalOutcome<R> {
+    /// The operation's resource was written, at this time.
+    Created(DateTime<Utc>),
+    /// A refusal the key is bound to: `response` is stored with the claim and replayed.
+    Bound { error: ApiError, response: StoredResponse },
+    /// A refusal that keeps nothing: the claim is rolled back, then `R` is named.
+    Refused(R),
+}
+
+/// Writes a record's response inside `tx`: its status, its headers (JSON) and its body.
 async fn insert_response_in<D: Dialect>(
     tx: &mut WriteTx<D>,
     scope: &Scope,
@@ -124,7 +141,7 @@ pub(in crate::store) async fn claim_record_in<D: Dialect + RecordStatements>(
     claim: &NewClaim,
     resource_type: &str,
     resource_id: &str,
-) -> Result<Option<(i64, DateTime<Utc>, ClaimedAs)>, StoreError> {
+) -> Result<Option<Claimed>, StoreError> {
     let scope = &claim.scope;
     let inserted: Option<ClaimedRecord> = bind_claim(
         sqlx::query_as(D::sql(claim_record!(returning))),
@@ -155,7 +172,11 @@ pub(in crate::store) async fn claim_record_in<D: Dialect + RecordStatements>(
         .execute(&mut **tx)
         .await?;
     }
-    Ok(Some((lease_version, expires_at, claimed_as)))
+    Ok(Some(Claimed {
+        lease_version,
+        expires_at,
+        claimed_as,
+    }))
 }
 
 /// [`claim_record`]'s parameters, `$1`..`$14`.
@@ -184,7 +205,7 @@ pub(in crate::store) fn bind_claim<'q, D: Dialect, O>(
 }
 
 /// Binds a just-claimed record to a refusal the contract replays (`response`), inside `tx`.
-pub(in crate::store) async fn bind_error_in<D: Dialect + RecordStatements>(
+pub(super) async fn bind_error_in<D: Dialect + RecordStatements>(
     tx: &mut WriteTx<D>,
     scope: &Scope,
     response: &StoredResponse,

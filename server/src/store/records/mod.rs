@@ -9,10 +9,11 @@ mod claim;
 use super::dialect::{Dialect, SqlStore, WriteTx};
 use super::error::StoreError;
 use chrono::{DateTime, Utc};
+use claim::{Claimed, bind_error_in};
 pub(super) use claim::{
-    begin_settled, bind_claim, bind_error_in, claim_record, claim_record_in, settle_record,
+    LocalOutcome, begin_settled, bind_claim, claim_record, claim_record_in, settle_record,
 };
-use domain::claim::{ClaimOutcome, StoredResponse};
+use domain::claim::{ClaimOutcome, Refusal, StoredResponse};
 use domain::key::IdempotencyKey;
 use domain::record::{ClaimedAs, RecordAt, StoredRecord};
 use domain::recovery::{ProviderFailure, UnknownCause};
@@ -191,6 +192,54 @@ impl<D: Dialect + RecordStatements> SqlStore<D> {
             // Gone between the insert and the read (deleted by cleanup): the caller may
             // simply try again.
             None => Err(StoreError::Corrupt("claimed record vanished".into())),
+        }
+    }
+
+    /// Ends a claim's transaction once the operation's local step ran in it: committed with
+    /// the resource, or with the refusal the key is bound to; or rolled back for a refusal that
+    /// keeps nothing, which `name` names afterwards (a payment's duplicate merchant reference
+    /// can only be read once the rollback is done).
+    pub(super) async fn finish_claim<R, Named>(
+        &self,
+        mut tx: WriteTx<D>,
+        scope: &Scope,
+        claimed: Claimed,
+        local: LocalOutcome<R>,
+        name: impl FnOnce(R) -> Named,
+    ) -> Result<ClaimOutcome, StoreError>
+    where
+        Named: Future<Output = Result<Refusal, StoreError>>,
+    {
+        let Claimed {
+            lease_version,
+            expires_at,
+            claimed_as,
+        } = claimed;
+        match local {
+            LocalOutcome::Created(created_at) => {
+                tx.commit().await?;
+                Ok(ClaimOutcome::Claimed {
+                    lease_version,
+                    expires_at,
+                    created_at,
+                    claimed_as,
+                })
+            }
+            LocalOutcome::Bound { error, response } => {
+                bind_error_in(&mut tx, scope, &response).await?;
+                tx.commit().await?;
+                Ok(ClaimOutcome::Bound {
+                    error,
+                    expires_at,
+                    claimed_as,
+                })
+            }
+            LocalOutcome::Refused(refused) => {
+                tx.rollback().await?;
+                self.note_refused_renewal(scope, claimed_as).await?;
+                let refusal = name(refused).await?;
+                Ok(ClaimOutcome::Refused { refusal, claimed_as })
+            }
         }
     }
 

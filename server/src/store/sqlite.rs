@@ -61,11 +61,18 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
         .foreign_keys(true);
     // A connection to a local file does not go stale; checking one on its way out of the
     // pool would only add a round trip to its worker thread.
+    //
+    // The writer's temporary storage is memory: each caller of a shared commit runs in a
+    // savepoint (`group_commit.rs`), and SQLite copies every page a savepoint changes into a
+    // statement journal, which goes to a temporary file past 64 KiB unless temporary storage
+    // is in memory (`openSubJournal` in sqlite3.c; libsqlite3-sys builds with
+    // `SQLITE_TEMP_STORE=1`, files unless asked). That file took half of what a fresh create
+    // wrote (docs/performance.md). The readers keep files, for the console's large sorts.
     let writer = SqlitePoolOptions::new()
         .test_before_acquire(false)
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options.clone())
+        .connect_with(options.clone().pragma("temp_store", "memory"))
         .await?;
     let readers = SqlitePoolOptions::new()
         .test_before_acquire(false)
@@ -296,6 +303,20 @@ impl SealingStatements for Sqlite {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn only_the_writer_keeps_its_temporary_storage_in_memory() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let store = super::open_file(&dir.path().join("idem.db")).await.expect("open");
+        let temp_store = |pool| async move {
+            sqlx::query_scalar::<_, i64>("pragma temp_store")
+                .fetch_one(pool)
+                .await
+                .expect("temp_store")
+        };
+        assert_eq!(temp_store(&store.writer).await, 2, "the writer's savepoint journals in memory");
+        assert_eq!(temp_store(&store.pool).await, 0, "the readers' sorts as the build decides");
+    }
+
     #[tokio::test]
     async fn every_commit_reaches_the_disk_before_it_returns() {
         let dir = tempfile::tempdir().expect("temporary directory");

@@ -311,8 +311,10 @@ impl<D: Dialect + RecordStatements + PaymentStatements> RefundStore for SqlStore
             }
             RefundStep::Refused(refusal) => LocalOutcome::Refused(refusal),
         };
-        self.finish_claim(tx, scope, claimed, local, |refusal| std::future::ready(Ok(refusal)))
-            .await
+        self.finish_claim(tx, scope, claimed, local, |refusal| {
+            std::future::ready(Ok(refusal))
+        })
+        .await
     }
 
     async fn complete_create_refund(

@@ -313,8 +313,16 @@ mod tests {
                 .await
                 .expect("temp_store")
         };
-        assert_eq!(temp_store(&store.writer).await, 2, "the writer's savepoint journals in memory");
-        assert_eq!(temp_store(&store.pool).await, 0, "the readers' sorts as the build decides");
+        assert_eq!(
+            temp_store(&store.writer).await,
+            2,
+            "the writer's savepoint journals in memory"
+        );
+        assert_eq!(
+            temp_store(&store.pool).await,
+            0,
+            "the readers' sorts as the build decides"
+        );
     }
 
     #[tokio::test]

@@ -107,7 +107,10 @@ pub(in crate::store) enum LocalOutcome<R> {
     /// The operation's resource was written, at this time.
     Created(DateTime<Utc>),
     /// A refusal the key is bound to: `response` is stored with the claim and replayed.
-    Bound { error: ApiError, response: StoredResponse },
+    Bound {
+        error: ApiError,
+        response: StoredResponse,
+    },
     /// A refusal that keeps nothing: the claim is rolled back, then `R` is named.
     Refused(R),
 }

@@ -49,7 +49,12 @@ export async function signIn(page: Page, role: Role): Promise<string> {
   return username;
 }
 
-/** Waits until the wasm app has taken over the server-rendered page (clicks work). */
+/**
+ * Waits until the wasm app has taken over the server-rendered page (clicks work). Each test's
+ * browser context compiles the console's debug wasm (23 MB) afresh, which once took more than
+ * the default 5 s on a loaded two-core machine (2026-12-06): how long hydration takes is not
+ * what these tests check.
+ */
 export async function hydrated(page: Page) {
-  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true", { timeout: 20_000 });
 }

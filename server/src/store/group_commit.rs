@@ -296,7 +296,8 @@ mod tests {
     }
 
     /// Callers of one group: the first commits, the second rolls back, the third goes away
-    /// inside its savepoint. The group's commit keeps the first caller's work and only that.
+    /// inside its savepoint, and the fourth, whose `begin` rolls the third back, commits. The
+    /// group's commit keeps the first and the fourth callers' work, and only that.
     #[tokio::test]
     async fn callers_rolled_back_in_a_group_undo_only_their_own_work() {
         let dir = tempfile::tempdir().expect("temporary directory");
@@ -331,11 +332,17 @@ mod tests {
         insert(3).execute(&mut *third).await.expect("insert");
         drop(third);
 
+        let mut fourth = group.begin().await.expect("begin");
+        insert(4).execute(&mut *fourth).await.expect("insert");
+        let fourth = tokio::spawn(fourth.commit());
+        waiting(&group, 3).await;
+
         let mut writer = group.writer.lock().await;
-        assert!(writer.open, "all three in one open transaction");
+        assert!(writer.open, "all four in one open transaction");
         writer.commit_group().await;
         drop(writer);
         first.await.expect("first").expect("first committed");
+        fourth.await.expect("fourth").expect("fourth committed");
         second
             .await
             .expect("second")
@@ -344,6 +351,6 @@ mod tests {
             .fetch_all(&pool)
             .await
             .expect("read");
-        assert_eq!(kept, vec![1]);
+        assert_eq!(kept, vec![1, 4]);
     }
 }

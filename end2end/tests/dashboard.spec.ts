@@ -1,5 +1,5 @@
 import { expect, test } from "@playwright/test";
-import { createOperator, signIn } from "./support";
+import { createOperator, hydrated, signIn } from "./support";
 
 test("the dashboard renders on the server, hydrates, and refreshes through a server function", async ({ page }) => {
   const browserErrors: string[] = [];
@@ -20,7 +20,7 @@ test("the dashboard renders on the server, hydrates, and refreshes through a ser
   await expect(page.locator("figure.chart")).toHaveCount(8);
 
   // Hydration: only the wasm app flips this marker and enables the button.
-  await expect(page.locator("section[data-hydrated]")).toHaveAttribute("data-hydrated", "true");
+  await hydrated(page, page.locator("section[data-hydrated]"));
   const refresh = page.getByRole("button", { name: "Refresh" });
   await expect(refresh).toBeEnabled();
   const call = page.waitForResponse(
@@ -72,7 +72,7 @@ test("an unknown console path answers 404 with a way back", async ({ page }) => 
 test("theme and time zone are the operator's choice, remembered in this browser", async ({ page }) => {
   await signIn(page, "viewer");
   await page.goto("/?range=15m");
-  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+  await hydrated(page);
   const utc = await page.locator("time.ts").first().textContent();
   expect(utc).toMatch(/Z$/);
 
@@ -83,7 +83,7 @@ test("theme and time zone are the operator's choice, remembered in this browser"
   await expect(page.locator("time.ts").first()).not.toHaveText(utc ?? "");
 
   await page.reload();
-  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true");
+  await hydrated(page);
   await expect(page.locator("html")).toHaveAttribute("data-theme", "dark");
   await expect(page.getByRole("button", { name: "Times: local" })).toBeVisible();
 });

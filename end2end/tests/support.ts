@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { expect, type Page } from "@playwright/test";
+import { expect, type Locator, type Page } from "@playwright/test";
 
 const binary = process.env.IDEM_E2E_BINARY ?? "../target/debug/idem";
 const dataDir = process.env.IDEM_E2E_DATA_DIR ?? "";
@@ -55,6 +55,6 @@ export async function signIn(page: Page, role: Role): Promise<string> {
  * the default 5 s on a loaded two-core machine (2026-12-06): how long hydration takes is not
  * what these tests check.
  */
-export async function hydrated(page: Page) {
-  await expect(page.locator("header.topbar")).toHaveAttribute("data-hydrated", "true", { timeout: 20_000 });
+export async function hydrated(page: Page, marker: Locator = page.locator("header.topbar")) {
+  await expect(marker).toHaveAttribute("data-hydrated", "true", { timeout: 20_000 });
 }

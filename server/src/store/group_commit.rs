@@ -34,8 +34,12 @@ type Committed = Result<(), String>;
 
 /// The writer connection, between callers.
 struct Writer<D: Database> {
-    /// The writer pool's one connection while a transaction is open; back in its pool between
-    /// transactions, so that closing the store finds it there.
+    /// The writer pool's one connection, taken from its pool by the first transaction and kept
+    /// between transactions: given back and taken again, it went through a task of the pool's
+    /// own each time, and the next group's `begin` waited for it (the longest wait of SQLite's
+    /// writer under fresh creates, about 0.5 ms a group: docs/performance.md). `close` gives
+    /// it back, so that closing the store finds it in its pool; after a failed commit it is
+    /// closed, and the next transaction takes a fresh one.
     connection: Option<PoolConnection<D>>,
     /// A transaction is open, holding the work of the callers in `waiting`.
     open: bool,
@@ -128,7 +132,10 @@ impl<D: Dialect> GroupCommit<D> {
 
     /// Commits what is open and gives the connection back to its pool.
     pub(super) async fn close(&self) {
-        self.writer.lock().await.commit_group().await;
+        let mut writer = self.writer.lock().await;
+        writer.commit_group().await;
+        writer.connection = None;
+        drop(writer);
         self.committer.abort();
     }
 }
@@ -185,8 +192,6 @@ impl<D: Dialect> Writer<D> {
                     // A caller that went away meanwhile has nothing to hear.
                     let _ = caller.send(Ok(()));
                 }
-                // Back to the pool between transactions.
-                self.connection = None;
             }
             Err(error) => self.abort_group(&format!("commit: {error}")).await,
         }
@@ -347,6 +352,8 @@ mod tests {
             .await
             .expect("second")
             .expect("second rolled back and told of the commit");
+        // The writer keeps its connection between transactions; closing gives it back.
+        group.close().await;
         let kept: Vec<i64> = sqlx::query_scalar("select n from t")
             .fetch_all(&pool)
             .await

@@ -141,21 +141,10 @@ impl PaymentStatements for Postgres {
 }
 
 impl EventStatements for Postgres {
-    // A mark probes the primary key once per id, and a second mark keeps the first time. With
-    // `published_at is null` in its condition instead, the planner read the partial index of
-    // unpublished events, which under load is mostly entries of rows published since the last
-    // vacuum, and read all of it (docs/performance.md has the plans and the times).
-    // Two spellings: a JSON array parameter: PostgreSQL's jsonb functions, SQLite's `json_each`.
-    const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, now()), claimed_until = \
-         null, last_error = null where id in (select jsonb_array_elements_text(cast($1 as jsonb)))";
     // Two spellings: the backoff is computed from a column (`power` here, a shift in SQLite).
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then now() else null end, next_attempt_at = now() + make_interval(secs => \
          least(power(2, attempts), 300)) where id = $3";
-    // By the primary key, for the reason given at `MARK_EVENTS_PUBLISHED`.
-    // Two spellings: a JSON array parameter, as `MARK_EVENTS_PUBLISHED`.
-    const MARK_RECEIPTS_SENT: &'static str = "update receipts set sent_at = coalesce(sent_at, now()) where dedupe_key in \
-         (select jsonb_array_elements_text(cast($1 as jsonb)))";
 }
 
 impl ConsoleStatements for Postgres {

@@ -9,10 +9,15 @@
 //! | `{now-$N}` | `now() - make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' \|\| $N \|\| ' seconds')` |
 //! | `{seconds_since(X)}` | `cast(extract(epoch from now() - X) as double precision)` | `(julianday('now') - julianday(X)) * 86400.0` |
 //! | `{time($N)}` | `$N::timestamptz` | `strftime('%Y-%m-%dT%H:%M:%fZ', $N)` |
+//! | `{json_strings($N)}` | `jsonb_array_elements_text(cast($N as jsonb))` | `json_each($N)` |
+//! | `{json_rows($N)}` | `jsonb_array_elements(cast($N as jsonb))` | `json_each($N)` |
 //! | `{for_update}` | `for update` | nothing |
 //! | `{skip_locked}` | `for update skip locked` | nothing |
 //!
-//! `$N` is a placeholder of the statement, in seconds. The row locks are nothing on SQLite
+//! `$N` is a placeholder of the statement, in seconds; for `{json_strings($N)}` a JSON array
+//! of strings, read as rows of one column, `value` (a batch's ids in one statement); for
+//! `{json_rows($N)}` a JSON array of arrays, whose fields `value->>0`, `value->>1`, … read alike
+//! in both. The row locks are nothing on SQLite
 //! because its one writer holds the whole database from a transaction's first write (the
 //! claim's insert, `begin immediate`) until it ends, so no other transaction can read rows it
 //! is about to change, and none can take the same rows. Statements that differ in more than
@@ -41,10 +46,12 @@ pub fn expanded(dialect: DialectName, template: &'static str) -> &'static str {
 }
 
 /// The placeholders, by the text that opens them.
-const PLACEHOLDERS: [&str; 5] = [
+const PLACEHOLDERS: [&str; 7] = [
     "{now",
     "{seconds_since(",
     "{time(",
+    "{json_strings(",
+    "{json_rows(",
     "{for_update}",
     "{skip_locked}",
 ];
@@ -86,6 +93,26 @@ fn spelling(dialect: DialectName, placeholder: &str) -> String {
             format!("{time}::timestamptz")
         } else {
             format!("strftime('%Y-%m-%dT%H:%M:%fZ', {time})")
+        };
+    }
+    if let Some(array) = placeholder
+        .strip_prefix("json_strings(")
+        .and_then(|rest| rest.strip_suffix(')'))
+    {
+        return if postgres {
+            format!("jsonb_array_elements_text(cast({array} as jsonb))")
+        } else {
+            format!("json_each({array})")
+        };
+    }
+    if let Some(array) = placeholder
+        .strip_prefix("json_rows(")
+        .and_then(|rest| rest.strip_suffix(')'))
+    {
+        return if postgres {
+            format!("jsonb_array_elements(cast({array} as jsonb))")
+        } else {
+            format!("json_each({array})")
         };
     }
     match (placeholder, postgres) {
@@ -157,6 +184,22 @@ mod tests {
         assert_eq!(
             expand(DialectName::Sqlite, template),
             "delete from s where expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', $1)"
+        );
+    }
+
+    #[test]
+    fn a_json_array_parameter_is_read_as_rows_of_one_column_named_value() {
+        let template = "select value from {json_strings($2)} where true order by value; \
+                        select value->>0, value->>1 from {json_rows($1)}";
+        assert_eq!(
+            expand(DialectName::Postgres, template),
+            "select value from jsonb_array_elements_text(cast($2 as jsonb)) where true order by value; \
+             select value->>0, value->>1 from jsonb_array_elements(cast($1 as jsonb))"
+        );
+        assert_eq!(
+            expand(DialectName::Sqlite, template),
+            "select value from json_each($2) where true order by value; \
+             select value->>0, value->>1 from json_each($1)"
         );
     }
 

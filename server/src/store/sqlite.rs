@@ -162,15 +162,9 @@ impl PaymentStatements for Sqlite {
 }
 
 impl EventStatements for Sqlite {
-    // The same statement as PostgreSQL's, whose comment says why it is written so.
-    const MARK_EVENTS_PUBLISHED: &'static str = "update outbox_events set published_at = coalesce(published_at, \
-         strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), claimed_until = null, last_error = null where id in (select value \
-         from json_each($1))";
     const MARK_EVENT_FAILED: &'static str = "update outbox_events set claimed_until = null, last_error = $1, dead_at = case when \
          attempts >= $2 then strftime('%Y-%m-%dT%H:%M:%fZ', 'now') else null end, next_attempt_at = \
          strftime('%Y-%m-%dT%H:%M:%fZ', 'now', min(1 << attempts, 300) || ' seconds') where id = $3";
-    const MARK_RECEIPTS_SENT: &'static str = "update receipts set sent_at = coalesce(sent_at, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) \
-         where dedupe_key in (select value from json_each($1))";
 }
 
 impl ConsoleStatements for Sqlite {

@@ -3,45 +3,56 @@
 use crate::store::dialect::{Dialect, RowsAffected, WriteTx};
 use crate::store::error::StoreError;
 use crate::store::events::EventPayment;
+use crate::store::events::json_array;
 use crate::store::events::payment_for_events;
+use crate::store::events::payments_for_events;
 use crate::store::payments::minor_to_decimal;
 use domain::event::EventMessage;
+use std::collections::HashSet;
 
-/// The ledger's side of an authorised payment: its double-entry transaction, the customer's
-/// account debited and the provider's clearing account credited (`ledger_payment_<id>`,
-/// unique, so a payment is booked once). `false`: it was booked before.
-pub(super) async fn book_payment<D: Dialect>(
+/// `$1` payment ids (a JSON array): each payment's double-entry transaction, unless it was
+/// booked before; returns the payments booked now. In id order, for the reason given at
+/// `TAKE_INTO_INBOX`.
+const BOOK_PAYMENTS: &str = "insert into ledger_transactions (id, entry_type, source_payment_id) \
+     select 'ledger_payment_' || id, 'payment_authorized', id from payments \
+     where id in (select value from {json_strings($1)}) order by id \
+     on conflict do nothing returning source_payment_id";
+
+/// `$1` payment ids (a JSON array), each booked by [`BOOK_PAYMENTS`] just now: its two
+/// postings, the customer's account debited and the provider clearing account of its currency
+/// credited.
+const POST_PAYMENTS: &str = "insert into ledger_postings (transaction_id, account, amount_minor, currency) \
+     select 'ledger_payment_' || id, 'customer:' || tenant_id || ':' || account_id, -amount_minor, currency \
+     from payments where id in (select value from {json_strings($1)}) \
+     union all \
+     select 'ledger_payment_' || id, 'provider_clearing:' || currency, amount_minor, currency \
+     from payments where id in (select value from {json_strings($1)})";
+
+/// The ledger's side of authorised payments, in three statements whatever their number: for
+/// each, its double-entry transaction, the customer's account debited and the provider's
+/// clearing account credited (`ledger_payment_<id>`, unique, so a payment is booked once).
+/// Returns the payments booked now; one booked before is not among them.
+pub(super) async fn book_payments<D: Dialect>(
     tx: &mut WriteTx<D>,
-    payment_id: &str,
-) -> Result<bool, StoreError> {
-    let EventPayment {
-        tenant_id,
-        account_id,
-        amount_minor: amount,
-        currency,
-    } = payment_for_events(tx, payment_id).await?;
-    let created = sqlx::query(
-        "insert into ledger_transactions (id, entry_type, source_payment_id) \
-         values ($1, 'payment_authorized', $2) on conflict do nothing",
-    )
-    .bind(format!("ledger_payment_{payment_id}"))
-    .bind(payment_id)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if created {
-        let customer = format!("customer:{tenant_id}:{account_id}");
-        post_in(
-            tx,
-            &format!("ledger_payment_{payment_id}"),
-            &customer,
-            -amount,
-            &currency,
-        )
-        .await?;
+    payment_ids: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    // Their payments exist, or the batch is corrupt.
+    payments_for_events(tx, payment_ids).await?;
+    if payment_ids.is_empty() {
+        return Ok(HashSet::new());
     }
-    Ok(created)
+    let booked: Vec<String> = sqlx::query_scalar(D::sql(BOOK_PAYMENTS))
+        .bind(json_array(payment_ids)?)
+        .fetch_all(&mut **tx)
+        .await?;
+    if !booked.is_empty() {
+        let booked: Vec<&str> = booked.iter().map(String::as_str).collect();
+        sqlx::query(D::sql(POST_PAYMENTS))
+            .bind(json_array(&booked)?)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(booked.into_iter().collect())
 }
 
 /// A succeeded refund in the ledger, once (`ledger_refund_<refundId>`): the provider clearing
@@ -151,30 +162,47 @@ pub(super) async fn post_in<D: Dialect>(
     Ok(())
 }
 
-/// The receipt of an authorised payment, pending until the sender delivers it
-/// (`receipt_payment_<id>`, unique). `false`: it was recorded before.
-pub(super) async fn record_receipt<D: Dialect>(
+/// `$1` the receipts, a JSON array of `[dedupe key, payment id, body]`: each recorded unless it
+/// was before; returns the payments recorded now.
+const RECORD_RECEIPTS: &str = "insert into receipts (dedupe_key, payment_id, body) \
+     select value->>0, value->>1, value->>2 from {json_rows($1)} where true order by 1 \
+     on conflict do nothing returning payment_id";
+
+/// The receipts of authorised payments, pending until the sender delivers them
+/// (`receipt_payment_<id>`, unique), in one statement. Returns the payments whose receipt was
+/// recorded now; one recorded before is not among them.
+pub(super) async fn record_receipts<D: Dialect>(
     tx: &mut WriteTx<D>,
-    payment_id: &str,
-) -> Result<bool, StoreError> {
-    let EventPayment {
-        account_id,
-        amount_minor: amount,
-        currency,
-        ..
-    } = payment_for_events(tx, payment_id).await?;
-    let body = format!(
-        "Payment {payment_id} of {} {currency} from account {account_id} was authorised.",
-        minor_to_decimal(amount, &currency)
-    );
-    Ok(sqlx::query(
-        "insert into receipts (dedupe_key, payment_id, body) values ($1, $2, $3) on conflict do nothing",
-    )
-    .bind(format!("receipt_payment_{payment_id}"))
-    .bind(payment_id)
-    .bind(body)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1)
+    payments: &[&EventPayment],
+) -> Result<HashSet<String>, StoreError> {
+    if payments.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let receipts: Vec<[String; 3]> = payments
+        .iter()
+        .map(|payment| {
+            let EventPayment {
+                id,
+                account_id,
+                amount_minor,
+                currency,
+                ..
+            } = payment;
+            [
+                format!("receipt_payment_{id}"),
+                id.clone(),
+                format!(
+                    "Payment {id} of {} {currency} from account {account_id} was authorised.",
+                    minor_to_decimal(*amount_minor, currency)
+                ),
+            ]
+        })
+        .collect();
+    let receipts =
+        serde_json::to_string(&receipts).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+    let recorded: Vec<String> = sqlx::query_scalar(D::sql(RECORD_RECEIPTS))
+        .bind(receipts)
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(recorded.into_iter().collect())
 }

@@ -2,9 +2,9 @@
 //! and dead letters; consumer inboxes with the ledger and receipts written in the same
 //! transaction.
 
-use crate::store::events::ledger::book_payment;
+use crate::store::events::ledger::book_payments;
 use crate::store::events::ledger::book_refund;
-use crate::store::events::ledger::record_receipt;
+use crate::store::events::ledger::record_receipts;
 mod ledger;
 
 use super::dialect::{Dialect, RowsAffected, SqlStore, WriteTx};
@@ -21,6 +21,7 @@ use domain::event::EventMessage;
 
 use domain::operator::AuditEntry;
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// A receipt recorded and not yet sent (a row of `receipts`).
@@ -123,13 +124,22 @@ pub trait EventStore: Send + Sync {
 
 /// Event statements that differ by dialect.
 pub trait EventStatements {
-    /// `$1` the event ids, a JSON array of strings.
-    const MARK_EVENTS_PUBLISHED: &'static str;
     /// `$1` error, `$2` attempt limit, `$3` event id.
     const MARK_EVENT_FAILED: &'static str;
-    /// `$1` the dedupe keys, a JSON array of strings.
-    const MARK_RECEIPTS_SENT: &'static str;
 }
+
+/// `$1` the event ids, a JSON array of strings. A mark probes the primary key once per id, and
+/// a second mark keeps the first time. With `published_at is null` in its condition instead,
+/// PostgreSQL's planner read the partial index of unpublished events, which under load is
+/// mostly entries of rows published since the last vacuum, and read all of it
+/// (docs/performance.md has the plans and the times).
+const MARK_EVENTS_PUBLISHED: &str = "update outbox_events set published_at = coalesce(published_at, {now}), \
+     claimed_until = null, last_error = null where id in (select value from {json_strings($1)})";
+
+/// `$1` the dedupe keys, a JSON array of strings; by the primary key, for the reason given at
+/// [`MARK_EVENTS_PUBLISHED`].
+const MARK_RECEIPTS_SENT: &str = "update receipts set sent_at = coalesce(sent_at, {now}) \
+     where dedupe_key in (select value from {json_strings($1)})";
 
 /// `$1` event id, `$2` dead at (RFC 3339 text).
 const REDRIVE_EVENT: &str = "update outbox_events set dead_at = null, attempts = 0, next_attempt_at = null, claimed_until \
@@ -153,51 +163,92 @@ const CONSUMER_LAG: &str = "select count(*) from outbox_events e where not exist
      i.consumer_name = $1 and i.message_id = e.id) and e.event_type = $2 and e.created_at >= \
      {now-$3} and e.published_at is not null";
 
-/// Runs `apply` for each message of a batch that `consumer` has not processed, after writing
-/// its inbox row, all in one transaction: a duplicate delivery (in this batch or before) finds
-/// the row and does nothing; a crash before the commit leaves neither, and the redelivery does
-/// the work once. Messages are taken in id order, so that two batches sharing messages lock
-/// their inbox rows in the same order and never deadlock. Writing first also takes SQLite's
-/// write lock at once, so two deliveries queue instead of failing to upgrade a read.
-async fn consume_batch<D: Dialect>(
-    mut tx: WriteTx<D>,
+/// `$1` consumer, `$2` the batch's message ids (a JSON array): the inbox rows written, one per
+/// message the consumer had not processed; returns their ids. In id order, so that two batches
+/// sharing messages lock their inbox rows in the same order and never deadlock.
+const TAKE_INTO_INBOX: &str = "insert into consumer_inbox (consumer_name, message_id) \
+     select $1, value from {json_strings($2)} where true order by value \
+     on conflict do nothing returning message_id";
+
+/// `$1` payment ids (a JSON array): what the consumers book of each.
+const PAYMENTS_FOR_EVENTS: &str = "select id, tenant_id, account_id, amount_minor, currency from payments \
+     where id in (select value from {json_strings($1)})";
+
+/// Writes the batch's inbox rows for `consumer`, in one statement; per message, whether it is
+/// new to the consumer. Its side effects go in the same transaction: a duplicate delivery (in
+/// this batch or before) finds the row and does nothing; a crash before the commit leaves
+/// neither, and the redelivery does the work once. Writing first also takes SQLite's write
+/// lock at once, so two deliveries queue instead of failing to upgrade a read.
+///
+/// One statement a batch, not one a message: on SQLite each statement is a hand-off to the
+/// writer's worker thread and back, and the consumers' statements one by one took a third of
+/// the writer's time under fresh creates (docs/performance.md).
+async fn take_into_inbox<D: Dialect>(
+    tx: &mut WriteTx<D>,
     consumer: &str,
     messages: &[&EventMessage],
-    mut apply: impl for<'t> FnMut(
-        &'t mut WriteTx<D>,
-        &'t EventMessage,
-    ) -> futures_util::future::BoxFuture<'t, Result<bool, StoreError>>,
 ) -> Result<Vec<bool>, StoreError> {
-    let mut order: Vec<usize> = (0..messages.len()).collect();
-    order.sort_by(|&a, &b| messages[a].event_id.cmp(&messages[b].event_id));
-    let mut applied = vec![false; messages.len()];
-    for index in order {
-        let message = messages[index];
-        let fresh = sqlx::query(
-            "insert into consumer_inbox (consumer_name, message_id) values ($1, $2) on conflict do nothing",
-        )
+    let ids: Vec<&str> = messages.iter().map(|message| message.event_id.as_str()).collect();
+    let taken: Vec<String> = sqlx::query_scalar(D::sql(TAKE_INTO_INBOX))
         .bind(consumer)
-        .bind(message.event_id.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if fresh {
-            applied[index] = apply(&mut tx, message).await?;
-        }
-    }
-    crash_point(CrashPoint::ConsumerAfterSideEffect);
-    tx.commit().await?;
-    Ok(applied)
+        .bind(json_array(&ids)?)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut taken: HashSet<String> = taken.into_iter().collect();
+    // The same message twice in a batch: its first delivery is the new one.
+    Ok(messages
+        .iter()
+        .map(|message| taken.remove(&message.event_id))
+        .collect())
+}
+
+/// `items` as a JSON array of strings: a batch in one parameter.
+fn json_array(items: &[&str]) -> Result<String, StoreError> {
+    serde_json::to_string(items).map_err(|error| StoreError::Corrupt(error.to_string()))
 }
 
 /// What the consumers book of an event's payment.
 #[derive(sqlx::FromRow)]
 struct EventPayment {
+    id: String,
     tenant_id: String,
     account_id: String,
     amount_minor: i64,
     currency: String,
+}
+
+/// The payments of `payment_ids` by id, in one statement. An event whose payment is missing
+/// is corrupt, and fails its batch.
+async fn payments_for_events<D: Dialect>(
+    tx: &mut WriteTx<D>,
+    payment_ids: &[&str],
+) -> Result<HashMap<String, EventPayment>, StoreError> {
+    if payment_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let found: Vec<EventPayment> = sqlx::query_as(D::sql(PAYMENTS_FOR_EVENTS))
+        .bind(json_array(payment_ids)?)
+        .fetch_all(&mut **tx)
+        .await?;
+    let found: HashMap<String, EventPayment> = found
+        .into_iter()
+        .map(|payment| (payment.id.clone(), payment))
+        .collect();
+    match payment_ids.iter().find(|id| !found.contains_key(**id)) {
+        Some(missing) => Err(StoreError::corrupt("event for unknown payment", missing)),
+        None => Ok(found),
+    }
+}
+
+/// The payment of one event.
+async fn payment_for_events<D: Dialect>(
+    tx: &mut WriteTx<D>,
+    payment_id: &str,
+) -> Result<EventPayment, StoreError> {
+    payments_for_events(tx, &[payment_id])
+        .await?
+        .remove(payment_id)
+        .ok_or_else(|| StoreError::corrupt("event for unknown payment", payment_id))
 }
 
 /// A row of [`EventStatements::CLAIM_EVENTS`].
@@ -207,18 +258,6 @@ struct ClaimedEvent {
     event_type: String,
     payment_id: String,
     payload: String,
-}
-
-/// The tenant, account, amount and currency of an event's payment.
-async fn payment_for_events<D: Dialect>(
-    tx: &mut WriteTx<D>,
-    payment_id: &str,
-) -> Result<EventPayment, StoreError> {
-    sqlx::query_as("select tenant_id, account_id, amount_minor, currency from payments where id = $1")
-        .bind(payment_id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or_else(|| StoreError::corrupt("event for unknown payment", payment_id))
 }
 
 #[async_trait::async_trait]
@@ -298,7 +337,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
             return Ok(());
         }
         let ids = serde_json::to_string(event_ids).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        self.write_one(sqlx::query(D::MARK_EVENTS_PUBLISHED).bind(ids))
+        self.write_one(sqlx::query(D::sql(MARK_EVENTS_PUBLISHED)).bind(ids))
             .await?;
         Ok(())
     }
@@ -324,17 +363,27 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         consumer: &str,
         messages: &[&EventMessage],
     ) -> Result<Vec<bool>, StoreError> {
-        let tx = self.begin().await?;
-        consume_batch(tx, consumer, messages, |tx, message| {
-            Box::pin(async move {
-                if message.event_type == "RefundSucceeded" {
-                    book_refund(tx, message).await
-                } else {
-                    book_payment(tx, &message.payment_id).await
-                }
-            })
-        })
-        .await
+        let mut tx = self.begin().await?;
+        let fresh = take_into_inbox(&mut tx, consumer, messages).await?;
+        let (refunds, payments): (Vec<usize>, Vec<usize>) = (0..messages.len())
+            .filter(|&index| fresh[index])
+            .partition(|&index| messages[index].event_type == "RefundSucceeded");
+        let payment_ids: Vec<&str> = payments
+            .iter()
+            .map(|&index| messages[index].payment_id.as_str())
+            .collect();
+        let mut booked = book_payments(&mut tx, &payment_ids).await?;
+        let mut applied = vec![false; messages.len()];
+        for index in payments {
+            // A payment is booked once, by the first of its events.
+            applied[index] = booked.remove(&messages[index].payment_id);
+        }
+        for index in refunds {
+            applied[index] = book_refund(&mut tx, messages[index]).await?;
+        }
+        crash_point(CrashPoint::ConsumerAfterSideEffect);
+        tx.commit().await?;
+        Ok(applied)
     }
 
     async fn consume_into_receipts(
@@ -342,11 +391,22 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         consumer: &str,
         messages: &[&EventMessage],
     ) -> Result<Vec<bool>, StoreError> {
-        let tx = self.begin().await?;
-        consume_batch(tx, consumer, messages, |tx, message| {
-            Box::pin(record_receipt(tx, &message.payment_id))
-        })
-        .await
+        let mut tx = self.begin().await?;
+        let fresh = take_into_inbox(&mut tx, consumer, messages).await?;
+        let payment_ids: Vec<&str> = (0..messages.len())
+            .filter(|&index| fresh[index])
+            .map(|index| messages[index].payment_id.as_str())
+            .collect();
+        let payments = payments_for_events(&mut tx, &payment_ids).await?;
+        let payments: Vec<&EventPayment> = payments.values().collect();
+        let mut recorded = record_receipts(&mut tx, &payments).await?;
+        let applied = (0..messages.len())
+            // A receipt is recorded once, by the first of its payment's events.
+            .map(|index| fresh[index] && recorded.remove(&messages[index].payment_id))
+            .collect();
+        crash_point(CrashPoint::ConsumerAfterSideEffect);
+        tx.commit().await?;
+        Ok(applied)
     }
 
     async fn pending_receipts(&self, limit: i64) -> Result<Vec<PendingReceipt>, StoreError> {
@@ -364,7 +424,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         }
         let keys =
             serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        self.write_one(sqlx::query(D::MARK_RECEIPTS_SENT).bind(keys))
+        self.write_one(sqlx::query(D::sql(MARK_RECEIPTS_SENT)).bind(keys))
             .await?;
         Ok(())
     }

@@ -73,47 +73,41 @@ fn expand(dialect: DialectName, template: &str) -> String {
     out
 }
 
+/// The placeholders written as a call, `name(argument)`: their PostgreSQL and SQLite forms,
+/// `{}` where the argument goes.
+const CALLS: [(&str, &str, &str); 4] = [
+    (
+        "seconds_since",
+        "cast(extract(epoch from now() - {}) as double precision)",
+        "(julianday('now') - julianday({})) * 86400.0",
+    ),
+    ("time", "{}::timestamptz", "strftime('%Y-%m-%dT%H:%M:%fZ', {})"),
+    (
+        "json_strings",
+        "jsonb_array_elements_text(cast({} as jsonb))",
+        "json_each({})",
+    ),
+    (
+        "json_rows",
+        "jsonb_array_elements(cast({} as jsonb))",
+        "json_each({})",
+    ),
+];
+
+/// The argument of a placeholder written as a call, `name(argument)`.
+fn call_argument<'p>(placeholder: &'p str, name: &str) -> Option<&'p str> {
+    placeholder
+        .strip_prefix(name)?
+        .strip_prefix('(')?
+        .strip_suffix(')')
+}
+
 fn spelling(dialect: DialectName, placeholder: &str) -> String {
     let postgres = dialect == DialectName::Postgres;
-    if let Some(since) = placeholder
-        .strip_prefix("seconds_since(")
-        .and_then(|rest| rest.strip_suffix(')'))
-    {
-        return if postgres {
-            format!("cast(extract(epoch from now() - {since}) as double precision)")
-        } else {
-            format!("(julianday('now') - julianday({since})) * 86400.0")
-        };
-    }
-    if let Some(time) = placeholder
-        .strip_prefix("time(")
-        .and_then(|rest| rest.strip_suffix(')'))
-    {
-        return if postgres {
-            format!("{time}::timestamptz")
-        } else {
-            format!("strftime('%Y-%m-%dT%H:%M:%fZ', {time})")
-        };
-    }
-    if let Some(array) = placeholder
-        .strip_prefix("json_strings(")
-        .and_then(|rest| rest.strip_suffix(')'))
-    {
-        return if postgres {
-            format!("jsonb_array_elements_text(cast({array} as jsonb))")
-        } else {
-            format!("json_each({array})")
-        };
-    }
-    if let Some(array) = placeholder
-        .strip_prefix("json_rows(")
-        .and_then(|rest| rest.strip_suffix(')'))
-    {
-        return if postgres {
-            format!("jsonb_array_elements(cast({array} as jsonb))")
-        } else {
-            format!("json_each({array})")
-        };
+    for (name, postgres_form, sqlite_form) in CALLS {
+        if let Some(argument) = call_argument(placeholder, name) {
+            return if postgres { postgres_form } else { sqlite_form }.replace("{}", argument);
+        }
     }
     match (placeholder, postgres) {
         ("for_update", true) => "for update".to_owned(),

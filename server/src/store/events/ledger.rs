@@ -198,10 +198,8 @@ pub(super) async fn record_receipts<D: Dialect>(
             ]
         })
         .collect();
-    let receipts =
-        serde_json::to_string(&receipts).map_err(|error| StoreError::Corrupt(error.to_string()))?;
     let recorded: Vec<String> = sqlx::query_scalar(D::sql(RECORD_RECEIPTS))
-        .bind(receipts)
+        .bind(json_array(&receipts)?)
         .fetch_all(&mut **tx)
         .await?;
     Ok(recorded.into_iter().collect())

@@ -202,8 +202,8 @@ async fn take_into_inbox<D: Dialect>(
         .collect())
 }
 
-/// `items` as a JSON array of strings: a batch in one parameter.
-fn json_array(items: &[&str]) -> Result<String, StoreError> {
+/// A batch as one JSON parameter (read by `{json_strings($N)}` or `{json_rows($N)}`).
+fn json_array<T: serde::Serialize + ?Sized>(items: &T) -> Result<String, StoreError> {
     serde_json::to_string(items).map_err(|error| StoreError::Corrupt(error.to_string()))
 }
 
@@ -336,8 +336,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         if event_ids.is_empty() {
             return Ok(());
         }
-        let ids = serde_json::to_string(event_ids).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        self.write_one(sqlx::query(D::sql(MARK_EVENTS_PUBLISHED)).bind(ids))
+        self.write_one(sqlx::query(D::sql(MARK_EVENTS_PUBLISHED)).bind(json_array(event_ids)?))
             .await?;
         Ok(())
     }
@@ -422,9 +421,7 @@ impl<D: Dialect + EventStatements> EventStore for SqlStore<D> {
         if dedupe_keys.is_empty() {
             return Ok(());
         }
-        let keys =
-            serde_json::to_string(dedupe_keys).map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        self.write_one(sqlx::query(D::sql(MARK_RECEIPTS_SENT)).bind(keys))
+        self.write_one(sqlx::query(D::sql(MARK_RECEIPTS_SENT)).bind(json_array(dedupe_keys)?))
             .await?;
         Ok(())
     }

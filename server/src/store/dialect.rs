@@ -197,6 +197,20 @@ impl<D: Dialect> SqlStore<D> {
         Ok(WriteTx::Alone(begun?))
     }
 
+    /// A write transaction whose first statement is `first` (expanded), and that statement as
+    /// it is to be sent: on SQLite with the savepoint's opening in front of it, one hand-off to
+    /// sqlx's worker thread instead of two (`group_commit.rs`).
+    pub(super) async fn begin_with(
+        &self,
+        first: &'static str,
+    ) -> Result<(WriteTx<D>, &'static str), StoreError> {
+        if let Some(group) = &self.group {
+            let (member, first) = group.begin_with(first).await?;
+            return Ok((WriteTx::Shared(member), first));
+        }
+        Ok((self.begin().await?, first))
+    }
+
     /// One write statement in its own transaction; the rows it affected.
     pub(super) async fn write_one<'q>(
         &self,

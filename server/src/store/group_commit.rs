@@ -3,7 +3,7 @@
 //! at a time, so a sync per transaction bounds the embedded database's writes.
 //!
 //! Here one transaction is open on the writer connection at a time, and each caller's write
-//! transaction is a savepoint inside it: its statements, then `RELEASE`, and it waits. A
+//! transaction is a savepoint inside it: its statements, and it waits. A
 //! committer task commits the open transaction whenever it reaches the writer, which is first in
 //! line after the callers that queued before it (the lock is fair), so every caller that came
 //! while a sync was under way shares the next one. A caller's `commit` returns only after the
@@ -13,6 +13,23 @@
 //! that fails or goes away has its savepoint rolled back before anyone else uses the
 //! connection.
 //!
+//! Every statement is a hand-off to sqlx's worker thread, and hand-offs, not SQLite, were
+//! half of the writer's time (docs/performance.md), so a transaction costs as few as can be:
+//! - a caller that commits leaves its savepoint open, and the next caller's opening statement
+//!   releases it and makes its own (`release idem_a; savepoint idem_b`), so that never more
+//!   than one savepoint is open. (Left open until the group's `COMMIT`, savepoints nested
+//!   hundreds deep under overload, and SQLite's page writes look at each of them: tried and
+//!   taken back.)
+//! - [`GroupCommit::begin_with`] sends the opening statement in front of the caller's first
+//!   (a claim's or a completion's script): the whole transaction is one hand-off, then the
+//!   commit it shares.
+//!
+//! The two savepoint names alternate so that a caller's rollback names only its own: when its
+//! opening statement did not run to its end (it failed, or the caller went away before
+//! sending it), `rollback to` its name finds no savepoint, and the group is undone and told
+//! so, where one name would have rolled back to the caller's before it, whose work that caller
+//! was promised.
+//!
 //! Measured before building it (debug build, 8 s of fresh creates offered at 400/s, one
 //! instance on the embedded file): the backlog at the end was 4.3-4.7 s with `synchronous=FULL`
 //! and 1.5-2.1 s with `NORMAL` (no sync at commit), so the sync was about a quarter of a create's
@@ -20,6 +37,7 @@
 
 use super::dialect::Dialect;
 use super::error::StoreError;
+use super::sql::{Made, kept};
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
@@ -41,8 +59,10 @@ struct Writer<D: Database> {
     /// it back, so that closing the store finds it in its pool; after a failed commit it is
     /// closed, and the next transaction takes a fresh one.
     connection: Option<PoolConnection<D>>,
-    /// A transaction is open, holding the work of the callers in `waiting`.
-    open: bool,
+    /// The savepoint of the last caller, while a transaction is open holding the work of the
+    /// callers in `waiting`: that caller committed, rolled back to it, or went away and was
+    /// rolled back to it, and the next caller's opening statement releases it.
+    open: Option<Savepoint>,
     waiting: Vec<oneshot::Sender<Committed>>,
     /// The last caller went away inside its savepoint: it is rolled back before anything else.
     abandoned: bool,
@@ -60,6 +80,7 @@ pub(super) struct GroupCommit<D: Database> {
 /// until it commits or goes away.
 pub struct Member<D: Database> {
     writer: OwnedMutexGuard<Writer<D>>,
+    savepoint: Savepoint,
     wake_committer: Arc<Notify>,
     released: bool,
 }
@@ -69,7 +90,7 @@ impl<D: Dialect> GroupCommit<D> {
     pub(super) fn over(pool: Pool<D>) -> GroupCommit<D> {
         let writer = Arc::new(Mutex::new(Writer {
             connection: None,
-            open: false,
+            open: None,
             waiting: Vec::new(),
             abandoned: false,
         }));
@@ -93,10 +114,26 @@ impl<D: Dialect> GroupCommit<D> {
 
     /// A write transaction: the writer (in line behind the callers and the committer before
     /// this one), the group's transaction begun if none is open, and this caller's savepoint.
-    /// Run on a task of its own, so that a caller that goes away meanwhile cannot leave the
-    /// connection half way through `BEGIN` (the member it did not receive is dropped, and
-    /// rolled back).
     pub(super) async fn begin(&self) -> Result<Member<D>, StoreError> {
+        Ok(self.join(Opening::Now).await?.0)
+    }
+
+    /// A write transaction whose first statement is `first`, and that statement as the caller
+    /// is to send it: the transaction's opening statement in front of `first`, one hand-off
+    /// where `begin` and `first` would be two.
+    pub(super) async fn begin_with(
+        &self,
+        first: &'static str,
+    ) -> Result<(Member<D>, &'static str), StoreError> {
+        let (member, opening) = self.join(Opening::WithFirstStatement).await?;
+        Ok((member, joined(opening, first)))
+    }
+
+    /// The writer, this caller's savepoint named and its opening statement: sent now, or
+    /// returned for the caller to send with its first. Run on a task of its own, so that a
+    /// caller that goes away meanwhile cannot leave the connection half way through `BEGIN`
+    /// (the member it did not receive is dropped, and rolled back).
+    async fn join(&self, opening: Opening) -> Result<(Member<D>, &'static str), StoreError> {
         let (pool, writer, wake_committer) = (
             self.pool.clone(),
             Arc::clone(&self.writer),
@@ -109,22 +146,34 @@ impl<D: Dialect> GroupCommit<D> {
                 .await
                 .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?;
             writer.settle_abandoned().await;
-            if !writer.open {
-                let mut connection = match writer.connection.take() {
-                    Some(connection) => connection,
-                    None => pool.acquire().await?,
-                };
-                sqlx::query("begin immediate").execute(&mut *connection).await?;
-                writer.connection = Some(connection);
-                writer.open = true;
+            if writer.connection.is_none() {
+                writer.connection = Some(pool.acquire().await?);
             }
-            let mut member = Member {
+            let savepoint = writer.open.map_or(Savepoint::A, Savepoint::next);
+            let statement = savepoint.opening(writer.open.is_some());
+            if opening == Opening::Now {
+                let begun = match writer.connection() {
+                    Some(connection) => sqlx::query(statement).execute(connection).await,
+                    None => Err(sqlx::Error::PoolClosed),
+                };
+                if let Err(error) = begun {
+                    // Which of the statements ran is not known, so no savepoint can be trusted
+                    // to undo only this caller: the group is undone, and told so. (A failed
+                    // `begin immediate` leaves nobody to tell.)
+                    writer
+                        .abort_group(&format!("beginning a caller's savepoint: {error}"))
+                        .await;
+                    return Err(error.into());
+                }
+            }
+            writer.open = Some(savepoint);
+            let member = Member {
                 writer,
+                savepoint,
                 wake_committer,
                 released: false,
             };
-            sqlx::query("savepoint idem_member").execute(&mut *member).await?;
-            Ok(member)
+            Ok((member, statement))
         })
         .await
         .map_err(|stopped| StoreError::Corrupt(format!("beginning a transaction: {stopped}")))?
@@ -153,21 +202,17 @@ impl<D: Dialect> Writer<D> {
         self.connection.as_deref_mut()
     }
 
-    /// Rolls back the savepoint of a caller that went away inside it.
+    /// Rolls back the savepoint of a caller that went away inside it (the last caller: it
+    /// held the writer).
     async fn settle_abandoned(&mut self) {
         if !std::mem::take(&mut self.abandoned) {
             return;
         }
-        let Some(connection) = self.connection() else {
+        let (Some(savepoint), Some(connection)) = (self.open, self.connection.as_deref_mut()) else {
             return;
         };
-        let undone = async {
-            sqlx::query("rollback to idem_member")
-                .execute(&mut *connection)
-                .await?;
-            sqlx::query("release idem_member").execute(&mut *connection).await
-        };
-        if let Err(error) = undone.await {
+        let undone = sqlx::query(savepoint.rollback()).execute(connection).await;
+        if let Err(error) = undone {
             // The connection's state is not known: the whole group is undone, and told so.
             self.abort_group(&format!("rolling back a caller's savepoint: {error}"))
                 .await;
@@ -178,7 +223,7 @@ impl<D: Dialect> Writer<D> {
     /// caller whose work it holds.
     async fn commit_group(&mut self) {
         self.settle_abandoned().await;
-        if !self.open {
+        if self.open.is_none() {
             return;
         }
         let committed = match self.connection() {
@@ -187,7 +232,7 @@ impl<D: Dialect> Writer<D> {
         };
         match committed {
             Ok(_) => {
-                self.open = false;
+                self.open = None;
                 for caller in self.waiting.drain(..) {
                     // A caller that went away meanwhile has nothing to hear.
                     let _ = caller.send(Ok(()));
@@ -208,7 +253,7 @@ impl<D: Dialect> Writer<D> {
             let _ = sqlx::query("rollback").execute(&mut *connection).await;
             let _ = connection.close().await;
         }
-        self.open = false;
+        self.open = None;
         self.abandoned = false;
         for caller in self.waiting.drain(..) {
             let _ = caller.send(Err(why.to_owned()));
@@ -217,43 +262,91 @@ impl<D: Dialect> Writer<D> {
 }
 
 impl<D: Dialect> Member<D> {
-    /// Releases the savepoint into the group's transaction and waits for the commit that
-    /// holds it.
-    pub(super) async fn commit(self) -> Result<(), StoreError> {
-        self.finish(&["release idem_member"]).await
+    /// Leaves the savepoint's work in the group's transaction and waits for the commit that
+    /// holds it. No statement: the next caller's savepoint, or the commit, releases it.
+    pub(super) async fn commit(mut self) -> Result<(), StoreError> {
+        let (told, committed) = oneshot::channel();
+        self.released = true;
+        self.writer.waiting.push(told);
+        // Dropping the member hands the writer on and wakes the committer.
+        drop(self);
+        heard(committed).await
     }
 
     /// Rolls this caller's savepoint back, and waits for the group's commit all the same: what
     /// the caller read inside it may be other callers' work of the same group (a claim that
     /// found a key another caller had just claimed, say), which it may then read elsewhere
-    /// only once committed.
-    pub(super) async fn rollback(self) -> Result<(), StoreError> {
-        self.finish(&["rollback to idem_member", "release idem_member"])
-            .await
-    }
-
-    /// Ends the savepoint with `statements` and waits for the commit of the group's
-    /// transaction. The statements run on a task of its own (a caller that goes away cannot
-    /// stop them half way); a caller that goes away while waiting leaves its work to be
-    /// committed.
-    async fn finish(mut self, statements: &'static [&'static str]) -> Result<(), StoreError> {
+    /// only once committed. The rollback runs on a task of its own (a caller that goes away
+    /// cannot stop it half way); a caller that goes away while waiting is simply not told.
+    pub(super) async fn rollback(mut self) -> Result<(), StoreError> {
         let (told, committed) = oneshot::channel();
         tokio::spawn(async move {
-            for statement in statements {
-                sqlx::query(statement).execute(&mut *self).await?;
-            }
+            let undo = self.savepoint.rollback();
+            sqlx::query(undo).execute(&mut *self).await?;
             self.released = true;
             self.writer.waiting.push(told);
-            self.wake_committer.notify_one();
             Ok::<(), StoreError>(())
         })
         .await
         .map_err(|stopped| StoreError::Corrupt(format!("ending a transaction: {stopped}")))??;
-        match committed.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(StoreError::NotCommitted(why)),
-            Err(_) => Err(StoreError::NotCommitted("the writer stopped".to_owned())),
+        heard(committed).await
+    }
+}
+
+/// The two names a caller's savepoint takes in turn (the module's comment says why).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Savepoint {
+    A,
+    B,
+}
+
+impl Savepoint {
+    fn next(self) -> Savepoint {
+        match self {
+            Savepoint::A => Savepoint::B,
+            Savepoint::B => Savepoint::A,
         }
+    }
+
+    /// What makes this savepoint: the group's transaction begun, or the last caller's
+    /// savepoint (the other name) released.
+    fn opening(self, in_open_group: bool) -> &'static str {
+        match (self, in_open_group) {
+            (Savepoint::A, false) => "begin immediate; savepoint idem_a",
+            (Savepoint::B, false) => "begin immediate; savepoint idem_b",
+            (Savepoint::A, true) => "release idem_b; savepoint idem_a",
+            (Savepoint::B, true) => "release idem_a; savepoint idem_b",
+        }
+    }
+
+    fn rollback(self) -> &'static str {
+        match self {
+            Savepoint::A => "rollback to idem_a",
+            Savepoint::B => "rollback to idem_b",
+        }
+    }
+}
+
+/// Whether `join` sends the opening statement, or leaves it to the caller's first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    Now,
+    WithFirstStatement,
+}
+
+/// `opening` in front of `first`, as one statement (sqlx prepares each pair once per
+/// connection).
+fn joined(opening: &'static str, first: &'static str) -> &'static str {
+    let name = Made::Joined(opening.as_ptr() as usize, first.as_ptr() as usize);
+    kept(name, || format!("{opening}; {first}"))
+}
+
+/// What a caller hears of the group's commit.
+async fn heard(committed: oneshot::Receiver<Committed>) -> Result<(), StoreError> {
+    match committed.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => Err(StoreError::NotCommitted(why)),
+        Err(_) => Err(StoreError::NotCommitted("the writer stopped".to_owned())),
     }
 }
 
@@ -291,8 +384,8 @@ impl<D: Dialect> std::ops::DerefMut for Member<D> {
 #[cfg(test)]
 mod tests {
     use super::GroupCommit;
-    use sqlx::Sqlite;
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+    use sqlx::{Pool, Sqlite};
 
     async fn waiting(group: &GroupCommit<Sqlite>, callers: usize) {
         while group.writer.lock().await.waiting.len() < callers {
@@ -300,11 +393,7 @@ mod tests {
         }
     }
 
-    /// Callers of one group: the first commits, the second rolls back, the third goes away
-    /// inside its savepoint, and the fourth, whose `begin` rolls the third back, commits. The
-    /// group's commit keeps the first and the fourth callers' work, and only that.
-    #[tokio::test]
-    async fn callers_rolled_back_in_a_group_undo_only_their_own_work() {
+    async fn group_over_a_table() -> (tempfile::TempDir, Pool<Sqlite>, GroupCommit<Sqlite>) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let options = SqliteConnectOptions::new()
             .filename(dir.path().join("group.db"))
@@ -321,6 +410,15 @@ mod tests {
         let group = GroupCommit::over(pool.clone());
         // The group's commit is the test's to make.
         group.committer.abort();
+        (dir, pool, group)
+    }
+
+    /// Callers of one group: the first commits, the second rolls back, the third goes away
+    /// inside its savepoint, and the fourth, whose `begin` rolls the third back, commits. The
+    /// group's commit keeps the first and the fourth callers' work, and only that.
+    #[tokio::test]
+    async fn callers_rolled_back_in_a_group_undo_only_their_own_work() {
+        let (_dir, pool, group) = group_over_a_table().await;
         let insert = |n: i64| sqlx::query("insert into t (n) values ($1)").bind(n);
 
         let mut first = group.begin().await.expect("begin");
@@ -343,7 +441,7 @@ mod tests {
         waiting(&group, 3).await;
 
         let mut writer = group.writer.lock().await;
-        assert!(writer.open, "all four in one open transaction");
+        assert!(writer.open.is_some(), "all four in one open transaction");
         writer.commit_group().await;
         drop(writer);
         first.await.expect("first").expect("first committed");
@@ -359,5 +457,96 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(kept, vec![1, 4]);
+    }
+
+    /// However many callers a group holds, one savepoint is open: each caller's opening
+    /// statement releases the one before (nested hundreds deep under overload, they slowed
+    /// every page write). After five commits (savepoints a, b, a, b, a), the fourth's `b` is
+    /// gone, and once the fifth's `a` is released no `a` is left either.
+    #[tokio::test]
+    async fn a_group_holds_one_savepoint_however_many_callers_it_has() {
+        let (_dir, _pool, group) = group_over_a_table().await;
+        let mut committed = Vec::new();
+        for n in 1..=5_i64 {
+            let mut member = group.begin().await.expect("begin");
+            sqlx::query("insert into t (n) values ($1)")
+                .bind(n)
+                .execute(&mut *member)
+                .await
+                .expect("insert");
+            committed.push(tokio::spawn(member.commit()));
+            waiting(&group, committed.len()).await;
+        }
+        let mut writer = group.writer.lock().await;
+        let connection = writer.connection().expect("the group's connection");
+        let mut sent = Vec::new();
+        for statement in ["rollback to idem_b", "release idem_a", "rollback to idem_a"] {
+            sent.push(sqlx::query(statement).execute(&mut *connection).await.is_ok());
+        }
+        assert_eq!(
+            sent,
+            [false, true, false],
+            "only the last caller's savepoint was open"
+        );
+        writer.commit_group().await;
+        drop(writer);
+        for member in committed {
+            member.await.expect("member").expect("committed");
+        }
+        group.close().await;
+    }
+
+    /// A caller whose transaction opens with its first statement, and goes away before
+    /// sending it, has no savepoint: its rollback must not find the caller's before it (whose
+    /// work that caller was promised) under the same name. The group is undone, and its
+    /// callers told, before anything else runs; the next caller starts a fresh group.
+    #[tokio::test]
+    async fn a_caller_gone_before_its_first_statement_never_rolls_back_the_one_before() {
+        let (_dir, pool, group) = group_over_a_table().await;
+        let insert = |n: i64| sqlx::query("insert into t (n) values ($1)").bind(n);
+
+        let (mut first, statement) = group
+            .begin_with("insert into t (n) values ($1)")
+            .await
+            .expect("begin");
+        assert_eq!(
+            statement,
+            "begin immediate; savepoint idem_a; insert into t (n) values ($1)"
+        );
+        sqlx::query(statement)
+            .bind(1_i64)
+            .execute(&mut *first)
+            .await
+            .expect("insert");
+        let first = tokio::spawn(first.commit());
+        waiting(&group, 1).await;
+
+        let (second, statement) = group
+            .begin_with("insert into t (n) values ($1)")
+            .await
+            .expect("begin");
+        assert_eq!(
+            statement,
+            "release idem_a; savepoint idem_b; insert into t (n) values ($1)"
+        );
+        drop(second);
+
+        let mut third = group.begin().await.expect("begin");
+        insert(3).execute(&mut *third).await.expect("insert");
+        let third = tokio::spawn(third.commit());
+        let told = first.await.expect("first");
+        assert!(
+            matches!(told, Err(crate::store::error::StoreError::NotCommitted(_))),
+            "the first caller is told its work was undone: {told:?}"
+        );
+        waiting(&group, 1).await;
+        group.writer.lock().await.commit_group().await;
+        third.await.expect("third").expect("third committed");
+        group.close().await;
+        let kept: Vec<i64> = sqlx::query_scalar("select n from t")
+            .fetch_all(&pool)
+            .await
+            .expect("read");
+        assert_eq!(kept, vec![3]);
     }
 }

@@ -29,10 +29,28 @@ use std::sync::{LazyLock, RwLock};
 
 /// `template` in `dialect`'s spelling, made once per process and kept.
 pub fn expanded(dialect: DialectName, template: &'static str) -> &'static str {
-    static MADE: LazyLock<RwLock<HashMap<(DialectName, usize), &'static str>>> =
+    kept(Made::Expanded(dialect, template.as_ptr() as usize), || {
+        expand(dialect, template)
+    })
+}
+
+/// What a statement's text was made from. Addresses name the store's constants, and the
+/// statements made from them, which are kept.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Made {
+    /// A template in a dialect's spelling.
+    Expanded(DialectName, usize),
+    /// Two statements sent as one (SQLite's group commit: a savepoint's opening in front of a
+    /// caller's first statement).
+    Joined(usize, usize),
+}
+
+/// The statement `name` names, made by `make` the first time and kept for the process's life,
+/// so that sqlx, which takes `&'static str` and caches prepared statements by their text, sees
+/// the same text each time.
+pub(super) fn kept(name: Made, make: impl FnOnce() -> String) -> &'static str {
+    static MADE: LazyLock<RwLock<HashMap<Made, &'static str>>> =
         LazyLock::new(|| RwLock::new(HashMap::new()));
-    // The template's address names it: each is a constant of the store.
-    let name = (dialect, template.as_ptr() as usize);
     if let Some(made) = MADE
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -40,7 +58,7 @@ pub fn expanded(dialect: DialectName, template: &'static str) -> &'static str {
     {
         return made;
     }
-    let made: &'static str = Box::leak(expand(dialect, template).into_boxed_str());
+    let made: &'static str = Box::leak(make().into_boxed_str());
     let mut kept = MADE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     kept.entry(name).or_insert(made)
 }

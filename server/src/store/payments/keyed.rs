@@ -100,8 +100,8 @@ pub enum AtOnce {
     Statement(&'static str),
     /// Statements in one string, inside a write transaction (SQLite): sqlx runs them all in one
     /// command to the connection's worker thread and binds each statement's numbered
-    /// parameters from the same arguments, so the transaction is three hand-offs (savepoint,
-    /// script, release) instead of seven.
+    /// parameters from the same arguments, so the transaction is one hand-off (the script, with
+    /// its savepoint's opening in front: `SqlStore::begin_with`) instead of seven.
     Script(&'static str),
 }
 
@@ -221,13 +221,13 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
     ) -> Result<Option<ClaimOutcome>, StoreError> {
         let event_id = new_event_id();
         let event = payment.created_event(&event_id);
-        let query = |sql| bind_claim_payment(sqlx::query_as(D::sql(sql)), claim, payment, &event_id, &event);
+        let query = |sql| bind_claim_payment(sqlx::query_as(sql), claim, payment, &event_id, &event);
         match D::CLAIM_PAYMENT_AT_ONCE {
             AtOnce::Statement(statement) => {
                 // A crash here or while the statement runs leaves nothing, as inside a
                 // transaction: the statement is one.
                 crash_point(CrashPoint::InsideLocalTransaction);
-                let claimed = query(statement).fetch_optional(&self.writer).await;
+                let claimed = query(D::sql(statement)).fetch_optional(&self.writer).await;
                 let claimed: Option<ClaimedAtOnce> = match claimed {
                     Ok(claimed) => claimed,
                     Err(error) => match AtOnceRefusal::of(&error) {
@@ -246,7 +246,7 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
                 }
             }
             AtOnce::Script(script) => {
-                let mut tx = self.begin().await?;
+                let (mut tx, script) = self.begin_with(D::sql(script)).await?;
                 let claimed: Option<ClaimedAtOnce> = match query(script).fetch_optional(&mut *tx).await {
                     Ok(claimed) => claimed,
                     Err(error) => match StoreError::from(error) {
@@ -279,16 +279,18 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         // What a completion that wrote nothing means: a statement's fence held this owner
         // out; a script leaves it to the steps one by one to say why.
         let (sql, nothing_written) = match D::COMPLETE_PAYMENT_AT_ONCE {
-            AtOnce::Statement(statement) => (statement, Some(false)),
-            AtOnce::Script(script) => (script, None),
+            AtOnce::Statement(statement) => (D::sql(statement), Some(false)),
+            AtOnce::Script(script) => (D::sql(script), None),
         };
-        let query = bind_completion(
-            sqlx::query_as(D::sql(sql)),
-            scope,
-            lease_version,
-            record_status,
-            completion,
-        );
+        let query = |sql| {
+            bind_completion(
+                sqlx::query_as(sql),
+                scope,
+                lease_version,
+                record_status,
+                completion,
+            )
+        };
         let refused = |error: sqlx::Error| match AtOnceRefusal::of(&error) {
             Some(AtOnceRefusal::PaymentNotProcessing) => no_longer_processing(&completion.payment_id),
             Some(refusal) => refusal.into(),
@@ -297,15 +299,15 @@ impl<D: Dialect + RecordStatements + PaymentStatements + KeyedPaymentStatements>
         // A statement is its own transaction; a script, or an audit entry beside the
         // statement, needs one.
         if matches!(D::COMPLETE_PAYMENT_AT_ONCE, AtOnce::Statement(_)) && completion.audit.is_none() {
-            let settled: Settled = query.fetch_one(&self.writer).await.map_err(refused)?;
+            let settled: Settled = query(sql).fetch_one(&self.writer).await.map_err(refused)?;
             return Ok(if settled.records > 0 {
                 Some(true)
             } else {
                 nothing_written
             });
         }
-        let mut tx = self.begin().await?;
-        let settled: Settled = query.fetch_one(&mut *tx).await.map_err(refused)?;
+        let (mut tx, sql) = self.begin_with(sql).await?;
+        let settled: Settled = query(sql).fetch_one(&mut *tx).await.map_err(refused)?;
         if settled.records == 0 {
             tx.rollback().await?;
             return Ok(nothing_written);

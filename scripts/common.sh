@@ -153,6 +153,15 @@ lint_while_building() {
   export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 }
 
+# The release binaries every benchmark runs (idem and the open-loop load client), in one
+# invocation: built apart, `-p idem` and `--example load` resolve different features (the
+# example brings the dev-dependencies'), so the idem crate was compiled once for each, and
+# again when the next script built `-p idem` (about 4 minutes each time on two cores).
+build_release_binaries() {
+  say "building idem and the open-loop load client (release)"
+  cargo build --release --quiet -p idem --bins --example load
+}
+
 # cargo for the wasm build: the rustup toolchain, or Debian's with std built from source
 # (whose rustc the rustup toolchain's clippy-driver cannot drive: that build is not linted).
 wasm_cargo() {

@@ -99,12 +99,12 @@ pub struct SqlStore<D: Dialect> {
     /// Where transactions begin: the same pool on PostgreSQL; on SQLite a pool of one
     /// connection, the single writer (see `sqlite::connect`).
     pub(super) writer: Pool<D>,
-    /// SQLite: the writer's transactions share commits (`group_commit.rs`).
+    /// SQLite: the writer's transactions share commits (`group_commit/`).
     group: Option<Arc<GroupCommit<D>>>,
 }
 
 /// A write transaction: the pool's own (PostgreSQL), or a caller's part of a shared commit
-/// (SQLite, `group_commit.rs`). Statements run on `&mut *tx`, as on a sqlx transaction; dropped
+/// (SQLite, `group_commit/`). Statements run on `&mut *tx`, as on a sqlx transaction; dropped
 /// without `commit`, it is rolled back.
 pub enum WriteTx<D: Dialect> {
     Alone(Transaction<'static, D>),
@@ -183,7 +183,7 @@ impl<D: Dialect> SqlStore<D> {
     /// finishes; a caller cancelled meanwhile drops the transaction it did not receive, and
     /// dropping rolls it back.
     ///
-    /// SQLite's writer shares commits (`group_commit.rs`), and its group's transaction is
+    /// SQLite's writer shares commits (`group_commit/`), and its group's transaction is
     /// `BEGIN IMMEDIATE`: the write lock is held from the start, so that a cleanup batch's
     /// time after `begin` is the time it holds the lock.
     pub(super) async fn begin(&self) -> Result<WriteTx<D>, StoreError> {
@@ -199,7 +199,7 @@ impl<D: Dialect> SqlStore<D> {
 
     /// A write transaction whose first statement is `first` (expanded), and that statement as
     /// it is to be sent: on SQLite with the savepoint's opening in front of it, one hand-off to
-    /// sqlx's worker thread instead of two (`group_commit.rs`).
+    /// sqlx's worker thread instead of two (`group_commit/`).
     pub(super) async fn begin_with(
         &self,
         first: &'static str,

@@ -51,7 +51,7 @@ pub async fn open_file(path: &Path) -> Result<SqlStore<Sqlite>, StoreError> {
 /// Readers never wait for the writer (WAL), and every transaction goes through one
 /// connection: writers queue for it in order, instead of several connections contending for
 /// SQLite's one write lock and retrying on `SQLITE_BUSY`, and share its commits
-/// (`group_commit.rs`).
+/// (`group_commit/`).
 async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = options
         .create_if_missing(true)
@@ -63,7 +63,7 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
     // pool would only add a round trip to its worker thread.
     //
     // The writer's temporary storage is memory: each caller of a shared commit runs in a
-    // savepoint (`group_commit.rs`), and SQLite copies every page a savepoint changes into a
+    // savepoint (`group_commit/`), and SQLite copies every page a savepoint changes into a
     // statement journal, which goes to a temporary file past 64 KiB unless temporary storage
     // is in memory (`openSubJournal` in sqlite3.c; libsqlite3-sys builds with
     // `SQLITE_TEMP_STORE=1`, files unless asked). That file took half of what a fresh create

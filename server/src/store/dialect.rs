@@ -161,8 +161,8 @@ impl<D: Dialect> SqlStore<D> {
     /// Reads on `pool`, transactions on `writer` (a pool of one connection), sharing commits.
     pub fn with_group_writer(pool: Pool<D>, writer: Pool<D>) -> Self {
         SqlStore {
+            group: Some(Arc::new(GroupCommit::over(writer.clone(), pool.clone()))),
             pool,
-            group: Some(Arc::new(GroupCommit::over(writer.clone()))),
             writer,
         }
     }

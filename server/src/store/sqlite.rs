@@ -68,11 +68,18 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
     // is in memory (`openSubJournal` in sqlite3.c; libsqlite3-sys builds with
     // `SQLITE_TEMP_STORE=1`, files unless asked). That file took half of what a fresh create
     // wrote (docs/performance.md). The readers keep files, for the console's large sorts.
+    //
+    // The writer never checkpoints: a reader's connection does (`group_commit/`'s checkpointer).
     let writer = SqlitePoolOptions::new()
         .test_before_acquire(false)
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options.clone().pragma("temp_store", "memory"))
+        .connect_with(
+            options
+                .clone()
+                .pragma("temp_store", "memory")
+                .pragma("wal_autocheckpoint", "0"),
+        )
         .await?;
     let readers = SqlitePoolOptions::new()
         .test_before_acquire(false)
@@ -317,6 +324,43 @@ mod tests {
             0,
             "the readers' sorts as the build decides"
         );
+    }
+
+    /// The writer never checkpoints (a checkpoint inside its commit held every caller of the
+    /// group); the checkpointer, on a reader's connection, copies what it committed into the
+    /// file. The WAL index's shared memory shows it: its `nBackfill` (the frames copied, at
+    /// byte 96) reaches its `mxFrame` (the frames committed, at byte 16), as laid out in
+    /// sqlite3's `wal.c`. A commit far below the 1,000 pages of an automatic checkpoint is
+    /// copied only if the checkpointer runs.
+    #[tokio::test]
+    async fn the_checkpointer_not_the_writer_copies_commits_into_the_file() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let store = super::open_file(&dir.path().join("idem.db")).await.expect("open");
+        let autocheckpoint: i64 = sqlx::query_scalar("pragma wal_autocheckpoint")
+            .fetch_one(&store.writer)
+            .await
+            .expect("wal_autocheckpoint");
+        assert_eq!(autocheckpoint, 0, "the writer never checkpoints");
+        store
+            .write_one(sqlx::query("create table written (n integer)"))
+            .await
+            .expect("a commit");
+        let shared = dir.path().join("idem.db-shm");
+        let frames = |at: usize| -> u32 {
+            let bytes = std::fs::read(&shared).expect("the WAL index");
+            u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while frames(96) != frames(16) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {} frames copied into the file after 10 s",
+                frames(96),
+                frames(16)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(frames(16) > 0, "the commit is in the WAL");
     }
 
     #[tokio::test]

@@ -68,12 +68,13 @@ struct Writer<D: Database> {
     abandoned: bool,
 }
 
-/// The writer and its committer.
+/// The writer, its committer and its checkpointer.
 pub(super) struct GroupCommit<D: Database> {
     pool: Pool<D>,
     writer: Arc<Mutex<Writer<D>>>,
     wake_committer: Arc<Notify>,
     committer: tokio::task::JoinHandle<()>,
+    checkpointer: tokio::task::JoinHandle<()>,
 }
 
 /// A caller's write transaction: a savepoint inside the open transaction, with the writer held
@@ -86,8 +87,8 @@ pub struct Member<D: Database> {
 }
 
 impl<D: Dialect> GroupCommit<D> {
-    /// Group commits over `pool`, a pool of one connection.
-    pub(super) fn over(pool: Pool<D>) -> GroupCommit<D> {
+    /// Group commits over `pool`, a pool of one connection, checkpointed from `readers`.
+    pub(super) fn over(pool: Pool<D>, readers: Pool<D>) -> GroupCommit<D> {
         let writer = Arc::new(Mutex::new(Writer {
             connection: None,
             open: None,
@@ -109,6 +110,7 @@ impl<D: Dialect> GroupCommit<D> {
             writer,
             wake_committer,
             committer,
+            checkpointer: tokio::spawn(checkpoints(readers)),
         }
     }
 
@@ -186,6 +188,7 @@ impl<D: Dialect> GroupCommit<D> {
         writer.connection = None;
         drop(writer);
         self.committer.abort();
+        self.checkpointer.abort();
     }
 }
 
@@ -194,6 +197,7 @@ impl<D: Database> Drop for GroupCommit<D> {
     /// handle on the writer pool.
     fn drop(&mut self) {
         self.committer.abort();
+        self.checkpointer.abort();
     }
 }
 
@@ -290,6 +294,31 @@ impl<D: Dialect> Member<D> {
         .await
         .map_err(|stopped| StoreError::Corrupt(format!("ending a transaction: {stopped}")))??;
         heard(committed).await
+    }
+}
+
+/// How often the checkpointer copies what the writer committed into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Copies the WAL's committed pages into the database file, from a reader's connection. The
+/// writer's own connection never checkpoints (`wal_autocheckpoint=0`, `sqlite::connect`):
+/// SQLite runs its automatic checkpoint inside the commit that crosses 1,000 pages, so the
+/// writer, and every caller of its group, waited for it. On a file of 902,265 records (1.4 GB)
+/// those page writes were the writer's largest cost (docs/performance.md). A passive checkpoint
+/// takes no lock that the writer or a reader waits for; what a reader still needs stays in the
+/// WAL for the next one.
+async fn checkpoints<D: Dialect>(readers: Pool<D>) {
+    loop {
+        tokio::time::sleep(CHECKPOINT_EVERY).await;
+        if let Err(error) = sqlx::query("pragma wal_checkpoint(passive)")
+            .execute(&readers)
+            .await
+        {
+            if readers.is_closed() {
+                return;
+            }
+            tracing::warn!(%error, "a checkpoint failed; the next one tries again");
+        }
     }
 }
 

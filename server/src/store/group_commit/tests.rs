@@ -24,9 +24,10 @@ async fn group_over_a_table() -> (tempfile::TempDir, Pool<Sqlite>, GroupCommit<S
         .execute(&pool)
         .await
         .expect("table");
-    let group = GroupCommit::over(pool.clone());
-    // The group's commit is the test's to make.
+    let group = GroupCommit::over(pool.clone(), pool.clone());
+    // The group's commit is the test's to make, and no checkpoint takes the one connection.
     group.committer.abort();
+    group.checkpointer.abort();
     (dir, pool, group)
 }
 

@@ -81,7 +81,6 @@ pub(super) struct GroupCommit<D: Database> {
 /// until it commits or goes away.
 pub struct Member<D: Database> {
     writer: OwnedMutexGuard<Writer<D>>,
-    savepoint: Savepoint,
     wake_committer: Arc<Notify>,
     released: bool,
 }
@@ -171,7 +170,6 @@ impl<D: Dialect> GroupCommit<D> {
             writer.open = Some(savepoint);
             let member = Member {
                 writer,
-                savepoint,
                 wake_committer,
                 released: false,
             };
@@ -285,7 +283,9 @@ impl<D: Dialect> Member<D> {
     pub(super) async fn rollback(mut self) -> Result<(), StoreError> {
         let (told, committed) = oneshot::channel();
         tokio::spawn(async move {
-            let undo = self.savepoint.rollback();
+            // The writer's open savepoint is this caller's: it holds the writer.
+            let undo = self.writer.open.map(Savepoint::rollback);
+            let undo = undo.ok_or_else(|| StoreError::Corrupt("no savepoint to roll back".to_owned()))?;
             sqlx::query(undo).execute(&mut *self).await?;
             self.released = true;
             self.writer.waiting.push(told);

@@ -158,10 +158,15 @@ impl<D: Dialect> SqlStore<D> {
         }
     }
 
-    /// Reads on `pool`, transactions on `writer` (a pool of one connection), sharing commits.
-    pub fn with_group_writer(pool: Pool<D>, writer: Pool<D>) -> Self {
+    /// Reads on `pool`, transactions on `writer` (a pool of one connection), sharing commits;
+    /// the WAL started over past `restart_wal_at` frames.
+    pub fn with_group_writer(pool: Pool<D>, writer: Pool<D>, restart_wal_at: i64) -> Self {
         SqlStore {
-            group: Some(Arc::new(GroupCommit::over(writer.clone(), pool.clone()))),
+            group: Some(Arc::new(GroupCommit::over(
+                writer.clone(),
+                pool.clone(),
+                restart_wal_at,
+            ))),
             pool,
             writer,
         }

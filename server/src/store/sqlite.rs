@@ -34,7 +34,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 /// The store on the database a `sqlite:` URL names.
 pub async fn connect_url(url: &str) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = SqliteConnectOptions::from_str(url).map_err(StoreError::InvalidUrl)?;
-    connect(options).await
+    connect(options, RESTART_WAL_AT).await
 }
 
 /// The store on the file at `path`, created with its directory on first use.
@@ -45,19 +45,30 @@ pub async fn open_file(path: &Path) -> Result<SqlStore<Sqlite>, StoreError> {
             source,
         })?;
     }
-    connect(SqliteConnectOptions::new().filename(path)).await
+    connect(SqliteConnectOptions::new().filename(path), RESTART_WAL_AT).await
 }
+
+/// How long a connection waits for a lock another holds (`group_commit/`'s restart of the WAL
+/// sets it back to this, in milliseconds, after its own shorter wait).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The WAL's length, in frames of a page (4 KiB) each, past which the writer starts it over:
+/// 64 MiB on disk at most, give or take what is written while the checkpointer notices
+/// (`group_commit/`). Each start over holds the writer while it copies the last frames the
+/// checkpointer did not and syncs the file, so not at every 1,000 frames as SQLite's own
+/// automatic checkpoint would.
+const RESTART_WAL_AT: i64 = 16_384;
 
 /// Readers never wait for the writer (WAL), and every transaction goes through one
 /// connection: writers queue for it in order, instead of several connections contending for
 /// SQLite's one write lock and retrying on `SQLITE_BUSY`, and share its commits
 /// (`group_commit/`).
-async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, StoreError> {
+async fn connect(options: SqliteConnectOptions, restart_wal_at: i64) -> Result<SqlStore<Sqlite>, StoreError> {
     let options = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(Duration::from_secs(5))
+        .busy_timeout(BUSY_TIMEOUT)
         .foreign_keys(true);
     // A connection to a local file does not go stale; checking one on its way out of the
     // pool would only add a round trip to its worker thread.
@@ -69,7 +80,8 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
     // `SQLITE_TEMP_STORE=1`, files unless asked). That file took half of what a fresh create
     // wrote (docs/performance.md). The readers keep files, for the console's large sorts.
     //
-    // The writer never checkpoints: a reader's connection does (`group_commit/`'s checkpointer).
+    // The writer never checkpoints but to start the WAL over: a reader's connection does
+    // (`group_commit/`'s checkpointer).
     let writer = SqlitePoolOptions::new()
         .test_before_acquire(false)
         .max_connections(1)
@@ -87,7 +99,7 @@ async fn connect(options: SqliteConnectOptions) -> Result<SqlStore<Sqlite>, Stor
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await?;
-    Ok(SqlStore::with_group_writer(readers, writer))
+    Ok(SqlStore::with_group_writer(readers, writer, restart_wal_at))
 }
 
 // Each statement here differs from PostgreSQL's in more than the spellings `store/sql.rs` fills
@@ -361,6 +373,80 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         assert!(frames(16) > 0, "the commit is in the WAL");
+    }
+
+    /// Writes that never stop, from several callers at once, while readers keep reading: the
+    /// writer starts the WAL over each time it passes its mark, where a passive checkpoint
+    /// alone, one group behind, let it grow for as long as the writes went on (6.7 GB in one
+    /// round of `scripts/bench`). A WAL file keeps the largest size it ever had, so its size
+    /// at the end bounds it throughout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_is_started_over_while_writes_never_stop() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        const MARK: i64 = 64;
+        const ROWS: usize = 6_000;
+        const ROW_BYTES: usize = 16 * 1024;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.path().join("idem.db"));
+        let store = Arc::new(super::connect(options, MARK).await.expect("open"));
+        store
+            .write_one(sqlx::query("create table written (n integer, padding blob)"))
+            .await
+            .expect("a table");
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        sqlx::query("select max(n) from written")
+                            .execute(&store.pool)
+                            .await
+                            .expect("a read");
+                    }
+                })
+            })
+            .collect();
+        let writers: Vec<_> = (0..4)
+            .map(|writer| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    for n in (writer..ROWS).step_by(4) {
+                        let row = sqlx::query("insert into written values ($1, zeroblob($2))")
+                            .bind(i64::try_from(n).expect("n"))
+                            .bind(i64::try_from(ROW_BYTES).expect("bytes"));
+                        store.write_one(row).await.expect("a write");
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.expect("writer");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            reader.await.expect("reader");
+        }
+        let wal = std::fs::metadata(dir.path().join("idem.db-wal"))
+            .expect("the WAL")
+            .len();
+        let written = ROWS * ROW_BYTES;
+        assert!(
+            wal < u64::try_from(written / 4).expect("bytes"),
+            "the WAL reached {wal} bytes for {written} bytes written: never started over"
+        );
+        let mut tx = store.begin().await.expect("the writer");
+        let busy_timeout: i64 = sqlx::query_scalar("pragma busy_timeout")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("busy_timeout");
+        tx.commit().await.expect("commit");
+        assert_eq!(
+            u128::try_from(busy_timeout).expect("ms"),
+            super::BUSY_TIMEOUT.as_millis(),
+            "the writer waits for locks as long as every connection after starting the WAL over"
+        );
     }
 
     #[tokio::test]

@@ -41,6 +41,7 @@ use super::sql::{Made, kept};
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 
@@ -86,8 +87,9 @@ pub struct Member<D: Database> {
 }
 
 impl<D: Dialect> GroupCommit<D> {
-    /// Group commits over `pool`, a pool of one connection, checkpointed from `readers`.
-    pub(super) fn over(pool: Pool<D>, readers: Pool<D>) -> GroupCommit<D> {
+    /// Group commits over `pool`, a pool of one connection, checkpointed from `readers`; the
+    /// WAL is started over once it holds `restart_wal_at` frames.
+    pub(super) fn over(pool: Pool<D>, readers: Pool<D>, restart_wal_at: i64) -> GroupCommit<D> {
         let writer = Arc::new(Mutex::new(Writer {
             connection: None,
             open: None,
@@ -95,21 +97,38 @@ impl<D: Dialect> GroupCommit<D> {
             abandoned: false,
         }));
         let wake_committer = Arc::new(Notify::new());
+        let restart_due = Arc::new(AtomicBool::new(false));
         let committer = tokio::spawn({
-            let (writer, wake_committer) = (Arc::clone(&writer), Arc::clone(&wake_committer));
+            let (writer, wake_committer, restart_due) = (
+                Arc::clone(&writer),
+                Arc::clone(&wake_committer),
+                Arc::clone(&restart_due),
+            );
             async move {
                 loop {
                     wake_committer.notified().await;
-                    writer.lock().await.commit_group().await;
+                    let mut writer = writer.lock().await;
+                    writer.commit_group().await;
+                    if restart_due.swap(false, Ordering::Relaxed) {
+                        writer.restart_wal().await;
+                    }
                 }
             }
         });
+        let checkpointer = tokio::spawn(checkpoints(
+            readers,
+            Restart {
+                at_frames: restart_wal_at,
+                due: restart_due,
+                wake_committer: Arc::clone(&wake_committer),
+            },
+        ));
         GroupCommit {
             pool,
             writer,
             wake_committer,
             committer,
-            checkpointer: tokio::spawn(checkpoints(readers)),
+            checkpointer,
         }
     }
 
@@ -244,6 +263,24 @@ impl<D: Dialect> Writer<D> {
         }
     }
 
+    /// Copies what the checkpointer has not yet into the file and starts the WAL over from its
+    /// beginning, between groups (no transaction open). Readers still on the WAL's frames are
+    /// waited for 10 ms at most (then the WAL is left as it is, for the next try): a reader's
+    /// long query must not hold every write.
+    async fn restart_wal(&mut self) {
+        let Some(connection) = self.connection() else {
+            return;
+        };
+        if let Err(error) = sqlx::query(RESTART_WAL).execute(&mut *connection).await {
+            tracing::warn!(%error, "the WAL was not started over; the next try follows");
+        }
+        // Apart, so that it runs whatever became of the checkpoint.
+        if let Err(error) = sqlx::query(WAIT_AS_EVERY_CONNECTION).execute(connection).await {
+            self.abort_group(&format!("setting the busy timeout back: {error}"))
+                .await;
+        }
+    }
+
     /// Rolls back the open transaction, tells its callers it did not commit, and closes the
     /// connection (the pool opens a fresh one for the next transaction).
     async fn abort_group(&mut self, why: &str) {
@@ -300,6 +337,26 @@ impl<D: Dialect> Member<D> {
 /// How often the checkpointer copies what the writer committed into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
+/// The writer's checkpoint that starts the WAL over, with the writer's busy timeout lowered
+/// for it ...
+const RESTART_WAL: &str = "pragma busy_timeout = 10; pragma wal_checkpoint(restart)";
+/// ... and set back to every connection's (`sqlite::BUSY_TIMEOUT`).
+const WAIT_AS_EVERY_CONNECTION: &str = "pragma busy_timeout = 5000";
+
+/// When the WAL is to be started over, told by the checkpointer to the committer.
+struct Restart {
+    at_frames: i64,
+    due: Arc<AtomicBool>,
+    wake_committer: Arc<Notify>,
+}
+
+/// A checkpoint's result, as `pragma wal_checkpoint` names its columns.
+#[derive(sqlx::FromRow)]
+struct Checkpoint {
+    /// The frames in the WAL: it grows from its start until the WAL is started over.
+    log: i64,
+}
+
 /// Copies the WAL's committed pages into the database file, from a reader's connection. The
 /// writer's own connection never checkpoints (`wal_autocheckpoint=0`, `sqlite::connect`):
 /// SQLite runs its automatic checkpoint inside the commit that crosses 1,000 pages, so the
@@ -307,17 +364,26 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// those page writes were the writer's largest cost (docs/performance.md). A passive checkpoint
 /// takes no lock that the writer or a reader waits for; what a reader still needs stays in the
 /// WAL for the next one.
-async fn checkpoints<D: Dialect>(readers: Pool<D>) {
+///
+/// A passive checkpoint never starts the WAL over: SQLite does that only at a write
+/// transaction's start that finds every frame copied, which under a steady stream of groups
+/// never happens while the checkpointer copies one group behind, so the WAL grew without end
+/// (6.7 GB in one round of `scripts/bench`). Past `restart.at_frames` the committer starts it
+/// over between two groups, when little is left to copy.
+async fn checkpoints<D: Dialect>(readers: Pool<D>, restart: Restart) {
     loop {
         tokio::time::sleep(CHECKPOINT_EVERY).await;
-        if let Err(error) = sqlx::query("pragma wal_checkpoint(passive)")
-            .execute(&readers)
-            .await
-        {
-            if readers.is_closed() {
-                return;
+        let checkpoint = sqlx::query_as::<_, Checkpoint>("pragma wal_checkpoint(passive)")
+            .fetch_one(&readers)
+            .await;
+        match checkpoint {
+            Ok(checkpoint) if checkpoint.log >= restart.at_frames => {
+                restart.due.store(true, Ordering::Relaxed);
+                restart.wake_committer.notify_one();
             }
-            tracing::warn!(%error, "a checkpoint failed; the next one tries again");
+            Ok(_) => {}
+            Err(_) if readers.is_closed() => return,
+            Err(error) => tracing::warn!(%error, "a checkpoint failed; the next one tries again"),
         }
     }
 }

@@ -24,7 +24,7 @@ async fn group_over_a_table() -> (tempfile::TempDir, Pool<Sqlite>, GroupCommit<S
         .execute(&pool)
         .await
         .expect("table");
-    let group = GroupCommit::over(pool.clone(), pool.clone());
+    let group = GroupCommit::over(pool.clone(), pool.clone(), i64::MAX);
     // The group's commit is the test's to make, and no checkpoint takes the one connection.
     group.committer.abort();
     group.checkpointer.abort();

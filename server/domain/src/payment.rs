@@ -5,14 +5,14 @@ use crate::money::{Amount, Balance};
 use crate::tenant::TenantId;
 use std::fmt;
 
-/// `pay_` and 16 hex digits, generated once per payment and never again for the same key.
+/// `pay_`, its time and 16 random hex digits ([`crate::random::ordered_id`]), generated once per payment and never again for the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PaymentId(String);
 
 impl PaymentId {
     #[cfg(feature = "random")]
     pub fn generate() -> PaymentId {
-        PaymentId(format!("pay_{}", crate::random::random_hex(8)))
+        PaymentId(crate::random::ordered_id("pay_"))
     }
 
     pub fn from_stored(id: String) -> PaymentId {
@@ -71,10 +71,10 @@ impl NewPayment {
     }
 }
 
-/// `evt_` and 16 hex digits.
+/// `evt_`, its time and 16 random hex digits.
 #[cfg(feature = "random")]
 pub fn new_event_id() -> String {
-    format!("evt_{}", crate::random::random_hex(8))
+    crate::random::ordered_id("evt_")
 }
 
 /// An account to create: it belongs to one tenant and starts with a balance.

@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
-/// `rf_` and 16 hex digits, generated once per refund and never again for the same key.
+/// `rf_`, its time and 16 random hex digits, generated once per refund and never again for the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RefundId(String);
 
 impl RefundId {
     #[cfg(feature = "random")]
     pub fn generate() -> RefundId {
-        RefundId(format!("rf_{}", crate::random::random_hex(8)))
+        RefundId(crate::random::ordered_id("rf_"))
     }
 
     pub fn from_stored(id: String) -> RefundId {

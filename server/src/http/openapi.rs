@@ -153,7 +153,7 @@ pub enum PaymentStatusName {
 #[allow(dead_code, reason = "a description of the wire format")]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentV2 {
-    #[schema(example = "pay_4f6c0e1d2a3b4c5d")]
+    #[schema(example = "pay_01a24fa65fa24f6c0e1d2a3b4c5d")]
     payment_id: String,
     status: PaymentStatusName,
     account_id: String,
@@ -257,7 +257,7 @@ pub enum RefundStatusName {
 #[allow(dead_code, reason = "a description of the wire format")]
 #[serde(rename_all = "camelCase")]
 pub struct Refund {
-    #[schema(example = "rf_4f6c0e1d2a3b4c5d")]
+    #[schema(example = "rf_01a24fa65fa24f6c0e1d2a3b4c5d")]
     refund_id: String,
     payment_id: String,
     #[schema(example = "4.00")]

@@ -741,6 +741,14 @@ async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
             .all(|id| id.starts_with("<receipt_payment_pay_") && id.ends_with("@idem>")),
         "{ids:?}"
     );
-    assert!(messages.iter().all(|mail| mail.contains("was authorised")));
+    // A body line longer than 76 characters (a payment id is 32) goes quoted-printable, broken
+    // by soft line breaks: the text a recipient reads is the one with them taken out.
+    assert!(
+        messages.iter().all(|mail| mail
+            .replace("=\r\n", "")
+            .replace("=\n", "")
+            .contains("was authorised")),
+        "{messages:?}"
+    );
     drop(smtp.child);
 }

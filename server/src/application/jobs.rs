@@ -243,7 +243,7 @@ pub(super) async fn spawn_events(
         settings.outbox_every,
         sender,
         |sender| async move {
-            if let Err(error) = sender.send_pending(100).await {
+            if let Err(error) = sender.send_all_pending(100).await {
                 tracing::warn!(%error, "receipts: sending failed; pending receipts stay pending");
             }
         },

@@ -256,9 +256,24 @@ impl ReceiptSender {
         ReceiptSender { store, sink }
     }
 
-    /// Sends what is pending, then marks what was sent in one statement; returns how many
-    /// were sent.
-    pub async fn send_pending(&self, batch: i64) -> Result<usize, ConsumerError> {
+    /// Sends what is pending, `batch` at a time, until less than a batch was left; returns how
+    /// many were sent. One batch a pass capped receipts at 100 an outbox interval (200 a
+    /// second by default), below the rate payments are made at saturation: the backlog grew
+    /// for as long as the load lasted, and took minutes to drain after (docs/performance.md).
+    pub async fn send_all_pending(&self, batch: i64) -> Result<usize, ConsumerError> {
+        let mut sent = 0;
+        loop {
+            let delivered = self.send_pending(batch).await?;
+            sent += delivered;
+            if i64::try_from(delivered).unwrap_or(i64::MAX) < batch {
+                return Ok(sent);
+            }
+        }
+    }
+
+    /// Sends one batch of what is pending, then marks what was sent in one statement; returns
+    /// how many were sent.
+    async fn send_pending(&self, batch: i64) -> Result<usize, ConsumerError> {
         let pending = self.store.pending_receipts(batch).await?;
         let (delivered, failure) = self.sink.deliver(&pending).await;
         if delivered > 0 {

@@ -7,11 +7,13 @@
 use crate::support::{AN_HOUR, DialectName, Serve, TestApp, TestDatabase, conformance, ms, secs};
 use domain::event::EventMessage;
 use futures_util::future::join_all;
-use idem::events::consumers::{Consumer, ConsumerError, Handled, Ledger, Receipts};
+use idem::events::consumers::{
+    Consumer, ConsumerError, Handled, Ledger, ReceiptSender, ReceiptSink, Receipts,
+};
 use idem::events::nats::{NatsJetStream, NatsSettings};
 use idem::events::publisher::{PublishReport, Publisher, PublisherSettings};
 use idem::events::transport::{InProcess, Transport, TransportError};
-use idem::store::Store;
+use idem::store::{EventStore, Store};
 use idem::supervisor::Supervisor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -401,6 +403,37 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed(db: 
 }
 
 conformance!(an_event_that_keeps_failing_is_dead_lettered_and_no_longer_claimed);
+
+/// A backlog of receipts larger than a batch goes out in one pass, each receipt once: one
+/// batch a pass capped receipts below the rate payments are made at saturation.
+async fn a_backlog_of_receipts_is_sent_in_one_pass(db: TestDatabase) {
+    let store: Arc<dyn EventStore> = db.migrated_store().await;
+    let receipts: Vec<String> = (0..250)
+        .map(|n| format!("('rcpt_{n}', 'pay_1', 'receipt {n}')"))
+        .collect();
+    db.execute(&format!(
+        "{ONE_PAYMENT} insert into receipts (dedupe_key, payment_id, body) values {}",
+        receipts.join(", ")
+    ))
+    .await
+    .expect("arrange receipts");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let sink = dir.path().join("receipts.jsonl");
+    let sender = ReceiptSender::new(store, ReceiptSink::File(sink.clone()));
+
+    assert_eq!(sender.send_all_pending(100).await.expect("sent"), 250);
+    let lines = std::fs::read_to_string(&sink).expect("the sink").lines().count();
+    assert_eq!(lines, 250, "each receipt once");
+    assert_eq!(
+        db.query_i64("select count(*) from receipts where sent_at is null")
+            .await,
+        0,
+        "none left pending"
+    );
+    assert_eq!(sender.send_all_pending(100).await.expect("nothing"), 0);
+}
+
+conformance!(a_backlog_of_receipts_is_sent_in_one_pass);
 
 /// Marks name their rows: only the listed events and receipts are marked, and one marked
 /// before (a second publisher's late mark, a resend) keeps its first time.

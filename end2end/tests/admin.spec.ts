@@ -1,5 +1,5 @@
-import { expect, test, type Page } from "@playwright/test";
-import { hydrated, idem, signIn, sqlite } from "./support";
+import { expect, type Page } from "@playwright/test";
+import { hydrated, idem, signIn, sqlite, test } from "./support";
 
 const unique = () => `${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
 

@@ -1,5 +1,5 @@
-import { expect, test, type APIRequestContext, type Page } from "@playwright/test";
-import { hydrated, idem, signIn, simUrl, sqlite } from "./support";
+import { expect, type APIRequestContext, type Page } from "@playwright/test";
+import { hydrated, idem, signIn, simUrl, sqlite, test } from "./support";
 
 // One tenant for this file's traffic, made with the CLI as an operator of Idem would.
 const tenant = `e2e-${Date.now().toString(36)}`;
@@ -326,7 +326,7 @@ test("an unknown refund is reconciled with the provider's answer, worded for the
   await expect(page.locator(`[data-payment-refund="${refundId}"]`)).toHaveAttribute("data-refund-status", "SUCCEEDED");
 });
 
-test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request }) => {
+test("an override without the provider's evidence waits for a second admin, who applies it", async ({ page, browser, request, baseURL }) => {
   const key = `override-${Date.now()}`;
   await unknownPayment(request, key);
 
@@ -348,7 +348,7 @@ test("an override without the provider's evidence waits for a second admin, who 
   await expect(own).toHaveAttribute("data-state", "Pending");
   await expect(own.getByRole("button", { name: "Approve and apply" })).toHaveCount(0);
 
-  const second = await browser.newPage({ baseURL: test.info().project.use.baseURL });
+  const second = await browser.newPage({ baseURL });
   await signIn(second, "admin");
   await second.goto("/recovery");
   await hydrated(second);

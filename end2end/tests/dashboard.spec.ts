@@ -1,5 +1,5 @@
-import { expect, test } from "@playwright/test";
-import { createOperator, hydrated, signIn } from "./support";
+import { expect } from "@playwright/test";
+import { createOperator, hydrated, signIn, test } from "./support";
 
 test("the dashboard renders on the server, hydrates, and refreshes through a server function", async ({ page }) => {
   const browserErrors: string[] = [];

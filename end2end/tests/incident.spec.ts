@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
-import { expect, test, type APIRequestContext } from "@playwright/test";
-import { hydrated, idem, signIn, simUrl, sqlite } from "./support";
+import { expect, type APIRequestContext } from "@playwright/test";
+import { hydrated, idem, signIn, simUrl, sqlite, test } from "./support";
 
 // The incident day: the provider took charges and lost their answers, refused others, and
 // cannot be asked about some; hundreds of payments end unknown, and an operator clears them

@@ -1,9 +1,15 @@
 import { execFileSync } from "node:child_process";
-import { expect, type Locator, type Page } from "@playwright/test";
+import { test as base, expect, type Locator, type Page } from "@playwright/test";
+import { binary, servedBy } from "./servers";
 
-const binary = process.env.IDEM_E2E_BINARY ?? "../target/debug/idem";
-const dataDir = process.env.IDEM_E2E_DATA_DIR ?? "";
-export const simUrl = process.env.IDEM_E2E_SIM_URL ?? "";
+// This worker's servers (global-setup.ts started one pair a worker).
+const { port, simPort, dataDir } = servedBy(Number(process.env.TEST_PARALLEL_INDEX ?? 0));
+export const simUrl = `http://127.0.0.1:${simPort}`;
+
+/** Playwright's `test`, with pages and requests aimed at this worker's `idem serve`. */
+export const test = base.extend({
+  baseURL: async ({}, use) => use(`http://127.0.0.1:${port}`),
+});
 
 /** Runs an administrative `idem` command on the suite's database; its standard output. */
 export function idem(...args: string[]): string {

@@ -179,8 +179,8 @@ wasm_cargo() {
 # IDEM_TEST_POSTGRES_URL: DATABASE_URL when it names PostgreSQL; else a throwaway cluster
 # owned by this run (installing Debian's postgresql when missing), whose fsync is off (the
 # tests crash processes, never the machine) and which takes 300 connections: nextest's six
-# threads ran in 149 s on it, twice, against 170 s on this machine's own server (fsync on),
-# where a seventh and eighth ran out of its 100 connections. IDEM_TEST_POSTGRES=local takes
+# threads ran in 149-174 s on it (four runs) against 170 s on this machine's own server (fsync
+# on, 100 connections, which eight threads once used up). IDEM_TEST_POSTGRES=local takes
 # the local server on 5432 instead, when it answers.
 ensure_test_postgres() {
   if [[ "${DATABASE_URL:-}" == postgres://* || "${DATABASE_URL:-}" == postgresql://* ]]; then

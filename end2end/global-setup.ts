@@ -11,8 +11,9 @@ import { binary, servedBy } from "./tests/servers";
 export default async function startServers(config: FullConfig): Promise<() => Promise<void>> {
   const started: ChildProcess[] = [];
   const stop = async () => {
-    for (const child of started) child.kill("SIGTERM");
-    await Promise.all(started.map((child) => (child.exitCode === null ? new Promise((done) => child.once("exit", done)) : null)));
+    const running = started.filter(isRunning);
+    for (const child of running) child.kill("SIGTERM");
+    await Promise.all(running.map((child) => new Promise((done) => child.once("exit", done))));
   };
   try {
     for (let worker = 0; worker < config.workers; worker++) {
@@ -46,11 +47,16 @@ function launch([command, ...args]: string[]): ChildProcess {
   return child;
 }
 
+/** Not yet exited: a child killed by a signal has a `signalCode` and no `exitCode`. */
+function isRunning(child: ChildProcess): boolean {
+  return child.exitCode === null && child.signalCode === null;
+}
+
 /** Polls `url` until it answers 200; fails at once if one of `children` exited, else after 60 s. */
 async function ready(url: string, children: ChildProcess[]): Promise<void> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    const exited = children.find((child) => child.exitCode !== null || child.signalCode !== null);
+    const exited = children.find((child) => !isRunning(child));
     if (exited) throw new Error(`${exited.spawnargs.slice(0, 2).join(" ")} exited (${exited.exitCode ?? exited.signalCode})`);
     try {
       if ((await fetch(url)).status === 200) return;

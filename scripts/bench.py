@@ -223,9 +223,10 @@ class Postgres:
         paused, with its workers done, only clients take ids."""
         self.sql(f"alter system set autovacuum = {'off' if paused else 'on'}")
         self.sql("select pg_reload_conf()")
+        if not paused:
+            return
         for _ in range(600):
-            if not paused or self.sql(
-                    "select count(*) from pg_stat_activity where backend_type = 'autovacuum worker'") == "0":
+            if self.sql("select count(*) from pg_stat_activity where backend_type = 'autovacuum worker'") == "0":
                 return
             time.sleep(0.1)
         raise RuntimeError("autovacuum workers still running after 60 s")

@@ -5,6 +5,12 @@ use idem::{admin, serve, telemetry};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+// mimalloc: the allocator was 13.5 % of the server's CPU a fresh create with glibc's
+// (docs/performance.md); with mimalloc a create costs 6 % less CPU (0.426 ms against 0.454, the
+// median of six alternating rounds, lower in each of them).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, thiserror::Error)]
 enum CommandError {
     #[error(transparent)]

@@ -1,19 +1,11 @@
 import { readFileSync } from "node:fs";
 import { expect, type APIRequestContext } from "@playwright/test";
-import { hydrated, idem, signIn, simUrl, sqlite, test } from "./support";
+import { hydrated, pay, signIn, simUrl, sqlite, tenantForThisFile, test } from "./support";
 
 // The incident day: the provider took charges and lost their answers, refused others, and
 // cannot be asked about some; hundreds of payments end unknown, and an operator clears them
 // from the console against the provider's evidence.
-const tenant = `outage-${Date.now().toString(36)}`;
-let apiKey = "";
-let tenantId = "";
-
-test.beforeAll(() => {
-  tenantId = idem("tenant", "create", tenant);
-  apiKey = idem("api-key", "create", "--tenant", tenant);
-  idem("account", "create", "--tenant", tenant, "--id", "acc_1", "--currency", "EUR", "--balance", "100000.00");
-});
+const tenant = tenantForThisFile("outage");
 
 async function fault(request: APIRequestContext, data: object) {
   expect((await request.post(`${simUrl}/_sim/faults`, { data })).status()).toBe(201);
@@ -30,10 +22,7 @@ test.beforeEach(async ({ request }) => {
  */
 async function payOnce(request: APIRequestContext, key: string, amount: string, merchantReference: string) {
   for (;;) {
-    const answer = await request.post("/payments", {
-      headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": key, "content-type": "application/json" },
-      data: JSON.stringify({ accountId: "acc_1", amount, currency: "EUR", merchantReference }),
-    });
+    const answer = await pay(request, tenant, key, amount, merchantReference);
     if (answer.status() !== 429) return answer;
     const wait = Number(answer.headers()["retry-after"] ?? "1");
     await new Promise((resolve) => setTimeout(resolve, wait * 1000));
@@ -74,13 +63,13 @@ test("an outage of 300 unknown outcomes is cleared from the console by filter, g
   await hydrated(page);
   // Filter to the tenant, by its name, as an operator thinks of it.
   const filters = page.getByRole("form", { name: "Filter the queue" });
-  await filters.getByLabel("Tenant").fill(tenant);
+  await filters.getByLabel("Tenant").fill(tenant.name);
   await filters.getByRole("button", { name: "Filter" }).click();
   const summary = page.locator("[data-queue-total]");
   await expect(summary).toHaveAttribute("data-queue-total", "300");
   await expect(summary).toContainText("300 need attention; showing 1-50");
   const firstRow = page.locator("table.queue tbody tr").first();
-  await expect(firstRow).toContainText(tenant);
+  await expect(firstRow).toContainText(tenant.name);
   await expect(firstRow).toContainText("12.00 EUR");
   await expect(firstRow).toContainText("ref-charged-");
   await expect(firstRow).toHaveAttribute("data-gave-up", "true");
@@ -126,13 +115,13 @@ test("an outage of 300 unknown outcomes is cleared from the console by filter, g
   // Every record is where its evidence puts it, with one audit entry for each one applied,
   // and the provider charged nothing twice.
   const records = (status: string) =>
-    count(`select count(*) from idempotency_records where tenant_id = '${tenantId}' and status = '${status}'`);
+    count(`select count(*) from idempotency_records where tenant_id = '${tenant.id}' and status = '${status}'`);
   expect(records("COMPLETED")).toBe(200);
   expect(records("UNKNOWN_REQUIRES_RECOVERY")).toBe(100);
   expect(
     count(
       `select count(*) from audit_log where actor = '${operator}' and action = 'reconcile.apply_provider_result' ` +
-        `and result = 'ok' and target like '%${tenantId}%'`,
+        `and result = 'ok' and target like '%${tenant.id}%'`,
     ),
   ).toBe(200);
   const charges = (await (await request.get(`${simUrl}/_sim/charges`)).json()).charges as { createCalls: number }[];
@@ -147,7 +136,7 @@ test("the queue is live while its tab is visible, and a record whose worker gave
   // The page's own clock runs as usual; the test moves it on to the queue's next read.
   await page.clock.install();
   await signIn(page, "viewer");
-  await page.goto(`/recovery?tenant=${tenant}&search=late-arrival`);
+  await page.goto(`/recovery?tenant=${tenant.name}&search=late-arrival`);
   await hydrated(page);
   await expect(page.locator("[data-live]")).toHaveAttribute("data-live", "true");
   await expect(page.locator("[data-queue-total]")).toHaveAttribute("data-queue-total", "0");

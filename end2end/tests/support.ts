@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { test as base, expect, type Locator, type Page } from "@playwright/test";
+import { test as base, expect, type APIRequestContext, type Locator, type Page } from "@playwright/test";
 import { binary, servedBy } from "./servers";
 
 // This worker's servers (global-setup.ts started one pair a worker).
@@ -63,4 +63,55 @@ export async function signIn(page: Page, role: Role): Promise<string> {
  */
 export async function hydrated(page: Page, marker: Locator = page.locator("header.topbar")) {
   await expect(marker).toHaveAttribute("data-hydrated", "true", { timeout: 20_000 });
+}
+
+/** A tenant of one spec file's own, with one account (acc_1, EUR). */
+export interface FileTenant {
+  name: string;
+  id: string;
+  apiKey: string;
+}
+
+/**
+ * Makes the calling spec file's tenant with the CLI, as an operator of Idem would, before the
+ * file's first test: its fields are filled from then on.
+ */
+export function tenantForThisFile(prefix: string): FileTenant {
+  const tenant = { name: `${prefix}-${Date.now().toString(36)}`, id: "", apiKey: "" };
+  test.beforeAll(() => {
+    tenant.id = idem("tenant", "create", tenant.name);
+    tenant.apiKey = idem("api-key", "create", "--tenant", tenant.name);
+    idem("account", "create", "--tenant", tenant.name, "--id", "acc_1", "--currency", "EUR", "--balance", "100000.00");
+  });
+  return tenant;
+}
+
+/** One keyed `POST /payments` from the tenant's account. */
+export function pay(
+  request: APIRequestContext,
+  tenant: FileTenant,
+  key: string,
+  amount = "10.00",
+  merchantReference = `${key}-ref`,
+) {
+  return request.post("/payments", {
+    headers: { authorization: `Bearer ${tenant.apiKey}`, "idempotency-key": key, "content-type": "application/json" },
+    data: JSON.stringify({ accountId: "acc_1", amount, currency: "EUR", merchantReference }),
+  });
+}
+
+/** A payment whose provider answer is lost: the record is left UNKNOWN_REQUIRES_RECOVERY. */
+export async function unknownPayment(request: APIRequestContext, tenant: FileTenant, key: string) {
+  const fault = await request.post(`${simUrl}/_sim/faults`, {
+    data: { mode: "drop_response_after_accept", count: 1 },
+  });
+  expect(fault.status()).toBe(201);
+  expect((await pay(request, tenant, key)).status()).toBe(202);
+}
+
+/** The record page of the tenant's payment made with `key`, hydrated. */
+export async function openRecord(page: Page, tenant: FileTenant, key: string) {
+  await page.goto(`/records/${tenant.id}/create_payment/${key}`);
+  await expect(page.getByRole("heading", { name: `Record ${key}` })).toBeVisible();
+  await hydrated(page);
 }

@@ -15,6 +15,7 @@ pub async fn serve(
     data_dir: &Path,
     args: ServeArgs,
 ) -> Result<(), ServeError> {
+    let shutdown = shutdown_signal();
     let store = store::open(&target, max_connections).await?;
     store.migrate().await?;
     tracing::info!(database = %target.redacted(), "database ready, migrations applied");
@@ -46,19 +47,20 @@ pub async fn serve(
     };
     Application::build(listeners, store, data_dir, args)
         .await?
-        .run_until_stopped(shutdown_signal())
+        .run_until_stopped(shutdown)
         .await
 }
 
 /// `idem provider-sim`: the simulator on its own port until SIGINT or SIGTERM.
 pub async fn provider_sim(args: ProviderSimArgs) -> Result<(), ServeError> {
+    let shutdown = shutdown_signal();
     let (listener, address) = bind(args.listen).await?;
     announce("Idem provider simulator", address);
     axum::serve(
         listener,
         provider::sim::router(provider::sim::Simulator::default()),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await
     .map_err(ServeError::Server)
 }
@@ -78,27 +80,31 @@ fn announce(what: &str, address: SocketAddr) {
 }
 
 /// Resolves on SIGINT or SIGTERM. In-flight requests then run to completion while no new
-/// connection is accepted.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for SIGINT");
+/// connection is accepted. The handlers are installed by this call, not when the future is
+/// first polled: axum polls a shutdown future on a task of its own, which the first requests
+/// can precede, and a SIGTERM before that task ran took the default action and killed the
+/// process at once (seen: a SIGTERM right after a `/readyz` answered).
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        tokio::select! {
+            () = received(interrupt, "SIGINT") => tracing::info!("SIGINT received, shutting down"),
+            () = received(terminate, "SIGTERM") => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+}
+
+/// Resolves when the signal arrives; never, when its handler could not be installed.
+async fn received(handler: std::io::Result<tokio::signal::unix::Signal>, name: &str) {
+    match handler {
+        Ok(mut handler) => {
+            handler.recv().await;
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for {name}");
             std::future::pending::<()>().await;
         }
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = interrupt => tracing::info!("SIGINT received, shutting down"),
-        () = terminate => tracing::info!("SIGTERM received, shutting down"),
     }
 }

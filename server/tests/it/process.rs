@@ -10,6 +10,19 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// A process manager may stop an instance the moment it has started (a deploy rolled back at
+/// once): a SIGTERM right after the addresses are announced, while the application is still
+/// being built, stops it cleanly. Its handler used to be installed only when axum first polled
+/// the shutdown future, and such a SIGTERM killed the process (exit by signal 15).
+#[tokio::test]
+async fn a_sigterm_as_soon_as_the_addresses_are_announced_stops_it_cleanly() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut idem = IdemProcess::serve(dir.path()).await;
+    idem.signal("TERM");
+    let status = idem.ended().await;
+    assert!(status.success(), "clean exit: {status:?}");
+}
+
 #[tokio::test]
 async fn first_run_creates_the_embedded_database_in_wal_mode() {
     let dir = tempfile::tempdir().expect("temporary directory");

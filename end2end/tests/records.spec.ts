@@ -1,15 +1,20 @@
-import { expect } from "@playwright/test";
+import { expect, type APIRequestContext } from "@playwright/test";
 import { hydrated, openRecord, pay, signIn, tenantForThisFile, test, unknownPayment } from "./support";
 
 // Records as operators find and reconcile them, one and a few at a time; the console without
 // JavaScript.
 const tenant = tenantForThisFile("e2e-records");
 
-test("the dashboard shows replays and conflicts after traffic that produced them", async ({ page, request }) => {
-  const key = `dash-${Date.now()}`;
+/** A payment made with `key`, its replay, and a retry with another amount refused as a conflict. */
+async function paidReplayedAndConflicted(request: APIRequestContext, key: string) {
   expect((await pay(request, tenant, key)).status()).toBe(201);
   expect((await pay(request, tenant, key)).status()).toBe(201);
   expect((await pay(request, tenant, key, "100.00")).status()).toBe(409);
+}
+
+test("the dashboard shows replays and conflicts after traffic that produced them", async ({ page, request }) => {
+  const key = `dash-${Date.now()}`;
+  await paidReplayedAndConflicted(request, key);
 
   await signIn(page, "viewer");
   // Counts reach the database every 200 ms (--metrics-flush-ms); the page is read again.
@@ -58,9 +63,7 @@ test("the dashboard shows replays and conflicts after traffic that produced them
 
 test("a record is found by its key and shows what a conflicting retry changed", async ({ page, request }) => {
   const key = `diff-${Date.now()}`;
-  expect((await pay(request, tenant, key)).status()).toBe(201);
-  expect((await pay(request, tenant, key)).status()).toBe(201);
-  expect((await pay(request, tenant, key, "100.00")).status()).toBe(409);
+  await paidReplayedAndConflicted(request, key);
 
   await signIn(page, "viewer");
   await page.goto("/records");

@@ -207,7 +207,7 @@ const IDLE_IN_TRANSACTION: &str = "select count(*) from pg_stat_activity \
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_write_cancelled_at_any_point_leaves_no_connection_in_a_transaction() {
-    let db = TestDatabase::create(DialectName::Postgres).await;
+    let db = TestDatabase::migrated(DialectName::Postgres).await;
     let store = db.migrated_store().await;
     let mut completed = 0;
     // Cut off after 0 to 2 ms, in steps of 10 µs: before, while and after `BEGIN` is on the

@@ -57,7 +57,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
     // turned the plain payments below into unknown outcomes or takeovers now and then (this
     // test failed that way once); the provider's 500 after accepting makes the unknown
     // outcome at once instead.
-    let app = TestApp::on_database(TestDatabase::create(DialectName::Postgres).await)
+    let app = TestApp::on_database(TestDatabase::migrated(DialectName::Postgres).await)
         .tenant("acme", "100.00")
         .with(Serve::RecoveryMaxAttempts(0))
         .with(Serve::RateLimitPerSec(0))
@@ -244,7 +244,7 @@ async fn an_unknown_outcome_is_reconciled_through_preview_reason_and_apply() {
 
 #[tokio::test]
 async fn a_dead_letter_is_redriven_once_with_a_reason_and_then_delivered() {
-    let mut app = installation(TestDatabase::create(DialectName::Postgres).await)
+    let mut app = installation(TestDatabase::migrated(DialectName::Postgres).await)
         .with(Serve::OutboxEvery(AN_HOUR))
         .process()
         .await;
@@ -501,7 +501,7 @@ struct Unprovable {
 }
 
 async fn unprovable(settings: Vec<Serve>, fault: &str) -> Unprovable {
-    let mut setup = installation(TestDatabase::create(DialectName::Postgres).await);
+    let mut setup = installation(TestDatabase::migrated(DialectName::Postgres).await);
     for setting in settings {
         setup = setup.with(setting);
     }
@@ -794,7 +794,7 @@ async fn an_override_nobody_decides_within_a_day_expires() {
 
 #[tokio::test]
 async fn a_bulk_job_whose_runner_died_is_resumed_by_a_running_instance() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+    let app = installation(TestDatabase::migrated(DialectName::Postgres).await)
         .process()
         .await;
     app.sim
@@ -1007,7 +1007,7 @@ async fn job_in_state(console: &Console, id: &str, state: &str) -> Value {
 
 #[tokio::test]
 async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+    let app = installation(TestDatabase::migrated(DialectName::Postgres).await)
         .process()
         .await;
     // Two unknown outcomes the provider did charge, and one it will charge only later.
@@ -1139,7 +1139,7 @@ async fn each_reconcile_and_override_refusal_holds_and_is_audited() {
 #[tokio::test]
 async fn override_decisions_whose_browser_went_away_still_apply() {
     const RECORDS: usize = 8;
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+    let app = installation(TestDatabase::migrated(DialectName::Postgres).await)
         .process()
         .await;
     for index in 0..RECORDS {
@@ -1227,7 +1227,7 @@ async fn override_decisions_whose_browser_went_away_still_apply() {
 #[tokio::test]
 async fn a_reconciliation_whose_browser_went_away_still_runs_to_its_end() {
     // No recovery worker: only the reconciliation itself can finish the record.
-    let app = installation(TestDatabase::create(DialectName::Postgres).await)
+    let app = installation(TestDatabase::migrated(DialectName::Postgres).await)
         .with(Serve::RecoveryEvery(AN_HOUR))
         .process()
         .await;

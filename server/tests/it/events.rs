@@ -240,7 +240,7 @@ conformance!(a_batch_applies_each_new_message_once_and_a_bad_message_holds_back_
 /// Makes the payments with the publisher idle and their PaymentCreated events out of the way,
 /// so that the next instance's first publication is a PaymentAuthorized the consumers act on.
 async fn payments_awaiting_publication() -> TestApp {
-    let app = payments_with_idle_publisher(TestDatabase::create(DialectName::Postgres).await).await;
+    let app = payments_with_idle_publisher(TestDatabase::migrated(DialectName::Postgres).await).await;
     app.db
         .execute("update outbox_events set published_at = created_at where event_type <> 'PaymentAuthorized'")
         .await
@@ -616,7 +616,7 @@ impl Consumer for Counting {
 
 #[tokio::test]
 async fn over_nats_duplicated_deliveries_by_two_publishers_apply_each_event_once() {
-    let app = payments_with_idle_publisher(TestDatabase::create(DialectName::Postgres).await).await;
+    let app = payments_with_idle_publisher(TestDatabase::migrated(DialectName::Postgres).await).await;
     let db = &app.db;
 
     let stream = NatsStream::new();
@@ -744,7 +744,7 @@ impl SmtpServer {
 async fn receipts_are_mailed_through_smtp_with_their_stable_message_ids() {
     let smtp = SmtpServer::start().await;
     let url = format!("smtp://127.0.0.1:{}", smtp.port);
-    let app = recovering(TestDatabase::create(DialectName::Postgres).await)
+    let app = recovering(TestDatabase::migrated(DialectName::Postgres).await)
         .with(Serve::OutboxEvery(ms(100)))
         .with(Serve::SmtpUrl(url.clone()))
         .with(Serve::SmtpTo("Receipts <receipts@merchant.example>".to_owned()))

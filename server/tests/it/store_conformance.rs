@@ -33,6 +33,8 @@ async fn a_fresh_database_is_not_ready_until_migrated(db: TestDatabase) {
     assert_eq!(store.readiness().await.expect("reachable"), Readiness::Ready);
 }
 
+conformance!(unmigrated: a_fresh_database_is_not_ready_until_migrated);
+
 async fn console_gauges_and_record_pages_read_what_is_there(db: TestDatabase) {
     let store = db.migrated_store().await;
     assert_eq!(
@@ -240,7 +242,6 @@ async fn instances_are_live_while_their_heartbeat_is_recent(db: TestDatabase) {
 
 conformance!(
     instances_are_live_while_their_heartbeat_is_recent,
-    a_fresh_database_is_not_ready_until_migrated,
     console_gauges_and_record_pages_read_what_is_there,
     the_schema_rejects_a_status_outside_the_state_machine,
     the_scoped_key_is_unique,
@@ -1539,7 +1540,7 @@ mod upgrades {
     }
 
     conformance!(
-        a_database_holding_payments_upgrades_through_the_business_key_change,
+        unmigrated: a_database_holding_payments_upgrades_through_the_business_key_change,
         a_journal_with_a_row_per_replay_upgrades_to_counts
     );
 }

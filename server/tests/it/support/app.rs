@@ -143,7 +143,7 @@ impl Setup {
     async fn prepare(mut self) -> (TestDatabase, TempDir, Arc<dyn Store>, Vec<(String, String)>, Self) {
         let db = match self.db.take() {
             Some(db) => db,
-            None => TestDatabase::create(self.dialect).await,
+            None => TestDatabase::migrated(self.dialect).await,
         };
         let dir = tempfile::tempdir().expect("data directory");
         let store = db.migrated_store().await;

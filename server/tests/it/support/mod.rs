@@ -60,21 +60,28 @@ pub fn proptest_cases(default: u32) -> u32 {
 
 /// Runs each named test, an `async fn name(db: TestDatabase)`, against PostgreSQL (a fresh
 /// database per test) and SQLite (a fresh file per test), as `name::postgres` and
-/// `name::sqlite`.
+/// `name::sqlite`: migrated databases ([`TestDatabase::migrated`]), or empty ones for the tests
+/// of migrating itself (`conformance!(unmigrated: name)`).
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {$(
+    (unmigrated: $($name:ident),* $(,)?) => {
+        $crate::support::conformance!(@each create: $($name),*);
+    };
+    (@each $database:ident: $($name:ident),*) => {$(
         mod $name {
             #[tokio::test]
             async fn postgres() {
-                super::$name($crate::support::TestDatabase::create($crate::support::DialectName::Postgres).await).await
+                super::$name($crate::support::TestDatabase::$database($crate::support::DialectName::Postgres).await).await
             }
 
             #[tokio::test]
             async fn sqlite() {
-                super::$name($crate::support::TestDatabase::create($crate::support::DialectName::Sqlite).await).await
+                super::$name($crate::support::TestDatabase::$database($crate::support::DialectName::Sqlite).await).await
             }
         }
     )*};
+    ($($name:ident),* $(,)?) => {
+        $crate::support::conformance!(@each migrated: $($name),*);
+    };
 }
 pub(crate) use conformance;
 

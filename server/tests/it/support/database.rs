@@ -45,7 +45,7 @@ fn database_url(admin_url: &str, name: &str) -> String {
 /// applied migrations against the binary's and applies any it lacks.
 async fn migrated_template(admin_url: &str) -> String {
     const TEMPLATE_LOCK: i64 = 0x1de3_7e57_0001;
-    let name = format!("idem_test_template_{}", migrations_digest());
+    let name = format!("idem_test_template_{}", migrations_digest("postgres"));
     let mut admin = admin_connection(admin_url).await;
     sqlx::query("select pg_advisory_lock($1)")
         .bind(TEMPLATE_LOCK)
@@ -89,9 +89,41 @@ async fn migrated_template(admin_url: &str) -> String {
     name
 }
 
-/// The first 16 hex digits of a SHA-256 over the PostgreSQL migrations' names and contents.
-fn migrations_digest() -> String {
-    let directory = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/postgres");
+/// The migrated SQLite file [`TestDatabase::migrated`] copies, made once per set of migrations
+/// in the system's temporary directory (a file of about 400 kB each, left there). Tests that race
+/// to make it each migrate a file of their own and rename it into place: the last rename wins,
+/// and every one of them is complete.
+async fn migrated_sqlite_template() -> PathBuf {
+    let directory = std::env::temp_dir().join("idem-test-templates");
+    let template = directory.join(format!("sqlite-{}.db", migrations_digest("sqlite")));
+    if template.exists() {
+        return template;
+    }
+    std::fs::create_dir_all(&directory).expect("the templates' directory");
+    let partial = tempfile::tempdir_in(&directory).expect("a directory for the template");
+    let path = partial.path().join("idem.db");
+    let store = store::open(&DatabaseTarget::EmbeddedSqlite { path: path.clone() }, 1)
+        .await
+        .expect("open the template");
+    store.migrate().await.expect("migrate the template");
+    store.close().await;
+    // The last connection's close checkpoints the write-ahead log into the file and removes it;
+    // a log left behind would hold part of the schema that a copy of the file alone would lose.
+    let log = partial.path().join("idem.db-wal");
+    assert!(
+        std::fs::metadata(&log).map_or(true, |log| log.len() == 0),
+        "the template's write-ahead log was not checkpointed: {}",
+        log.display()
+    );
+    std::fs::rename(&path, &template).expect("finish the template");
+    template
+}
+
+/// The first 16 hex digits of a SHA-256 over one dialect's migrations (names and contents).
+fn migrations_digest(dialect: &str) -> String {
+    let directory = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(dialect);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&directory)
         .expect("the migrations directory")
         .map(|entry| entry.expect("a migration").path())
@@ -132,8 +164,7 @@ impl TestDatabase {
     }
 
     /// A database with every migration applied, for the tests that are not about migrating:
-    /// on PostgreSQL a copy of the migrated template ([`migrated_template`]), on SQLite a fresh
-    /// file migrated (a tenth of a second).
+    /// a copy of a migrated template ([`migrated_template`], [`migrated_sqlite_template`]).
     pub async fn migrated(dialect: DialectName) -> Self {
         match dialect {
             DialectName::Postgres => {
@@ -142,9 +173,14 @@ impl TestDatabase {
                 TestDatabase::create_postgres(&admin_url, Some(&template)).await
             }
             DialectName::Sqlite => {
-                let db = TestDatabase::create(dialect).await;
-                db.migrated_store().await.close().await;
-                db
+                let dir = tempfile::tempdir().expect("temporary directory");
+                let path = dir.path().join("idem.db");
+                std::fs::copy(migrated_sqlite_template().await, &path).expect("copy the template");
+                TestDatabase {
+                    target: DatabaseTarget::EmbeddedSqlite { path },
+                    postgres_name: None,
+                    _dir: Some(dir),
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 use idem::store::{self, DatabaseTarget, DialectName, Store};
 use sha2::{Digest, Sha256};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{ConnectOptions, Connection};
 use std::path::{Path, PathBuf};
@@ -150,16 +150,7 @@ impl TestDatabase {
     pub async fn create(dialect: DialectName) -> Self {
         match dialect {
             DialectName::Postgres => TestDatabase::create_on(&postgres_admin_url()).await,
-            DialectName::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                TestDatabase {
-                    target: DatabaseTarget::EmbeddedSqlite {
-                        path: dir.path().join("idem.db"),
-                    },
-                    postgres_name: None,
-                    _dir: Some(dir),
-                }
-            }
+            DialectName::Sqlite => TestDatabase::create_sqlite(None),
         }
     }
 
@@ -172,16 +163,7 @@ impl TestDatabase {
                 let template = migrated_template(&admin_url).await;
                 TestDatabase::create_postgres(&admin_url, Some(&template)).await
             }
-            DialectName::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                let path = dir.path().join("idem.db");
-                std::fs::copy(migrated_sqlite_template().await, &path).expect("copy the template");
-                TestDatabase {
-                    target: DatabaseTarget::EmbeddedSqlite { path },
-                    postgres_name: None,
-                    _dir: Some(dir),
-                }
-            }
+            DialectName::Sqlite => TestDatabase::create_sqlite(Some(&migrated_sqlite_template().await)),
         }
     }
 
@@ -209,6 +191,20 @@ impl TestDatabase {
             },
             postgres_name: Some((name, admin_url.to_owned())),
             _dir: None,
+        }
+    }
+
+    /// A SQLite file in a temporary directory of its own: none yet, or a copy of `template`.
+    fn create_sqlite(template: Option<&Path>) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("idem.db");
+        if let Some(template) = template {
+            std::fs::copy(template, &path).expect("copy the template");
+        }
+        TestDatabase {
+            target: DatabaseTarget::EmbeddedSqlite { path },
+            postgres_name: None,
+            _dir: Some(dir),
         }
     }
 
@@ -381,16 +377,12 @@ impl TestDatabase {
 }
 
 async fn drop_postgres_database(name: &str, admin_url: &str) {
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(admin_url)
-        .await
-        .expect("reach the test PostgreSQL");
+    let mut admin = admin_connection(admin_url).await;
     sqlx::query(&format!("drop database if exists {name} with (force)"))
-        .execute(&pool)
+        .execute(&mut admin)
         .await
         .expect("drop the test database");
-    pool.close().await;
+    admin.close().await.expect("close the admin connection");
 }
 
 impl Drop for TestDatabase {

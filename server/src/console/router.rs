@@ -78,9 +78,13 @@ fn pages(
     let provide_backend = move || provide_context(backend.clone());
 
     // File names under pkg/ are not content-hashed, so browsers must revalidate (cheap: 304
-    // on an unchanged Last-Modified) rather than cache blindly across deploys.
+    // on an unchanged Last-Modified) rather than cache blindly across deploys. The build
+    // gzips each asset once (scripts/build-site), and a client that takes gzip is sent that
+    // file. Compressed per request, the console's wasm took a debug server seconds of a core
+    // at every page load (most of the browser tests' CPU), and a release server CPU that
+    // anyone who can reach the port could ask for again and again.
     let assets = SetResponseHeader::overriding(
-        ServeDir::new(settings.site_root.join("pkg")),
+        ServeDir::new(settings.site_root.join("pkg")).precompressed_gzip(),
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache"),
     );

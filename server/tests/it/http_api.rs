@@ -1,6 +1,8 @@
 //! The HTTP surface served in-process over a real database of each dialect.
 
-use crate::support::{DialectName, TestApp, TestDatabase, conformance, expect_error};
+use crate::support::{
+    DialectName, STYLESHEET, TestApp, TestDatabase, conformance, expect_error, gzipped_stylesheet,
+};
 use app::dashboard::model::Dashboard;
 use domain::operator::OperatorRole;
 use reqwest::Method;
@@ -213,7 +215,7 @@ async fn static_assets_are_served_with_a_revalidation_policy() {
     let last_modified = css.headers()["last-modified"].clone();
     assert_eq!(
         css.text().await.expect("text"),
-        "body { color: black; }\n",
+        STYLESHEET,
         "the built stylesheet itself"
     );
 
@@ -226,6 +228,26 @@ async fn static_assets_are_served_with_a_revalidation_policy() {
         .expect("GET");
     assert_eq!(revalidated.status(), 304);
     assert_eq!(app.get("/pkg/missing.js").await.status(), 404);
+}
+
+#[tokio::test]
+async fn assets_are_sent_as_the_build_gzipped_them_to_clients_that_take_gzip() {
+    let app = TestApp::on(DialectName::Sqlite).in_process().await;
+    let css = app
+        .http
+        .get(app.url("/pkg/idem.css"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(css.status(), 200);
+    assert_eq!(css.headers()["content-encoding"], "gzip");
+    assert_eq!(css.headers()["cache-control"], "no-cache");
+    assert_eq!(
+        css.bytes().await.expect("body").as_ref(),
+        gzipped_stylesheet(),
+        "the build's file, byte for byte: not compressed again per request"
+    );
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use super::sim::Sim;
 use super::{DialectName, TestDatabase, eventually};
 use clap::Parser;
 use domain::operator::OperatorRole;
+use flate2::GzBuilder;
 use idem::admin::AdminError;
 use idem::application::{Application, Listeners};
 use idem::cli::{AccountCommand, ApiKeyCommand, Cli, ServeArgs, TenantCommand};
@@ -24,6 +25,7 @@ use idem::store::{Store, StoreError};
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -234,12 +236,28 @@ fn client() -> reqwest::Client {
         .expect("HTTP client")
 }
 
-/// A stand-in for the console's build: `pkg/idem.css` only.
+/// The stand-in site's stylesheet.
+pub const STYLESHEET: &str = "body { color: black; }\n";
+
+/// A stand-in for the console's build: `pkg/idem.css`, and beside it the gzipped copy
+/// that `scripts/build-site` makes.
 fn site_root() -> TempDir {
     let site_root = tempfile::tempdir().expect("site root");
-    std::fs::create_dir_all(site_root.path().join("pkg")).expect("pkg dir");
-    std::fs::write(site_root.path().join("pkg/idem.css"), "body { color: black; }\n").expect("css");
+    let pkg = site_root.path().join("pkg");
+    std::fs::create_dir_all(&pkg).expect("pkg dir");
+    std::fs::write(pkg.join("idem.css"), STYLESHEET).expect("css");
+    std::fs::write(pkg.join("idem.css.gz"), gzipped_stylesheet()).expect("css.gz");
     site_root
+}
+
+/// The stylesheet as `gzip --best` writes it, with its file name in the header (which no
+/// compression on the fly writes).
+pub fn gzipped_stylesheet() -> Vec<u8> {
+    let mut encoder = GzBuilder::new()
+        .filename("idem.css")
+        .write(Vec::new(), flate2::Compression::best());
+    encoder.write_all(STYLESHEET.as_bytes()).expect("gzip");
+    encoder.finish().expect("gzip")
 }
 
 /// A tenant, its API key and its `acc_1`, made by the code the command line runs; the key.

@@ -14,7 +14,10 @@ mod settings;
 mod sim;
 mod statements;
 
-pub use app::{Setup, TestApp, answer_after_takeover, expect_error, expect_replay, metric};
+pub use app::{
+    STYLESHEET, Setup, TestApp, answer_after_takeover, expect_error, expect_replay, gzipped_stylesheet,
+    metric,
+};
 pub use cluster::{Cluster, Forwarder};
 pub use console::{
     Console, OPERATOR_PASSWORD, create_operator, keys_of, server_function_sources, session_cookie,

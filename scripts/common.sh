@@ -213,7 +213,7 @@ start_throwaway_postgres() {
   ensure_postgres_server_programs
   bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
   local port="${IDEM_TEST_POSTGRES_PORT:-55432}"
-  IDEM_PG_DIR="$(mktemp -d /tmp/idem-pg.XXXXXX)"
+  IDEM_PG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/idem-pg.XXXXXX")"
   local run_as=()
   if [ "$(id -u)" -eq 0 ]; then
     # initdb refuses to run as root; the postgresql package created this user.
@@ -258,11 +258,35 @@ ensure_smtp_test_server() {
   python3 -m pip install --quiet aiosmtpd
 }
 
-# Commands to run when the script exits, in order (one trap for all of them).
+# Commands to run when the script exits, the last registered first (what was started last
+# may use what was started before it), with one trap for all of them.
 IDEM_ON_EXIT=()
 on_exit() {
-  IDEM_ON_EXIT+=("$1")
+  IDEM_ON_EXIT=("$1" "${IDEM_ON_EXIT[@]}")
   trap 'for command in "${IDEM_ON_EXIT[@]}"; do "$command"; done' EXIT
+}
+
+# Puts the tests' scratch files (TMPDIR: the throwaway PostgreSQL and NATS, SQLite databases,
+# the clusters the failover tests make) in memory when /dev/shm has room. On disk, a third
+# of the nextest stage's CPU was ext4 finding free inodes for the files every test database
+# creates and deletes (`perf record -a`, 2026-12-07: find_get_block_common, recently_deleted,
+# under the postgres processes); the tests crash processes, never the machine, so they need
+# no disk.
+scratch_in_memory() {
+  local available_kib
+  available_kib="$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1 || true)"
+  if [ ! -w /dev/shm ] || [ "${available_kib:-0}" -lt $((4 * 1024 * 1024)) ]; then
+    return
+  fi
+  IDEM_SCRATCH="$(mktemp -d /dev/shm/idem-test.XXXXXX)"
+  # The postgres user runs the clusters inside it.
+  chmod 711 "$IDEM_SCRATCH"
+  on_exit remove_scratch
+  export TMPDIR="$IDEM_SCRATCH"
+}
+
+remove_scratch() {
+  rm -rf "$IDEM_SCRATCH"
 }
 
 # NATS with JetStream for the events tests: IDEM_TEST_NATS_URL if set, else the server on
@@ -280,7 +304,7 @@ ensure_test_nats() {
   command -v nats-server >/dev/null || PATH="$PATH:/usr/sbin"
   command -v nats-server >/dev/null || apt_install nats-server
   local port="${IDEM_TEST_NATS_PORT:-54222}"
-  IDEM_NATS_DIR="$(mktemp -d /tmp/idem-nats.XXXXXX)"
+  IDEM_NATS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/idem-nats.XXXXXX")"
   say "starting a throwaway NATS server with JetStream on 127.0.0.1:$port ($IDEM_NATS_DIR)"
   nats-server -js -a 127.0.0.1 -p "$port" -sd "$IDEM_NATS_DIR" >"$IDEM_NATS_DIR/log" 2>&1 &
   IDEM_NATS_PID=$!

@@ -107,15 +107,23 @@ async fn migrated_sqlite_template() -> PathBuf {
         .expect("open the template");
     store.migrate().await.expect("migrate the template");
     store.close().await;
-    // The last connection's close checkpoints the write-ahead log into the file and removes it;
-    // a log left behind would hold part of the schema that a copy of the file alone would lose.
-    let log = partial.path().join("idem.db-wal");
-    assert!(
-        std::fs::metadata(&log).map_or(true, |log| log.len() == 0),
-        "the template's write-ahead log was not checkpointed: {}",
-        log.display()
-    );
-    std::fs::rename(&path, &template).expect("finish the template");
+    // The file alone may lack part of the schema: SQLite moves the write-ahead log into the
+    // file when its last connection closes, and the store's close returned once before that had
+    // happened (a run on 2026-12-07 found the log still full). VACUUM INTO writes the database
+    // as SQLite sees it, log included, into one file of its own.
+    let whole = partial.path().join("whole.db");
+    let mut connection = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .expect("open the migrated file");
+    sqlx::query("vacuum into ?")
+        .bind(whole.to_str().expect("a UTF-8 temporary path"))
+        .execute(&mut connection)
+        .await
+        .expect("write the template whole");
+    connection.close().await.expect("close the migrated file");
+    std::fs::rename(&whole, &template).expect("finish the template");
     template
 }
 

@@ -7,6 +7,7 @@ use idem::store::operators::StoredOperator;
 use idem::store::{OperatorStore, StoreError};
 use serde_json::Value;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
 /// The password of every operator the tests create.
 pub const OPERATOR_PASSWORD: &str = "correct horse battery staple";
@@ -21,12 +22,21 @@ pub async fn create_operator(
     let operator = StoredOperator {
         id: format!("op_{username}"),
         username: username.to_owned(),
-        password_hash: Password::parse(OPERATOR_PASSWORD).expect("password").hash(),
+        password_hash: operator_password_hash(),
         role,
         disabled: false,
     };
     let audit = AuditEntry::new("test", "operator.create").on(format!("operator {username}"));
     store.create_operator(&operator, &audit).await
+}
+
+/// `OPERATOR_PASSWORD`'s Argon2 hash, made once per test process and given to every operator
+/// the process makes: Argon2 costs tens of milliseconds of a core on purpose, and one test makes
+/// forty operators. Signing in still checks the password against it.
+fn operator_password_hash() -> String {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| Password::parse(OPERATOR_PASSWORD).expect("password").hash())
+        .clone()
 }
 
 /// The `name=value` of the session cookie a response sets, if any.

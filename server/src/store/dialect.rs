@@ -19,7 +19,7 @@ use super::group_commit::{GroupCommit, Member};
 use super::target::DialectName;
 use chrono::{DateTime, SecondsFormat, Utc};
 use imply_hack::Imply;
-use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::migrate::{Migrate, Migrator};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type};
 use std::sync::Arc;
@@ -30,6 +30,7 @@ pub trait Dialect:
     + for<'c> Imply<&'c mut <Self as Database>::Connection, Is: Executor<'c, Database = Self>>
     + for<'q> Imply<<Self as Database>::Arguments<'q>, Is: IntoArguments<'q, Self>>
     + Imply<<Self as Database>::QueryResult, Is: RowsAffected>
+    + Imply<<Self as Database>::Connection, Is: Migrate>
     + Imply<usize, Is: ColumnIndex<<Self as Database>::Row>>
     + for<'q> Imply<&'q str, Is: Encode<'q, Self> + Type<Self> + ColumnIndex<<Self as Database>::Row>>
     + for<'q> Imply<Option<&'q str>, Is: Encode<'q, Self> + Type<Self>>
@@ -55,12 +56,9 @@ pub trait Dialect:
         super::sql::expanded(Self::DIALECT, template)
     }
 
-    /// This dialect's migrations, embedded in the binary.
+    /// This dialect's migrations, embedded in the binary. Running them on PostgreSQL takes an
+    /// advisory lock, so that instances starting together take turns.
     fn migrator() -> &'static Migrator;
-
-    /// Applies every pending migration (PostgreSQL: under an advisory lock, so that instances
-    /// starting together take turns).
-    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<(), MigrateError>> + Send;
 
     /// `select count(*)` of the migrations table (0 or 1).
     const MIGRATIONS_TABLE_EXISTS: &'static str;

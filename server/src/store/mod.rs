@@ -125,7 +125,7 @@ where
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        Ok(D::migrate(&self.pool).await?)
+        Ok(D::migrator().run(&self.pool).await?)
     }
 
     async fn readiness(&self) -> Result<Readiness, StoreError> {

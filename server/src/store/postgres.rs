@@ -17,7 +17,7 @@ use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
 use sqlx::Connection;
-use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use std::str::FromStr;
@@ -62,10 +62,6 @@ impl Dialect for Postgres {
 
     fn migrator() -> &'static Migrator {
         &MIGRATOR
-    }
-
-    async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
-        MIGRATOR.run(pool).await
     }
 
     // Two spellings: each database's own catalog.
@@ -154,22 +150,8 @@ impl ConsoleStatements for Postgres {
          as bucket, outcome, cast(sum(count) as bigint) as total from outcome_buckets where bucket_start >= \
          to_timestamp($2::bigint) and bucket_start < to_timestamp($3::bigint) and ($4::text = '' or \
          tenant_id = $4) and ($5::text = '' or operation_name = $5) group by 1, outcome order by 1";
-    // Two spellings: typed parameters: PostgreSQL casts the filters and the cursor's time, SQLite
-    // compares text.
-    const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
-         r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
-         r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
-         coalesce(p.currency, f.currency) as currency, coalesce(p.merchant_reference, f.reference) \
-         as merchant_reference from idempotency_records r join tenants t on t.id = r.tenant_id left \
-         join payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join \
-         refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id where ($1::text = \
-         '' or r.status = $1) and ($2::text = '' or r.progress_step = $2) and ($3::text = '' or \
-         r.tenant_id = $3 or t.name = $3) and ($4::text = '' or r.operation_name = $4) and \
-         ($5::text = '' or substr(r.idempotency_key, 1, length($5)) = $5) and r.created_at >= \
-         $6::timestamptz and r.created_at < $7::timestamptz and (r.created_at, r.tenant_id, \
-         r.operation_name, r.idempotency_key) < ($8::timestamptz, $9, $10, $11) order by \
-         r.created_at desc, r.tenant_id desc, r.operation_name desc, r.idempotency_key desc limit $12";
-    // Two spellings: typed parameters, as `LIST_RECORDS`.
+    // Two spellings: the sort values are epochs in microseconds (extract here, julianday in
+    // SQLite), and PostgreSQL types the parameters compared only with literals.
     const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
          r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
          r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \

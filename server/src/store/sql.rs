@@ -9,6 +9,7 @@
 //! | `{now-$N}` | `now() - make_interval(secs => $N)` | `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' \|\| $N \|\| ' seconds')` |
 //! | `{seconds_since(X)}` | `cast(extract(epoch from now() - X) as double precision)` | `(julianday('now') - julianday(X)) * 86400.0` |
 //! | `{time($N)}` | `$N::timestamptz` | `strftime('%Y-%m-%dT%H:%M:%fZ', $N)` |
+//! | `{text($N)}` | `$N::text` | `$N` |
 //! | `{json_strings($N)}` | `jsonb_array_elements_text(cast($N as jsonb))` | `json_each($N)` |
 //! | `{json_rows($N)}` | `jsonb_array_elements(cast($N as jsonb))` | `json_each($N)` |
 //! | `{for_update}` | `for update` | nothing |
@@ -64,10 +65,11 @@ pub(super) fn kept(name: Made, make: impl FnOnce() -> String) -> &'static str {
 }
 
 /// The placeholders, by the text that opens them.
-const PLACEHOLDERS: [&str; 7] = [
+const PLACEHOLDERS: [&str; 8] = [
     "{now",
     "{seconds_since(",
     "{time(",
+    "{text(",
     "{json_strings(",
     "{json_rows(",
     "{for_update}",
@@ -93,13 +95,16 @@ fn expand(dialect: DialectName, template: &str) -> String {
 
 /// The placeholders written as a call, `name(argument)`: their PostgreSQL and SQLite forms,
 /// `{}` where the argument goes.
-const CALLS: [(&str, &str, &str); 4] = [
+const CALLS: [(&str, &str, &str); 5] = [
     (
         "seconds_since",
         "cast(extract(epoch from now() - {}) as double precision)",
         "(julianday('now') - julianday({})) * 86400.0",
     ),
     ("time", "{}::timestamptz", "strftime('%Y-%m-%dT%H:%M:%fZ', {})"),
+    // PostgreSQL cannot infer the type of a parameter compared only with a literal
+    // (`$1 = ''`); SQLite's parameters need no type.
+    ("text", "{}::text", "{}"),
     (
         "json_strings",
         "jsonb_array_elements_text(cast({} as jsonb))",
@@ -187,16 +192,23 @@ mod tests {
     }
 
     #[test]
-    fn a_time_parameter_is_read_as_each_dialect_stores_times() {
-        let template = "delete from s where expires_at < {time($1)}";
-        assert_eq!(
-            expand(DialectName::Postgres, template),
-            "delete from s where expires_at < $1::timestamptz"
-        );
-        assert_eq!(
-            expand(DialectName::Sqlite, template),
-            "delete from s where expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', $1)"
-        );
+    fn time_and_text_parameters_are_typed_as_each_dialect_needs() {
+        let cases = [
+            (
+                "delete from s where expires_at < {time($1)}",
+                "delete from s where expires_at < $1::timestamptz",
+                "delete from s where expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', $1)",
+            ),
+            (
+                "select 1 where ({text($1)} = '' or name = $1)",
+                "select 1 where ($1::text = '' or name = $1)",
+                "select 1 where ($1 = '' or name = $1)",
+            ),
+        ];
+        for (template, postgres, sqlite) in cases {
+            assert_eq!(expand(DialectName::Postgres, template), postgres);
+            assert_eq!(expand(DialectName::Sqlite, template), sqlite);
+        }
     }
 
     #[test]

@@ -22,9 +22,9 @@ use super::records::{RecordStatements, claim_record, settle_record};
 use super::retention::RetentionStatements;
 use super::sealing::SealingStatements;
 use super::target::DialectName;
-use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::Sqlite;
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -111,10 +111,6 @@ impl Dialect for Sqlite {
         &MIGRATOR
     }
 
-    async fn migrate(pool: &SqlitePool) -> Result<(), MigrateError> {
-        MIGRATOR.run(pool).await
-    }
-
     const MIGRATIONS_TABLE_EXISTS: &'static str =
         "select count(*) from sqlite_master where type = 'table' and name = '_sqlx_migrations'";
 }
@@ -192,19 +188,6 @@ impl ConsoleStatements for Sqlite {
          outcome_buckets where bucket_start >= strftime('%Y-%m-%dT%H:%M:%fZ', $2, 'unixepoch') and \
          bucket_start < strftime('%Y-%m-%dT%H:%M:%fZ', $3, 'unixepoch') and ($4 = '' or tenant_id = \
          $4) and ($5 = '' or operation_name = $5) group by 1, outcome order by 1";
-    const LIST_RECORDS: &'static str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
-         r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
-         r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
-         coalesce(p.currency, f.currency) as currency, coalesce(p.merchant_reference, f.reference) \
-         as merchant_reference from idempotency_records r join tenants t on t.id = r.tenant_id left \
-         join payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join \
-         refunds f on r.operation_name = 'create_refund' and f.id = r.resource_id where ($1 = '' or \
-         r.status = $1) and ($2 = '' or r.progress_step = $2) and ($3 = '' or r.tenant_id = $3 or \
-         t.name = $3) and ($4 = '' or r.operation_name = $4) and ($5 = '' or \
-         substr(r.idempotency_key, 1, length($5)) = $5) and r.created_at >= $6 and r.created_at < $7 \
-         and (r.created_at, r.tenant_id, r.operation_name, r.idempotency_key) < \
-         (strftime('%Y-%m-%dT%H:%M:%fZ', $8), $9, $10, $11) order by r.created_at desc, r.tenant_id \
-         desc, r.operation_name desc, r.idempotency_key desc limit $12";
     const RECOVERY_QUEUE: &'static str = "with matching as (select r.tenant_id, t.name as tenant_name, r.operation_name, \
          r.idempotency_key, r.status, r.resource_id, r.lease_version, r.created_at, r.updated_at, \
          r.recovery_attempts, r.next_recovery_at, r.unknown_cause, r.last_error, r.last_error_at, \

@@ -116,15 +116,28 @@ pub trait ConsoleStore: Send + Sync {
     ) -> Result<Vec<RetryDelays>, StoreError>;
 }
 
+/// `$1` status, `$2` step, `$3` tenant, `$4` operation, `$5` key prefix (empty: any), `$6`
+/// from, `$7` to, `$8`..`$11` cursor (created at, tenant, operation, key), `$12` limit:
+/// [`RecordSummary`] columns.
+const LIST_RECORDS: &str = "select r.tenant_id, t.name as tenant_name, r.operation_name, r.idempotency_key, r.status, \
+     r.progress_step, r.resource_id, r.provider_reference, r.created_at, r.updated_at, \
+     r.recovery_attempts, coalesce(p.amount_minor, f.amount_minor) as amount_minor, \
+     coalesce(p.currency, f.currency) as currency, coalesce(p.merchant_reference, f.reference) as \
+     merchant_reference from idempotency_records r join tenants t on t.id = r.tenant_id left join \
+     payments p on r.operation_name = 'create_payment' and p.id = r.resource_id left join refunds \
+     f on r.operation_name = 'create_refund' and f.id = r.resource_id where ({text($1)} = '' or \
+     r.status = $1) and ({text($2)} = '' or r.progress_step = $2) and ({text($3)} = '' or \
+     r.tenant_id = $3 or t.name = $3) and ({text($4)} = '' or r.operation_name = $4) and \
+     ({text($5)} = '' or substr(r.idempotency_key, 1, length($5)) = $5) and r.created_at >= \
+     {time($6)} and r.created_at < {time($7)} and (r.created_at, r.tenant_id, r.operation_name, \
+     r.idempotency_key) < ({time($8)}, $9, $10, $11) order by r.created_at desc, r.tenant_id \
+     desc, r.operation_name desc, r.idempotency_key desc limit $12";
+
 /// Console statements that differ by dialect.
 pub trait ConsoleStatements {
     /// `$1` step seconds, `$2` from epoch, `$3` to epoch, `$4` tenant, `$5` operation (empty:
     /// any).
     const OUTCOME_SERIES: &'static str;
-    /// `$1` status, `$2` step, `$3` tenant, `$4` operation, `$5` key prefix (empty: any), `$6`
-    /// from, `$7` to, `$8`..`$11` cursor (created at, tenant, operation, key), `$12` limit:
-    /// [`RecordSummary`] columns.
-    const LIST_RECORDS: &'static str;
     /// `$1` attempt limit, `$2` tenant name, `$3` operation, `$4` attention, `$5` created at
     /// most at, `$6` created at least at, `$7` currency, `$8`..`$9` amount bounds (minor
     /// units), `$10` unknown cause, `$11` evidence (or `not_asked`), `$12` exact key, resource
@@ -218,7 +231,7 @@ impl<D: Dialect + ConsoleStatements> ConsoleStore for SqlStore<D> {
             ),
             None => ("9999-12-31T23:59:59.999Z".to_owned(), "", "", ""),
         };
-        let rows = sqlx::query(D::LIST_RECORDS)
+        let rows = sqlx::query(D::sql(LIST_RECORDS))
             .bind(query.status.map_or("", RecordStatus::as_str))
             .bind(query.step.map_or("", ProgressStep::as_str))
             .bind(query.tenant.as_deref().unwrap_or_default())

@@ -156,6 +156,19 @@ pub trait ConsoleActions: Send + Sync + 'static {
         reason: String,
     ) -> Result<Vec<RedriveResult>, ConsoleError>;
 
+    /// The record's stored response, opened; audited before anything is returned.
+    async fn reveal_response(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+    ) -> Result<Option<RevealedResponse>, ConsoleError>;
+}
+
+/// What the record page's late-charge panel does: a charge the provider made after its payment
+/// was released, refunded through create_refund or marked refunded on an operator's word.
+/// Each is audited.
+#[async_trait::async_trait]
+pub trait LateChargeActions: Send + Sync + 'static {
     /// What refunding a released payment's late charge would ask the provider, read-only.
     async fn preview_late_charge_refund(
         &self,
@@ -184,13 +197,6 @@ pub trait ConsoleActions: Send + Sync + 'static {
         payment_id: String,
         reference: String,
     ) -> Result<ReconcileResult, ConsoleError>;
-
-    /// The record's stored response, opened; audited before anything is returned.
-    async fn reveal_response(
-        &self,
-        operator: &CurrentOperator,
-        record: RecordRef,
-    ) -> Result<Option<RevealedResponse>, ConsoleError>;
 }
 
 /// What an admin manages: operators, tenants and API keys. Every change is audited in its
@@ -210,9 +216,9 @@ pub trait ConsoleAdmin: Send + Sync + 'static {
 }
 
 /// The whole port: what the server implements.
-pub trait ConsoleBackend: ConsoleReads + ConsoleActions + ConsoleAdmin {}
+pub trait ConsoleBackend: ConsoleReads + ConsoleActions + LateChargeActions + ConsoleAdmin {}
 
-impl<T: ConsoleReads + ConsoleActions + ConsoleAdmin> ConsoleBackend for T {}
+impl<T: ConsoleReads + ConsoleActions + LateChargeActions + ConsoleAdmin> ConsoleBackend for T {}
 
 /// The handle the server provides as Leptos context for every request.
 #[derive(Clone)]

@@ -1,18 +1,17 @@
 //! What operators do: reconcile a record (guarded by its version and the provider's answer),
-//! ask for and decide a two-admin override, re-drive dead letters, mark a late charge
-//! refunded, reveal a stored response. Each is audited, in the same transaction as the change
-//! it makes where it makes one; refusals and failures are audited too.
+//! ask for and decide a two-admin override, re-drive dead letters, reveal a stored response
+//! (late charges are `late_charges.rs`). Each is audited, in the same transaction as the
+//! change it makes where it makes one; refusals and failures are audited too.
 
 use super::{StoreConsole, checked_reason, scope_of, unavailable, views};
 use crate::engine::Reconciled;
 use crate::store::StoreError;
 use crate::store::approvals::{NewOverrideRequest, OverrideDecision};
-use crate::store::payments::LateChargeResolution;
 use app::backend::{ConsoleActions, ConsoleError};
 use app::events::model::RedriveResult;
 use app::overrides::model::OverrideRequestView;
 use app::reconcile::model::ReconcileResult;
-use app::records::model::{LateChargeRefundPreview, RecordRef, RevealedResponse};
+use app::records::model::{RecordRef, RevealedResponse};
 use app::recovery::model::{BulkJobView, BulkSelection, GroupChoice};
 use app::sign_in::model::CurrentOperator;
 use domain::operator::{AuditEntry, OperatorRole};
@@ -371,67 +370,6 @@ impl ConsoleActions for StoreConsole {
             Ok(results)
         })
         .await
-    }
-
-    async fn preview_late_charge_refund(
-        &self,
-        record: RecordRef,
-        payment_id: String,
-    ) -> Result<LateChargeRefundPreview, ConsoleError> {
-        self.late_charge_refund_preview(record, payment_id).await
-    }
-
-    async fn refund_late_charge(
-        &self,
-        operator: &CurrentOperator,
-        record: RecordRef,
-        payment_id: String,
-        reason: String,
-    ) -> Result<ReconcileResult, ConsoleError> {
-        self.refund_late_charge_now(operator, record, payment_id, reason)
-            .await
-    }
-
-    async fn resolve_late_charge(
-        &self,
-        operator: &CurrentOperator,
-        record: RecordRef,
-        payment_id: String,
-        reference: String,
-    ) -> Result<ReconcileResult, ConsoleError> {
-        let reference = checked_reason(&reference)?;
-        let scope = scope_of(&record)?;
-        let audit = |result: &str, details: String| {
-            AuditEntry::new(&operator.username, "late_charge.resolve")
-                .on(scope.audit_target())
-                .because(&reference)
-                .ended(result)
-                .details(details)
-        };
-        let resolved = self
-            .store
-            .resolve_late_charge(&LateChargeResolution {
-                scope: &scope,
-                payment_id: &payment_id,
-                by: &operator.username,
-                reference: &reference,
-                audit: &audit("ok", format!("{payment_id}: refunded at the provider")),
-            })
-            .await
-            .map_err(unavailable("late charge resolution"))?;
-        if !resolved {
-            let why = format!(
-                "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
-            );
-            self.write_audit(audit("refused", why.clone())).await;
-            return Err(ConsoleError::Invalid(why));
-        }
-        Ok(ReconcileResult {
-            record,
-            ok: true,
-            status: None,
-            message: format!("the late charge of {payment_id} is marked refunded"),
-        })
     }
 
     async fn reveal_response(

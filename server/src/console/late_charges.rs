@@ -3,12 +3,13 @@
 //! the charge (`late-charge-<chargeId>`), so a double click or two operators at once get the
 //! one refund's answer (a replay, or "in progress"), never a second refund. Once the provider
 //! made it, the late charge is marked refunded with the refund's id, audited with the
-//! operator's reason.
+//! operator's reason. Or an operator marks it refunded on their word (a refund made at the
+//! provider by hand), audited the same way.
 
 use super::{StoreConsole, checked_reason, scope_of, unavailable};
 use crate::engine::{Answer, CreateRefundRequest, Reply};
 use crate::store::payments::LateChargeResolution;
-use app::backend::ConsoleError;
+use app::backend::{ConsoleError, LateChargeActions};
 use app::reconcile::model::ReconcileResult;
 use app::records::model::{LateChargeRefundPreview, RecordRef};
 use app::sign_in::model::CurrentOperator;
@@ -70,8 +71,11 @@ impl StoreConsole {
             amount: payment.amount,
         })
     }
+}
 
-    pub(super) async fn late_charge_refund_preview(
+#[async_trait::async_trait]
+impl LateChargeActions for StoreConsole {
+    async fn preview_late_charge_refund(
         &self,
         record: RecordRef,
         payment_id: String,
@@ -100,7 +104,7 @@ impl StoreConsole {
         })
     }
 
-    pub(super) async fn refund_late_charge_now(
+    async fn refund_late_charge(
         &self,
         operator: &CurrentOperator,
         record: RecordRef,
@@ -183,6 +187,48 @@ impl StoreConsole {
             ok,
             status: None,
             message,
+        })
+    }
+
+    async fn resolve_late_charge(
+        &self,
+        operator: &CurrentOperator,
+        record: RecordRef,
+        payment_id: String,
+        reference: String,
+    ) -> Result<ReconcileResult, ConsoleError> {
+        let reference = checked_reason(&reference)?;
+        let scope = scope_of(&record)?;
+        let audit = |result: &str, details: String| {
+            AuditEntry::new(&operator.username, "late_charge.resolve")
+                .on(scope.audit_target())
+                .because(&reference)
+                .ended(result)
+                .details(details)
+        };
+        let resolved = self
+            .store
+            .resolve_late_charge(&LateChargeResolution {
+                scope: &scope,
+                payment_id: &payment_id,
+                by: &operator.username,
+                reference: &reference,
+                audit: &audit("ok", format!("{payment_id}: refunded at the provider")),
+            })
+            .await
+            .map_err(unavailable("late charge resolution"))?;
+        if !resolved {
+            let why = format!(
+                "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
+            );
+            self.write_audit(audit("refused", why.clone())).await;
+            return Err(ConsoleError::Invalid(why));
+        }
+        Ok(ReconcileResult {
+            record,
+            ok: true,
+            status: None,
+            message: format!("the late charge of {payment_id} is marked refunded"),
         })
     }
 }

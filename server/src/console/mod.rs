@@ -1,9 +1,9 @@
 //! The server's side of the console: access (operators, sessions, the gate, sign-in limits in
 //! `limits.rs`, refused sign-ins summed up in `refusals.rs`), and the console
-//! backend port (`app::backend::{ConsoleReads, ConsoleActions, ConsoleAdmin}`) implemented over
-//! the store and the engine, its reads in `reads.rs`, its actions in `actions.rs` and
-//! `bulk.rs`, refunds of late charges in `late_charges.rs`, administration in `admin.rs` (through `crate::admin`, as the command line), the store's
-//! rows shaped into view models in `views.rs`.
+//! backend port (`app::backend`'s traits) implemented over the store and the engine: its reads
+//! in `reads.rs`, its actions in `actions.rs` and `bulk.rs`, late charges (`LateChargeActions`)
+//! in `late_charges.rs`, administration in `admin.rs` (through `crate::admin`, as the command
+//! line), the store's rows shaped into view models in `views.rs`.
 
 pub mod access;
 mod actions;

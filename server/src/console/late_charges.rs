@@ -53,11 +53,7 @@ impl StoreConsole {
             .into_iter()
             .find(|released| released.id == payment_id && released.late_charge_resolution.is_none())
             .and_then(|released| released.late_charge_id)
-            .ok_or_else(|| {
-                ConsoleError::Invalid(format!(
-                    "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
-                ))
-            })?;
+            .ok_or_else(|| ConsoleError::Invalid(no_late_charge(payment_id)))?;
         let payment = self
             .store
             .payment(&scope.tenant_id, payment_id)
@@ -218,9 +214,7 @@ impl LateChargeActions for StoreConsole {
             .await
             .map_err(unavailable("late charge resolution"))?;
         if !resolved {
-            let why = format!(
-                "{payment_id} has no unresolved late charge under this key (none found, or resolved already)"
-            );
+            let why = no_late_charge(&payment_id);
             self.write_audit(audit("refused", why.clone())).await;
             return Err(ConsoleError::Invalid(why));
         }
@@ -231,6 +225,11 @@ impl LateChargeActions for StoreConsole {
             message: format!("the late charge of {payment_id} is marked refunded"),
         })
     }
+}
+
+/// Why an operator cannot act on a payment's late charge.
+fn no_late_charge(payment_id: &str) -> String {
+    format!("{payment_id} has no unresolved late charge under this key (none found, or resolved already)")
 }
 
 /// The refund's id when the provider made it (`201`, new or replayed).

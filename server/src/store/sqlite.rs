@@ -411,15 +411,17 @@ mod tests {
         for reader in readers {
             reader.await.expect("reader");
         }
-        let wal_file = std::fs::read(dir.path().join("idem.db-wal")).expect("the WAL");
-        let wal = wal_file.len();
+        let wal_path = dir.path().join("idem.db-wal");
+        let wal = std::fs::metadata(&wal_path).expect("the WAL").len();
         // The WAL header's checkpoint sequence number (bytes 12 to 15, big-endian): SQLite
         // counts one each time the WAL is started over.
-        let header: [u8; 4] = wal_file[12..16].try_into().expect("a WAL header");
-        let restarts = u32::from_be_bytes(header);
+        let mut header = [0_u8; 16];
+        std::io::Read::read_exact(&mut std::fs::File::open(&wal_path).expect("the WAL"), &mut header)
+            .expect("a WAL header");
+        let restarts = u32::from_be_bytes([header[12], header[13], header[14], header[15]]);
         let written = ROWS * ROW_BYTES;
         assert!(
-            wal < written / 4,
+            wal < u64::try_from(written / 4).expect("bytes"),
             "the WAL reached {wal} bytes for {written} bytes written, started over {restarts} times"
         );
         let mut tx = store.begin().await.expect("the writer");

@@ -4,7 +4,9 @@
 //! sent. Every authorised payment ends with exactly one ledger pair and one receipt, the
 //! ledger sums to zero, nothing is left unpublished.
 
-use crate::support::{AN_HOUR, DialectName, Serve, TestApp, TestDatabase, conformance, ms, secs};
+use crate::support::{
+    AN_HOUR, DialectName, Serve, TestApp, TestDatabase, conformance, ms, secs, unused_port,
+};
 use domain::event::EventMessage;
 use futures_util::future::join_all;
 use idem::events::consumers::{
@@ -697,10 +699,7 @@ struct SmtpServer {
 
 impl SmtpServer {
     async fn start() -> SmtpServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let port = unused_port();
         let maildir = tempfile::tempdir().expect("maildir");
         let child = tokio::process::Command::new("python3")
             .args([

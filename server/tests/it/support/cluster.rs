@@ -5,6 +5,7 @@
 //! when dropped. A [`Forwarder`] stands for the address clients are given (a virtual IP, a
 //! proxy): failing over moves it to the promoted standby.
 
+use super::ports::unused_port;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -130,7 +131,7 @@ impl Cluster {
         let cluster = Cluster {
             bin,
             dir,
-            port: free_port(),
+            port: unused_port(),
             settings: Vec::new(),
         };
         if running_as_root() {
@@ -216,13 +217,6 @@ impl Drop for Cluster {
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|process| process.uid() == 0)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A TCP forwarder standing for a server's address (a database's, an instance's): every

@@ -2,12 +2,14 @@
 //! tenants and provider simulator, in this process or as the real binary (`app.rs`,
 //! `sim.rs`, `process.rs`); a console browser (`console.rs`); a real Prometheus
 //! (`prometheus.rs`); PostgreSQL clusters of a test's own, to crash and fail over
-//! (`cluster.rs`); the checks every suite shares.
+//! (`cluster.rs`); ports for the servers started as programs of their own (`ports.rs`); the
+//! checks every suite shares.
 
 mod app;
 mod cluster;
 mod console;
 mod database;
+mod ports;
 mod process;
 mod prometheus;
 mod settings;
@@ -24,6 +26,7 @@ pub use console::{
 };
 pub use database::{TestDatabase, Violation, audited, audited_for};
 pub use idem::store::DialectName;
+pub use ports::unused_port;
 pub use process::{IdemProcess, SERVE_ON_FREE_PORTS, TEST_RESPONSE_KEYS, idem_command};
 pub use prometheus::Prometheus;
 pub use settings::{A_DAY, AN_HOUR, Serve, ms, secs};

@@ -1,6 +1,7 @@
 //! A real Prometheus (Debian's package; `scripts/test` installs it), in a process of its own on
-//! a free port, scraping the instances a test names every second.
+//! a port of its own (`ports.rs`), scraping the instances a test names every second.
 
+use super::ports::unused_port;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -26,11 +27,7 @@ impl Prometheus {
         );
         let config_file = dir.path().join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write the configuration");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let address: SocketAddr = ([127, 0, 0, 1], port).into();
+        let address: SocketAddr = ([127, 0, 0, 1], unused_port()).into();
         let binary = std::env::var("IDEM_PROMETHEUS").unwrap_or_else(|_| "prometheus".to_owned());
         let child = Command::new(&binary)
             .arg(format!("--config.file={}", config_file.display()))

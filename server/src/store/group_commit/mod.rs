@@ -35,6 +35,8 @@
 //! and 1.5-2.1 s with `NORMAL` (no sync at commit), so the sync was about a quarter of a create's
 //! serial cost on the writer.
 
+mod wal;
+
 use super::dialect::Dialect;
 use super::error::StoreError;
 use super::sql::{Made, kept};
@@ -44,6 +46,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+use wal::{Restart, RestartRetry, checkpoints};
 
 /// How long a caller waits for the writer before it is told the database is unavailable.
 const WRITER_WAIT: Duration = Duration::from_secs(10);
@@ -266,37 +269,6 @@ impl<D: Dialect> Writer<D> {
         }
     }
 
-    /// Copies what the checkpointer has not yet into the file and starts the WAL over from its
-    /// beginning, between groups (no transaction open). Readers still on the WAL's frames are
-    /// waited for 10 ms at most (then the WAL is left as it is, for a later try,
-    /// [`RestartRetry`]): a reader's long query must not hold every write. Whether it was
-    /// started over.
-    async fn restart_wal(&mut self) -> bool {
-        let Some(connection) = self.connection() else {
-            return false;
-        };
-        let restart = match sqlx::query(WAIT_FOR_READERS).execute(&mut *connection).await {
-            Ok(_) => {
-                sqlx::query_as::<_, Checkpoint>(RESTART_WAL)
-                    .fetch_one(&mut *connection)
-                    .await
-            }
-            Err(error) => Err(error),
-        };
-        // Apart, so that it runs whatever became of the checkpoint.
-        if let Err(error) = sqlx::query(WAIT_AS_EVERY_CONNECTION).execute(connection).await {
-            self.abort_group(&format!("setting the busy timeout back: {error}"))
-                .await;
-        }
-        match restart {
-            Ok(checkpoint) => checkpoint.busy == 0,
-            Err(error) => {
-                tracing::warn!(%error, "the WAL was not started over; a later try follows");
-                false
-            }
-        }
-    }
-
     /// Rolls back the open transaction, tells its callers it did not commit, and closes the
     /// connection (the pool opens a fresh one for the next transaction).
     async fn abort_group(&mut self, why: &str) {
@@ -347,106 +319,6 @@ impl<D: Dialect> Member<D> {
         .await
         .map_err(|stopped| StoreError::Corrupt(format!("ending a transaction: {stopped}")))??;
         heard(committed).await
-    }
-}
-
-/// How often the checkpointer copies what the writer committed into the database file.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
-
-/// The writer's checkpoint that starts the WAL over, with the writer's busy timeout lowered
-/// for it ...
-const WAIT_FOR_READERS: &str = "pragma busy_timeout = 10";
-const RESTART_WAL: &str = "pragma wal_checkpoint(restart)";
-/// ... and set back to every connection's (`sqlite::BUSY_TIMEOUT`).
-const WAIT_AS_EVERY_CONNECTION: &str = "pragma busy_timeout = 5000";
-
-/// When the committer tries again to start the WAL over after readers kept a try busy. A
-/// reader keeps it busy only while its query began before the restart copied the last frames;
-/// on two loaded cores that is often a short query that lost its core for more than the 10 ms,
-/// and such a reader has gone a few milliseconds later. So the first retry comes after the
-/// next group 10 ms on, and each further one waits twice as long, up to the checkpointer's own
-/// pace (its looks meanwhile do not add tries). Waiting for the checkpointer alone (100 ms) let a writer that never pauses fill the
-/// WAL to more than a quarter of what it wrote (`the_wal_is_started_over_while_writes_never_stop`
-/// failed 2 runs of 8 in a build with optimised dependencies); retrying after every group would
-/// have a long console query cost every group its 10 ms.
-struct RestartRetry {
-    at: Option<Instant>,
-    backoff: Duration,
-}
-
-impl RestartRetry {
-    const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-
-    fn none() -> RestartRetry {
-        RestartRetry {
-            at: None,
-            backoff: Self::FIRST_BACKOFF,
-        }
-    }
-
-    /// Whether to try now, when the checkpointer has `asked` or not: as it asks, but while a
-    /// retry is scheduled only once that is due, so that a reader that keeps every try busy is
-    /// tried no more often than the checkpointer would alone.
-    fn tries_now(&self, asked: bool, now: Instant) -> bool {
-        self.at.map_or(asked, |at| now >= at)
-    }
-
-    /// The retry after a try that `started` the WAL over, or not, and ended at `now`.
-    fn after(self, started: bool, now: Instant) -> RestartRetry {
-        if started {
-            return RestartRetry::none();
-        }
-        RestartRetry {
-            at: Some(now + self.backoff),
-            backoff: (self.backoff * 2).min(CHECKPOINT_EVERY),
-        }
-    }
-}
-
-/// When the WAL is to be started over, told by the checkpointer to the committer.
-struct Restart {
-    at_frames: i64,
-    due: Arc<AtomicBool>,
-    wake_committer: Arc<Notify>,
-}
-
-/// A checkpoint's result, as `pragma wal_checkpoint` names its columns.
-#[derive(sqlx::FromRow)]
-struct Checkpoint {
-    /// 1 when it could not finish: a restart found readers still on the WAL.
-    busy: i64,
-    /// The frames in the WAL: it grows from its start until the WAL is started over.
-    log: i64,
-}
-
-/// Copies the WAL's committed pages into the database file, from a reader's connection. The
-/// writer's own connection never checkpoints (`wal_autocheckpoint=0`, `sqlite::connect`):
-/// SQLite runs its automatic checkpoint inside the commit that crosses 1,000 pages, so the
-/// writer, and every caller of its group, waited for it. On a file of 902,265 records (1.4 GB)
-/// those page writes were the writer's largest cost (docs/performance.md). A passive checkpoint
-/// takes no lock that the writer or a reader waits for; what a reader still needs stays in the
-/// WAL for the next one.
-///
-/// A passive checkpoint never starts the WAL over: SQLite does that only at a write
-/// transaction's start that finds every frame copied, which under a steady stream of groups
-/// never happens while the checkpointer copies one group behind, so the WAL grew without end
-/// (6.7 GB in one round of `scripts/bench`). Past `restart.at_frames` the committer starts it
-/// over between two groups, when little is left to copy.
-async fn checkpoints<D: Dialect>(readers: Pool<D>, restart: Restart) {
-    loop {
-        tokio::time::sleep(CHECKPOINT_EVERY).await;
-        let checkpoint = sqlx::query_as::<_, Checkpoint>("pragma wal_checkpoint(passive)")
-            .fetch_one(&readers)
-            .await;
-        match checkpoint {
-            Ok(checkpoint) if checkpoint.log >= restart.at_frames => {
-                restart.due.store(true, Ordering::Relaxed);
-                restart.wake_committer.notify_one();
-            }
-            Ok(_) => {}
-            Err(_) if readers.is_closed() => return,
-            Err(error) => tracing::warn!(%error, "a checkpoint failed; the next one tries again"),
-        }
     }
 }
 

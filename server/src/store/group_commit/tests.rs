@@ -1,6 +1,6 @@
 //! The group commit's own tests: what a group keeps and undoes, caller by caller.
 
-use super::{GroupCommit, RestartRetry, Writer};
+use super::GroupCommit;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{Pool, Sqlite};
 
@@ -166,73 +166,4 @@ async fn a_caller_gone_before_its_first_statement_never_rolls_back_the_one_befor
         .await
         .expect("read");
     assert_eq!(kept, vec![3]);
-}
-
-/// A restart of the WAL says whether it happened: not while a reader is still on the WAL's
-/// frames (the committer tries again later), and once the reader has gone.
-#[tokio::test]
-async fn a_restart_kept_busy_by_a_reader_says_so() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let options = SqliteConnectOptions::new()
-        .filename(dir.path().join("wal.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-    let pool = SqlitePoolOptions::new()
-        .max_connections(2)
-        .connect_with(options)
-        .await
-        .expect("open");
-    let insert = |n: i64| sqlx::query("insert into t (n) values ($1)").bind(n);
-    sqlx::query("create table t (n integer)")
-        .execute(&pool)
-        .await
-        .expect("table");
-    insert(1).execute(&pool).await.expect("a row");
-    let mut reader = pool.acquire().await.expect("the reader");
-    sqlx::query("begin").execute(&mut *reader).await.expect("begin");
-    sqlx::query("select count(*) from t")
-        .execute(&mut *reader)
-        .await
-        .expect("a read on the WAL");
-    let mut writer = Writer {
-        connection: Some(pool.acquire().await.expect("the writer")),
-        open: None,
-        waiting: Vec::new(),
-        abandoned: false,
-    };
-    let connection = writer.connection().expect("the writer's connection");
-    insert(2).execute(connection).await.expect("a row after the read");
-    assert!(!writer.restart_wal().await, "started over under a reader");
-    sqlx::query("commit")
-        .execute(&mut *reader)
-        .await
-        .expect("the reader goes");
-    assert!(writer.restart_wal().await, "not started over with no reader left");
-}
-
-/// After a busy restart the next try comes sooner than the checkpointer's next look, and each
-/// further one later, up to the checkpointer's pace; meanwhile its looks add no tries. A restart
-/// that happened leaves nothing to retry, and the checkpointer's next look tries again.
-#[test]
-fn a_busy_restart_is_retried_ever_later_up_to_the_checkpointers_pace() {
-    let start = std::time::Instant::now();
-    let just_before = |at| at - std::time::Duration::from_micros(1);
-    let mut retry = RestartRetry::none();
-    assert!(!retry.tries_now(false, start) && retry.tries_now(true, start));
-    let mut waits = Vec::new();
-    for _ in 0..6 {
-        retry = retry.after(false, start);
-        let at = retry.at.expect("a retry");
-        assert!(
-            !retry.tries_now(true, just_before(at)),
-            "asked before the retry is due"
-        );
-        assert!(retry.tries_now(false, at), "the retry is due");
-        waits.push((at - start).as_millis());
-    }
-    assert_eq!(waits, [10, 20, 40, 80, 100, 100]);
-    let retry = retry.after(true, start);
-    let later = start + super::CHECKPOINT_EVERY;
-    assert!(!retry.tries_now(false, later) && retry.tries_now(true, later));
-    assert_eq!(retry.backoff, RestartRetry::FIRST_BACKOFF);
 }

@@ -20,14 +20,13 @@ impl<D: Dialect> Writer<D> {
         let Some(connection) = self.connection() else {
             return false;
         };
-        let restart = match sqlx::query(WAIT_FOR_READERS).execute(&mut *connection).await {
-            Ok(_) => {
-                sqlx::query_as::<_, Checkpoint>(RESTART_WAL)
-                    .fetch_one(&mut *connection)
-                    .await
-            }
-            Err(error) => Err(error),
-        };
+        let restart = async {
+            sqlx::query(WAIT_FOR_READERS).execute(&mut *connection).await?;
+            sqlx::query_as::<_, Checkpoint>(RESTART_WAL)
+                .fetch_one(&mut *connection)
+                .await
+        }
+        .await;
         // Apart, so that it runs whatever became of the checkpoint.
         if let Err(error) = sqlx::query(WAIT_AS_EVERY_CONNECTION).execute(connection).await {
             self.abort_group(&format!("setting the busy timeout back: {error}"))
@@ -53,15 +52,15 @@ const RESTART_WAL: &str = "pragma wal_checkpoint(restart)";
 /// ... and set back to every connection's (`sqlite::BUSY_TIMEOUT`).
 const WAIT_AS_EVERY_CONNECTION: &str = "pragma busy_timeout = 5000";
 
-/// When the committer tries again to start the WAL over after readers kept a try busy. A
-/// reader keeps it busy only while its query began before the restart copied the last frames;
-/// on two loaded cores that is often a short query that lost its core for more than the 10 ms,
-/// and such a reader has gone a few milliseconds later. So the first retry comes after the
-/// next group 10 ms on, and each further one waits twice as long, up to the checkpointer's own
-/// pace (its looks meanwhile do not add tries). Waiting for the checkpointer alone (100 ms) let a writer that never pauses fill the
-/// WAL to more than a quarter of what it wrote (`the_wal_is_started_over_while_writes_never_stop`
-/// failed 2 runs of 8 in a build with optimised dependencies); retrying after every group would
-/// have a long console query cost every group its 10 ms.
+/// When the committer tries again to start the WAL over after readers kept a try busy. A try
+/// is busy while a reader that began before it copied the last frames has not finished; a
+/// short query that lost its core for more than the 10 ms is gone a few milliseconds later. So
+/// the first retry comes after the next group 10 ms on, and each further one waits twice as
+/// long, up to the checkpointer's own pace (its looks meanwhile add no tries). Retried only at
+/// the checkpointer's next look (100 ms), a writer that never pauses filled the WAL past a
+/// quarter of what it wrote (`the_wal_is_started_over_while_writes_never_stop` failed 4 runs of
+/// 8 in a build with optimised dependencies, docs/performance.md); retried after every group,
+/// a long console query would cost every group its 10 ms.
 pub(super) struct RestartRetry {
     at: Option<Instant>,
     backoff: Duration,

@@ -319,10 +319,20 @@ pub enum AnyRequestRefusals {
 #[allow(dead_code, reason = "a description of the wire format")]
 pub enum KeyedRefusals {
     #[response(
+        status = 400,
+        description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded."
+    )]
+    Invalid(ErrorBody),
+    #[response(
         status = 401,
         description = "UNAUTHENTICATED: missing, unknown or revoked API key. Nothing recorded."
     )]
     Unauthenticated(ErrorBody),
+    #[response(
+        status = 413,
+        description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded."
+    )]
+    PayloadTooLarge(ErrorBody),
     #[response(status = 429, description = "RATE_LIMITED. Nothing recorded.",
         headers(("Retry-After" = String, description = "seconds")))]
     RateLimited(ErrorBody),

@@ -51,13 +51,11 @@ use std::time::Duration;
             )),
         (status = 202, description = "PAYMENT_OUTCOME_UNKNOWN: the provider's answer was lost; retry with the same key.", body = OutcomeUnknownBody,
             headers(("Retry-After" = String, description = "seconds"), ("Idempotency-Expires" = String, description = "RFC 3339"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait"))),
-        (status = 400, description = "IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, UNSUPPORTED_API_VERSION, or VALIDATION_FAILED (details.fields). Nothing recorded.", body = ErrorBody),
         (status = 402, description = "PAYMENT_DECLINED (details.paymentId); replayed for the same key.", body = ErrorBody,
             headers(("Idempotency-Expires" = String, description = "RFC 3339"), ("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 404, description = "ACCOUNT_NOT_FOUND (also another tenant's account). Nothing recorded.", body = ErrorBody),
         (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST; IDEMPOTENCY_REQUEST_IN_PROGRESS (Retry-After); DUPLICATE_MERCHANT_REFERENCE (details.paymentId).", body = ErrorBody,
             headers(("Retry-After" = String, description = "seconds, while the first request runs"), ("Preference-Applied" = String, description = "`wait=N` when the request asked to wait and was held until N seconds passed"))),
-        (status = 413, description = "PAYLOAD_TOO_LARGE (details.limitBytes). Nothing recorded.", body = ErrorBody),
         (status = 422, description = "INSUFFICIENT_FUNDS (binds the key); IDEMPOTENCY_KEY_EXPIRED under the `reject` policy (details.resourceId).", body = ErrorBody),
         KeyedRefusals,
     )

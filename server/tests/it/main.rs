@@ -21,6 +21,7 @@ mod http_api;
 mod incident;
 mod isolation;
 mod lookup;
+mod migrations;
 mod model;
 mod parsers;
 mod payments_api;
